@@ -1,0 +1,134 @@
+"""Kernel attention (paper eq. 2.1) and Invariant Attention iterations.
+
+Both build a similarity matrix Gamma, column-normalise it, W[i, j] = Gamma[i, j] / sum_l
+Gamma[l, j], and replace feature j by a W[:, j]-weighted mean: the plain mean for kernel
+attention, the invariant mean for Invariant Attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .backend import array_module
+from .groups import SE2
+from .invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
+from .kernels import normalize, rbf_kernel
+from .kmax import KappaMaxResult, SearchSettings, kappa_max
+
+INITS = ("kmax", "identity")
+
+
+def column_normalize(gamma: Any) -> Any:
+    """W = Gamma / column sums; every column of W sums to 1. ``(n, n)``."""
+    return gamma / gamma.sum(0, keepdims=True)
+
+
+def attention_weights(X: Any, beta: float, normalization: str = "unit") -> Any:
+    """Kernel-attention weights W ``(n, n)`` of features ``X`` ``(n, ...)`` (RBF, column-normalised)."""
+    flat = normalize(X, normalization).reshape(X.shape[0], -1)
+    return column_normalize(rbf_kernel(flat, flat, beta))
+
+
+def kernel_attention(
+    X: Any, beta: float, normalization: str = "unit", iterations: int = 1
+) -> tuple[Any, Any]:
+    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel.
+
+    Parameters
+    ----------
+    X : ``(n, ...)`` features (images or points)
+    beta : RBF bandwidth; the kernel sees the features after ``normalization``
+    iterations : number of KA steps
+
+    Returns
+    -------
+    features : ``(iterations + 1, n, ...)`` features before and after every step
+    weights : ``(iterations, n, n)`` the W used in every step
+    """
+    xp = array_module(X)
+    feats, weights = [X], []
+    for _ in range(iterations):
+        cur = feats[-1]
+        W = attention_weights(cur, beta, normalization)
+        feats.append(xp.tensordot(W.T, cur, 1))
+        weights.append(W)
+    return xp.stack(feats), xp.stack(weights) if weights else xp.zeros((0,) + (X.shape[0],) * 2)
+
+
+@dataclass
+class InvariantAttentionStep:
+    """One Invariant Attention iteration.
+
+    features : ``(n, H, W)`` invariant means, the next features
+    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max)
+    kmax : kappa^max of the input features
+    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.)
+    """
+
+    features: Any
+    weights: Any
+    kmax: KappaMaxResult
+    means: list[InvariantMeanResult]
+
+
+def invariant_attention_step(
+    V: Any,
+    kmax: KappaMaxResult,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    columns: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> InvariantAttentionStep:
+    """Invariant means of ``V`` for the weights of a given kappa^max (all or some columns).
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    kmax : kappa^max of ``V`` with itself
+    init : 'kmax' starts tau_i of column j at the kappa^max alignment of V[i] onto V[j]
+        (params[j, i]); 'identity' starts at the identity as in the paper
+    columns : indices of the columns j to compute (default all)
+
+    Returns
+    -------
+    InvariantAttentionStep with ``features`` of shape ``(len(columns), H, W)``.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    xp = array_module(V)
+    W = column_normalize(kmax.value)
+    cols = range(V.shape[0]) if columns is None else columns
+    means = []
+    for j in cols:
+        start = kmax.params[j] if init == "kmax" else None
+        means.append(invariant_mean(V, W[:, j], start, mean_settings, group))
+        if progress is not None:
+            progress(1)
+    feats = xp.stack([m.mean for m in means])
+    return InvariantAttentionStep(features=feats, weights=W, kmax=kmax, means=means)
+
+
+def invariant_attention(
+    V: Any,
+    beta: float,
+    iterations: int = 1,
+    normalization: str = "unit",
+    init: str = "kmax",
+    search: SearchSettings = SearchSettings(),
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+) -> list[InvariantAttentionStep]:
+    """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
+
+    Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
+    final features.
+    """
+    steps = []
+    for _ in range(iterations):
+        km = kappa_max(V, beta=beta, normalization=normalization, group=group, settings=search)
+        steps.append(invariant_attention_step(V, km, init, mean_settings, group))
+        V = steps[-1].features
+    return steps

@@ -1,0 +1,91 @@
+"""Array-backend selection: numpy always, cupy when installed and asked for.
+
+Math modules never import cupy at module level; they take ``xp`` from their inputs
+through :func:`array_module`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+BACKENDS = ("auto", "numpy", "cupy")
+
+
+class BackendError(RuntimeError):
+    """The requested backend is not available."""
+
+
+def array_module(*arrays: Any) -> ModuleType:
+    """Return ``cupy`` if any array is a cupy array, else ``numpy``."""
+    for a in arrays:
+        if type(a).__module__.startswith("cupy"):
+            import cupy
+
+            return cupy
+    return np
+
+
+def _cupy_usable() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any import or driver failure means "no GPU"
+        return False
+
+
+def resolve_backend(name: str) -> str:
+    """Map ``auto|numpy|cupy`` to the backend that will actually run.
+
+    ``auto`` picks cupy when it imports and sees a GPU, numpy otherwise; ``cupy`` without a
+    usable GPU raises :class:`BackendError`.
+    """
+    if name not in BACKENDS:
+        raise BackendError(f"backend must be one of {BACKENDS}, got {name!r}")
+    if name == "numpy":
+        return "numpy"
+    usable = _cupy_usable()
+    if name == "cupy" and not usable:
+        raise BackendError("backend 'cupy' requested but cupy or a CUDA device is not available")
+    return "cupy" if usable else "numpy"
+
+
+def to_backend(array: Any, backend: str) -> Any:
+    """Move ``array`` to ``backend`` ('numpy' or 'cupy')."""
+    if backend == "cupy":
+        import cupy
+
+        return cupy.asarray(array)
+    return to_numpy(array)
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """Return a numpy copy/view of a numpy or cupy array."""
+    if type(array).__module__.startswith("cupy"):
+        return array.get()
+    return np.asarray(array)
+
+
+def ndimage_module(xp: ModuleType) -> ModuleType:
+    """Return ``scipy.ndimage`` or ``cupyx.scipy.ndimage`` to match ``xp``."""
+    if xp is np:
+        import scipy.ndimage
+
+        return scipy.ndimage
+    import cupyx.scipy.ndimage
+
+    return cupyx.scipy.ndimage
+
+
+def fft_module(xp: ModuleType) -> ModuleType:
+    """Return ``scipy.fft`` or ``cupyx.scipy.fft`` to match ``xp``."""
+    if xp is np:
+        import scipy.fft
+
+        return scipy.fft
+    import cupyx.scipy.fft
+
+    return cupyx.scipy.fft

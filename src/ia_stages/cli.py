@@ -1,0 +1,231 @@
+"""Command line: ``ia-stages <stage> ...``, one sub-command per pipeline stage.
+
+Errors in the input (config, stores, images) print one line ``ia-stages <stage>: error: ...``
+and exit with status 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+from . import __version__
+from .backend import BackendError
+from .config import ConfigError
+from .datasets import DatasetError
+from .stages.common import InputError
+from .store import StoreError
+
+log = logging.getLogger("ia_stages")
+EXPECTED = (ConfigError, StoreError, InputError, DatasetError, BackendError)
+
+
+@contextmanager
+def _progress(total: int, desc: str):
+    """A tqdm bar on stderr (plain log lines when stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total,
+        desc=desc,
+        unit="it",
+        file=sys.stderr,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,
+        ascii=not sys.stderr.isatty(),
+    )
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+def _settings(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--settings is not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--settings must be a JSON object")
+    return value
+
+
+def _cmd_dataset(a: argparse.Namespace) -> None:
+    from .stages import dataset
+
+    ds = dataset.run(_settings(a.settings), a.out)
+    log.info("wrote %s: %d samples", a.out, ds.sizes["sample"])
+
+
+def _cmd_kmax_block(a: argparse.Namespace) -> None:
+    from .stages import kmax_block
+    from .stages.common import load_features
+
+    n = load_features(a.features).sizes["sample"]
+    total = kmax_block.n_pairs(a.block[0], a.block[1], a.block_size, n)
+    with _progress(total, f"kappa^max block {a.block[0]},{a.block[1]}") as tick:
+        ds = kmax_block.run(
+            a.features, a.out, a.block[0], a.block[1], a.block_size, _settings(a.settings), tick
+        )
+    log.info("wrote %s: %d pairs in %.1f s", a.out, total, ds.attrs["wall_seconds"])
+
+
+def _cmd_kmax_gather(a: argparse.Namespace) -> None:
+    from .stages import kmax_gather
+
+    ds = kmax_gather.run(a.blocks, a.out, _settings(a.settings))
+    log.info(
+        "wrote %s: %d x %d from %d blocks",
+        a.out,
+        ds.sizes["sample_i"],
+        ds.sizes["sample_j"],
+        len(a.blocks),
+    )
+
+
+def _cmd_means(a: argparse.Namespace) -> None:
+    from .stages import means
+    from .stages.common import load_features
+
+    n = load_features(a.features).sizes["sample"]
+    with _progress(n, "invariant means") as tick:
+        ds = means.run(a.features, a.kmax, a.out, _settings(a.settings), tick)
+    log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
+
+
+def _cmd_ka(a: argparse.Namespace) -> None:
+    from .stages import ka
+
+    s = _settings(a.settings)
+    with _progress(s["iterations"] + 1, "kernel attention diagnostics") as tick:
+        ka.run(a.dataset, a.out, s, tick)
+    log.info("wrote %s", a.out)
+
+
+def _cmd_mean_trace(a: argparse.Namespace) -> None:
+    from .stages import mean_trace
+
+    ds = mean_trace.run(a.dataset, a.out, _settings(a.settings))
+    log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
+
+
+def _cmd_metrics(a: argparse.Namespace) -> None:
+    from .stages import metrics
+
+    df = metrics.run(a.dataset, a.out, _settings(a.settings), a.ia_features, a.ia_kmax, a.ka)
+    log.info("wrote %s: %d rows", a.out, len(df))
+
+
+def _cmd_tables(a: argparse.Namespace) -> None:
+    from .stages import tables
+
+    try:
+        tables.run(a.metrics, a.csv, a.md)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    log.info("wrote %s and %s", a.csv, a.md)
+
+
+def _cmd_figure(a: argparse.Namespace) -> None:
+    from .stages import figures
+
+    figures.FIGURES[a.name](a.inputs, a.out)
+    log.info("wrote %s", a.out)
+
+
+def _cmd_check_config(a: argparse.Namespace) -> None:
+    from .config import load_config
+
+    load_config(a.config, a.schema)
+    print(f"{a.config}: valid")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one sub-command per stage."""
+    p = argparse.ArgumentParser(prog="ia-stages", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="stage", required=True)
+
+    def add(name: str, func: Callable, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help)
+        sp.set_defaults(func=func)
+        return sp
+
+    sp = add("dataset", _cmd_dataset, "generate a dataset store")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("kmax-block", _cmd_kmax_block, "kappa^max of one block of pairs")
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--block", type=int, nargs=2, required=True, metavar=("BI", "BJ"))
+    sp.add_argument("--block-size", type=int, required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("kmax-gather", _cmd_kmax_gather, "assemble kappa^max blocks")
+    sp.add_argument("--blocks", nargs="+", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("means", _cmd_means, "invariant means of one IA iteration")
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--kmax", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("ka", _cmd_ka, "kernel-attention iterations")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("mean-trace", _cmd_mean_trace, "Algorithm 1 on a whole dataset (Figure 5)")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("metrics", _cmd_metrics, "metrics of one dataset")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--ka")
+    sp.add_argument("--ia-features", nargs="*", default=[])
+    sp.add_argument("--ia-kmax", nargs="*", default=[])
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("tables", _cmd_tables, "summary table over datasets")
+    sp.add_argument("--metrics", nargs="+", required=True)
+    sp.add_argument("--csv", required=True)
+    sp.add_argument("--md", required=True)
+
+    sp = add("figure", _cmd_figure, "draw one figure")
+    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5"])
+    sp.add_argument("--inputs", nargs="+", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("check-config", _cmd_check_config, "validate a config file")
+    sp.add_argument("config")
+    sp.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ia-stages`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        args.func(args)
+    except EXPECTED as err:
+        print(f"ia-stages {args.stage}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Configuration: JSON-schema validation with defaults, semantic checks, per-stage settings."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+
+KERNEL_KEYS = (
+    "beta",
+    "ka_beta",
+    "normalization",
+    "readout_threshold",
+)  # dataset keys that only the methods read
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the offending key or file."""
+
+
+def _with_defaults(cls):
+    """A validator class that fills ``default`` values of missing properties while validating."""
+    validate_props = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def validate_config(config: dict, schema_path: str | Path) -> dict:
+    """Validate ``config`` against the schema, fill defaults and check cross-references.
+
+    Returns a validated deep copy; raises :class:`ConfigError` with a one-line message.
+    """
+    cfg = copy.deepcopy(dict(config))
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
+    if errors:
+        err = _most_specific(errors[0])
+        raise ConfigError(f"config key '{_key(err.path)}': {_short(err)}")
+    _check_semantics(cfg)
+    return cfg
+
+
+def _most_specific(err):
+    """Descend into ``allOf``/``if-then`` context errors to the deepest one."""
+    while err.context:
+        err = max(err.context, key=lambda e: len(list(e.path)))
+    return err
+
+
+def _short(err) -> str:
+    msg = err.message
+    return msg if len(msg) < 200 else msg[:197] + "..."
+
+
+def _check_semantics(cfg: dict) -> None:
+    names = set(cfg["datasets"])
+    for section in ("ia", "ka"):
+        for k, name in enumerate(cfg[section]["datasets"]):
+            if name not in names:
+                raise ConfigError(
+                    f"config key '{section}.datasets.{k}': unknown dataset {name!r}; "
+                    f"defined: {sorted(names)}"
+                )
+    for name in cfg["ia"]["datasets"]:
+        if cfg["datasets"][name]["kind"] == "blobs":
+            raise ConfigError(
+                f"config key 'ia.datasets': {name!r} is a point set; Invariant Attention needs images"
+            )
+    figs = cfg["figures"]
+    for key, value in (
+        ("blobs", figs["blobs"]),
+        ("shapes", figs["shapes"]),
+        ("mean_trace.dataset", figs["mean_trace"]["dataset"]),
+    ):
+        if value not in names:
+            raise ConfigError(f"config key 'figures.{key}': unknown dataset {value!r}")
+    if figs["shapes"] not in cfg["ia"]["datasets"] or figs["shapes"] not in cfg["ka"]["datasets"]:
+        raise ConfigError(
+            "config key 'figures.shapes': dataset must be in ia.datasets and ka.datasets"
+        )
+    if figs["blobs"] not in cfg["ka"]["datasets"]:
+        raise ConfigError("config key 'figures.blobs': dataset must be in ka.datasets")
+    if cfg["datasets"][figs["mean_trace"]["dataset"]]["kind"] == "blobs":
+        raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
+    for name, ds in cfg["datasets"].items():
+        lo, hi = ds.get("rotation_deg", (0, 0))
+        if lo > hi:
+            raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
+        if any(s < 0 for s in ds.get("shift_px", ds.get("shift_fraction", ()))):
+            raise ConfigError(f"config key 'datasets.{name}': shifts must be >= 0")
+        for k, path in enumerate(ds.get("base_images", [])):
+            _check_image_file(path, f"datasets.{name}.base_images.{k}")
+
+
+def _check_image_file(path: str, key: str) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im.verify()
+    except (OSError, UnidentifiedImageError) as err:
+        raise ConfigError(f"config key '{key}': {path}: not a readable image ({err})") from None
+
+
+def load_config(path: str | Path, schema_path: str | Path) -> dict:
+    """Read a YAML config file and validate it."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: cannot read config ({err})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: config must be a mapping")
+    return validate_config(raw, schema_path)
+
+
+def stage_seed(seed: int, stage: str) -> int:
+    """Seed of one stage's generator, derived from the config seed and the stage name."""
+    digest = hashlib.sha256(f"{seed}:{stage}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
+    """Exactly the settings a stage uses (so a change reruns only what it affects)."""
+    ds = cfg["datasets"][dataset]
+    kernel = {"beta": ds["beta"], "normalization": ds["normalization"]}
+    common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
+    if stage == "dataset":
+        gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
+        return {**common, "dataset_config": gen}
+    if stage == "kmax":
+        return {**common, **kernel, "search": cfg["ia"]["search"]}
+    if stage == "means":
+        return {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
+    if stage == "ka":
+        beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
+        return {
+            **common,
+            **kernel,
+            "beta": beta,
+            "iterations": cfg["ka"]["iterations"],
+            "search": cfg["ia"]["search"],
+        }
+    if stage == "metrics":
+        readout = dict(cfg["readout"])
+        if ds.get("readout_threshold") is not None:
+            readout["threshold"] = ds["readout_threshold"]
+        return {
+            **common,
+            "normalization": ds["normalization"],
+            "readout": readout,
+            "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
+            "ka": dataset in cfg["ka"]["datasets"],
+        }
+    if stage == "mean_trace":
+        return {
+            **common,
+            **kernel,
+            "trace": cfg["figures"]["mean_trace"],
+            "mean": cfg["ia"]["mean"],
+            "search": cfg["ia"]["search"],
+        }
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:
+    """:func:`stage_settings` as compact JSON for a rule's ``params``."""
+    return json.dumps(stage_settings(cfg, stage, dataset), sort_keys=True)
+
+
+def dataset_size(cfg: dict, dataset: str) -> int:
+    """Number of samples a dataset entry generates (known before it is built)."""
+    ds = cfg["datasets"][dataset]
+    if ds["kind"] == "shapes3":
+        n_classes = len(ds["base_images"]) or 3
+        return n_classes * ds["n_per_class"]
+    if ds["kind"] == "mnist3":
+        return ds["n"]
+    return ds["n_samples"]
+
+
+def kmax_blocks(cfg: dict, dataset: str) -> list[tuple[int, int]]:
+    """Upper-triangle block indices (bi <= bj) of the kappa^max matrix of a dataset."""
+    nb = -(-dataset_size(cfg, dataset) // cfg["block_size"])
+    return [(bi, bj) for bi in range(nb) for bj in range(bi, nb)]

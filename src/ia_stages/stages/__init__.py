@@ -1,0 +1,1 @@
+"""Pipeline stages: read stores, call the library, write stores. One module per stage."""

@@ -1,0 +1,61 @@
+"""Stage ``dataset``: generate a dataset store with images, labels and true transforms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .. import datasets
+from ..config import stage_seed
+from ..store import provenance, write_store
+
+
+def build(settings: dict) -> datasets.Dataset:
+    """Generate the dataset described by ``settings['dataset_config']``."""
+    cfg = dict(settings["dataset_config"])
+    rng = np.random.default_rng(stage_seed(settings["seed"], f"dataset:{settings['dataset']}"))
+    kind = cfg.pop("kind")
+    for key in ("rotation_deg", "shift_px", "shift_fraction"):
+        if key in cfg:
+            cfg[key] = tuple(cfg[key])
+    factory = {"shapes3": datasets.shapes3, "mnist3": datasets.mnist3, "blobs": datasets.blobs}
+    return factory[kind](rng=rng, **cfg)
+
+
+def to_xarray(ds: datasets.Dataset) -> xr.Dataset:
+    """Dataset -> xarray with dims sample, y, x (or dim), param, class."""
+    if ds.data.ndim == 3:
+        features = (("sample", "y", "x"), ds.data)
+    else:
+        features = (("sample", "dim"), ds.data)
+    out = xr.Dataset(
+        {
+            "features": features,
+            "label": (("sample",), ds.label),
+            "class_name": (("class",), np.asarray(ds.class_names, dtype=str)),
+        },
+        coords={"sample": np.arange(ds.data.shape[0])},
+    )
+    if ds.params is not None:
+        out["params"] = (("sample", "param"), ds.params)
+        out = out.assign_coords(param=["theta", "b0", "b1"])
+    if ds.originals is not None:
+        out["original"] = (("sample", "y", "x"), ds.originals)
+    return out
+
+
+def run(settings: dict, out: str | Path) -> xr.Dataset:
+    """Build the dataset and write it to ``out``."""
+    ds = to_xarray(build(settings))
+    ds.attrs = provenance(
+        "dataset",
+        settings,
+        settings["seed"],
+        "numpy",
+        dataset=settings["dataset"],
+        kind=settings["dataset_config"]["kind"],
+    )
+    write_store(ds, out)
+    return ds

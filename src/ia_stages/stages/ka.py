@@ -1,0 +1,53 @@
+"""Stage ``ka``: kernel-attention iterations (the baseline), with kappa^max diagnostics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ..attention import attention_weights, kernel_attention
+from ..backend import to_numpy
+from ..kmax import SearchSettings, kappa_max
+from ..store import provenance, write_store
+from .common import load_features, on_backend, timer
+
+
+def run(
+    dataset: str | Path,
+    out: str | Path,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Iterate KA; store features and W of every iteration (and, for images, the kappa^max
+    distances of every iteration's features, to compare manifold distances with IA)."""
+    src = load_features(dataset)
+    X, backend = on_backend(src["features"].values.astype(float), settings["backend"])
+    beta, norm = settings["beta"], settings["normalization"]
+    with timer() as t:
+        feats, _ = kernel_attention(X, beta, norm, settings["iterations"])
+        weights = [attention_weights(f, beta, norm) for f in feats]
+    feat_dims = src["features"].dims
+    ds = xr.Dataset(
+        {
+            "features": (("iteration",) + feat_dims, to_numpy(feats)),
+            "weights": (
+                ("iteration", "sample_i", "sample_j"),
+                np.stack([to_numpy(w) for w in weights]),
+            ),
+        },
+        coords={"iteration": np.arange(feats.shape[0])},
+    )
+    if feat_dims == ("sample", "y", "x"):
+        search = SearchSettings(**settings["search"])
+        d2 = []
+        for f in feats:
+            d2.append(to_numpy(kappa_max(f, beta=beta, normalization=norm, settings=search).sqdist))
+            if progress is not None:
+                progress(1)
+        ds["kmax_sqdist"] = (("iteration", "sample_i", "sample_j"), np.stack(d2))
+    ds.attrs = provenance("ka", settings, settings["seed"], backend, wall_seconds=t["seconds"])
+    write_store(ds, out)
+    return ds

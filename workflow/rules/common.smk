@@ -1,0 +1,76 @@
+# Shared wiring: wildcard constraints, stage settings, input lists.
+import shlex
+
+from ia_stages.config import kmax_blocks, stage_settings_json
+
+IA_DATASETS = config["ia"]["datasets"]
+KA_DATASETS = config["ka"]["datasets"]
+IA_ITERS = config["ia"]["iterations"]
+FIGS = config["figures"]
+FIGURES = [
+    "results/figures/fig2_ka_blobs.png",
+    "results/figures/fig3_dataset_ka_means.png",
+    "results/figures/fig4_ia_weights_means.png",
+    "results/figures/fig5_invariant_mean.png",
+]
+
+
+wildcard_constraints:
+    dataset="|".join(sorted(config["datasets"])),
+    t=r"\d+",
+    bi=r"\d+",
+    bj=r"\d+",
+
+
+def settings(stage):
+    """Params function: the JSON settings of `stage` for the rule's dataset, shell-quoted."""
+    return lambda w: shlex.quote(stage_settings_json(config, stage, w.dataset))
+
+
+def features_of(w):
+    """Features of IA iteration t: the dataset for t = 0, else iteration t's invariant means."""
+    t = int(w.t)
+    if t == 0:
+        return f"results/data/{w.dataset}.zarr"
+    return f"results/{w.dataset}/ia/iter{t}/features.zarr"
+
+
+def kmax_block_stores(w):
+    return [
+        f"results/{w.dataset}/ia/iter{w.t}/kmax/{bi}_{bj}.zarr"
+        for bi, bj in kmax_blocks(config, w.dataset)
+    ]
+
+
+def previous_features(w):
+    """Features entering the iteration that produces iteration t's features."""
+    t = int(w.t) - 1
+    if t == 0:
+        return f"results/data/{w.dataset}.zarr"
+    return f"results/{w.dataset}/ia/iter{t}/features.zarr"
+
+
+def previous_kmax(w):
+    return f"results/{w.dataset}/ia/iter{int(w.t) - 1}/kmax.zarr"
+
+
+def metrics_inputs(w):
+    """Stores the metrics of a dataset read: dataset, KA, IA features and kappa^max per iteration."""
+    d = w.dataset
+    ins = {"dataset": f"results/data/{d}.zarr"}
+    if d in KA_DATASETS:
+        ins["ka"] = f"results/{d}/ka/iterations.zarr"
+    if d in IA_DATASETS:
+        ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
+        ins["ia_kmax"] = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(IA_ITERS + 1)]
+    return ins
+
+
+def metrics_args(w, input):
+    """Command-line options for the inputs metrics_inputs gave."""
+    args = []
+    if "ka" in input.keys():
+        args += ["--ka", input.ka]
+    if "ia_features" in input.keys():
+        args += ["--ia-features", *input.ia_features, "--ia-kmax", *input.ia_kmax]
+    return " ".join(shlex.quote(a) for a in args)

@@ -1,0 +1,9 @@
+rule dataset:
+    output:
+        directory("results/data/{dataset}.zarr"),
+    params:
+        settings=settings("dataset"),
+    log:
+        "results/logs/dataset/{dataset}.log",
+    shell:
+        "ia-stages dataset --settings {params.settings} --out {output} 2> {log}"

@@ -1,0 +1,11 @@
+rule ka:
+    input:
+        "results/data/{dataset}.zarr",
+    output:
+        directory("results/{dataset}/ka/iterations.zarr"),
+    params:
+        settings=settings("ka"),
+    log:
+        "results/logs/{dataset}/ka.log",
+    shell:
+        "ia-stages ka --dataset {input} --settings {params.settings} --out {output} 2> {log}"

@@ -1,0 +1,90 @@
+rule metrics:
+    input:
+        unpack(metrics_inputs),
+    output:
+        "results/{dataset}/metrics.csv",
+    params:
+        settings=settings("metrics"),
+        args=lambda w, input: metrics_args(w, input),
+    log:
+        "results/logs/{dataset}/metrics.log",
+    shell:
+        "ia-stages metrics --dataset {input.dataset} {params.args}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
+rule tables:
+    input:
+        expand("results/{dataset}/metrics.csv", dataset=sorted(set(IA_DATASETS + KA_DATASETS))),
+    output:
+        csv="results/tables/summary.csv",
+        md="results/tables/summary.md",
+    log:
+        "results/logs/tables.log",
+    shell:
+        "ia-stages tables --metrics {input} --csv {output.csv} --md {output.md} 2> {log}"
+
+
+rule mean_trace:
+    input:
+        "results/data/{dataset}.zarr",
+    output:
+        directory("results/{dataset}/mean_trace.zarr"),
+    params:
+        settings=settings("mean_trace"),
+    log:
+        "results/logs/{dataset}/mean_trace.log",
+    shell:
+        "ia-stages mean-trace --dataset {input} --settings {params.settings} --out {output}"
+        " 2> {log}"
+
+
+rule fig2:
+    input:
+        f"results/data/{FIGS['blobs']}.zarr",
+        f"results/{FIGS['blobs']}/ka/iterations.zarr",
+    output:
+        FIGURES[0],
+    log:
+        "results/logs/figures/fig2.log",
+    shell:
+        "ia-stages figure fig2 --inputs {input} --out {output} 2> {log}"
+
+
+rule fig3:
+    input:
+        f"results/data/{FIGS['shapes']}.zarr",
+        f"results/{FIGS['shapes']}/ka/iterations.zarr",
+    output:
+        FIGURES[1],
+    log:
+        "results/logs/figures/fig3.log",
+    shell:
+        "ia-stages figure fig3 --inputs {input} --out {output} 2> {log}"
+
+
+rule fig4:
+    input:
+        expand(
+            "results/{dataset}/ia/iter{t}/features.zarr",
+            dataset=FIGS["shapes"],
+            t=range(1, min(IA_ITERS, 2) + 1),
+        ),
+    output:
+        FIGURES[2],
+    log:
+        "results/logs/figures/fig4.log",
+    shell:
+        "ia-stages figure fig4 --inputs {input} --out {output} 2> {log}"
+
+
+rule fig5:
+    input:
+        f"results/data/{FIGS['mean_trace']['dataset']}.zarr",
+        f"results/{FIGS['mean_trace']['dataset']}/mean_trace.zarr",
+    output:
+        FIGURES[3],
+    log:
+        "results/logs/figures/fig5.log",
+    shell:
+        "ia-stages figure fig5 --inputs {input} --out {output} 2> {log}"
