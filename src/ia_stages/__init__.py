@@ -3,12 +3,12 @@ invariant mean, with a Snakemake pipeline around them."""
 
 __version__ = "0.1.0"
 
-from .attention import invariant_attention, kernel_attention  # noqa: E402
-from .clustering import InvariantAttentionClustering  # noqa: E402
-from .groups import SE2  # noqa: E402
-from .invariant_mean import invariant_mean  # noqa: E402
-from .kmax import kappa_max  # noqa: E402
-from .warp import warp  # noqa: E402
+from .attention import invariant_attention, kernel_attention
+from .clustering import InvariantAttentionClustering
+from .groups import SE2
+from .invariant_mean import invariant_mean
+from .kmax import kappa_max
+from .warp import warp
 
 __all__ = [
     "SE2",

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .backend import array_module
 from .groups import SE2
 from .warp import warp, warp_with_jacobian

@@ -26,7 +26,10 @@ def column_normalize(gamma: Any) -> Any:
 
 
 def attention_weights(X: Any, beta: float, normalization: str = "unit") -> Any:
-    """Kernel-attention weights W ``(n, n)`` of features ``X`` ``(n, ...)`` (RBF, column-normalised)."""
+    """Kernel-attention weights W ``(n, n)`` of features ``X`` ``(n, ...)``.
+
+    RBF kernel on the normalised features, column-normalised.
+    """
     flat = normalize(X, normalization).reshape(X.shape[0], -1)
     return column_normalize(rbf_kernel(flat, flat, beta))
 
@@ -120,15 +123,20 @@ def invariant_attention(
     search: SearchSettings = SearchSettings(),
     mean_settings: MeanSettings = MeanSettings(),
     group: SE2 = SE2(),
+    sigma: float = 0.0,
 ) -> list[InvariantAttentionStep]:
     """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
+
+    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`).
 
     Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
     final features.
     """
     steps = []
     for _ in range(iterations):
-        km = kappa_max(V, beta=beta, normalization=normalization, group=group, settings=search)
+        km = kappa_max(
+            V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
+        )
         steps.append(invariant_attention_step(V, km, init, mean_settings, group))
         V = steps[-1].features
     return steps

@@ -33,7 +33,7 @@ def _cupy_usable() -> bool:
         import cupy
 
         return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any import or driver failure means "no GPU"
+    except Exception:
         return False
 
 

@@ -26,7 +26,7 @@ class InvariantAttentionClustering:
     iterations : number of IA iterations
     threshold : read-out distance between unit-norm features (0..2)
     n_clusters : if set, return exactly this many clusters
-    init, search, mean_settings, normalization : see :func:`invariant_attention`
+    init, search, mean_settings, normalization, sigma : see :func:`invariant_attention`
 
     Attributes
     ----------
@@ -46,6 +46,7 @@ class InvariantAttentionClustering:
         normalization: str = "unit",
         search: SearchSettings | None = None,
         mean_settings: MeanSettings | None = None,
+        sigma: float = 1.0,
     ):
         self.beta = beta
         self.iterations = iterations
@@ -56,6 +57,7 @@ class InvariantAttentionClustering:
         self.normalization = normalization
         self.search = search or SearchSettings()
         self.mean_settings = mean_settings or MeanSettings()
+        self.sigma = sigma
 
     def fit(self, X: Any, y: Any = None) -> InvariantAttentionClustering:
         """Cluster images ``X`` ``(n, H, W)``; ``y`` is ignored."""
@@ -70,10 +72,15 @@ class InvariantAttentionClustering:
             self.init,
             self.search,
             self.mean_settings,
+            sigma=self.sigma,
         )
         feats = self.steps_[-1].features if self.steps_ else X
         final = kappa_max(
-            feats, beta=self.beta, normalization=self.normalization, settings=self.search
+            feats,
+            beta=self.beta,
+            normalization=self.normalization,
+            settings=self.search,
+            sigma=self.sigma,
         )
         self.features_ = feats
         self.kmax_ = final

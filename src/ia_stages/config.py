@@ -6,17 +6,16 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, validators
-
 
 KERNEL_KEYS = (
     "beta",
     "ka_beta",
     "normalization",
     "readout_threshold",
+    "kernel_sigma",
 )  # dataset keys that only the methods read
 
 
@@ -84,7 +83,8 @@ def _check_semantics(cfg: dict) -> None:
     for name in cfg["ia"]["datasets"]:
         if cfg["datasets"][name]["kind"] == "blobs":
             raise ConfigError(
-                f"config key 'ia.datasets': {name!r} is a point set; Invariant Attention needs images"
+                f"config key 'ia.datasets': {name!r} is a point set; "
+                "Invariant Attention needs images"
             )
     figs = cfg["figures"]
     for key, value in (
@@ -143,7 +143,7 @@ def stage_seed(seed: int, stage: str) -> int:
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
     ds = cfg["datasets"][dataset]
-    kernel = {"beta": ds["beta"], "normalization": ds["normalization"]}
+    kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
     common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
     if stage == "dataset":
         gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}

@@ -74,7 +74,7 @@ class SE2:
         rotation_deg: tuple[float, float],
         shift_px: tuple[float, float],
     ) -> np.ndarray:
-        """Draw ``n`` parameter vectors, theta ~ U(rotation_deg) and b_k ~ U(-shift_px[k], shift_px[k]).
+        """Draw ``n`` parameters: theta ~ U(rotation_deg), b_k ~ U(-shift_px[k], shift_px[k]).
 
         Returns ``(n, 3)`` float64.
         """

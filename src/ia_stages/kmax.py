@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .align import refine_alignment, sq_residual
+from .align import refine_alignment
 from .backend import array_module, fft_module
 from .groups import SE2, wrap_angle
 from .kernels import normalize, smooth
@@ -67,6 +67,7 @@ def kappa_max(
     group: SE2 = SE2(),
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
+    sigma: float = 0.0,
 ) -> KappaMaxResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -79,6 +80,11 @@ def kappa_max(
     normalization : 'unit' scales every image to unit L2 norm before the search (the warped
         image is not rescaled, so content moved off the canvas counts as a mismatch); 'none'.
     progress : called with the number of pairs finished after every chunk.
+    sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
+        Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
+        band-limiting the images makes Keys interpolation nearly exact: without it, warping an
+        image with sharp edges blurs it by a transform-dependent amount, which shows up as a
+        ~1e-2 change of ||u - v o tau||^2 under a transform of the inputs (~1e-3 with sigma=1.5).
 
     Returns
     -------
@@ -86,8 +92,8 @@ def kappa_max(
     """
     xp = array_module(U)
     symmetric = V is None
-    Un = normalize(U, normalization)
-    Vn = Un if symmetric else normalize(V, normalization)
+    Un = normalize(smooth(U, sigma), normalization)
+    Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     if symmetric:
         jj, ii = np.triu_indices(n_i, k=1)  # ordered by j: one column's rotations are reused
@@ -120,7 +126,10 @@ def _search_pairs(
     group: SE2,
     settings: SearchSettings,
 ) -> tuple[Any, Any]:
-    """Global search for pairs (i[k], j[k]); returns params ``(m, n_params)`` and sqdist ``(m,)``."""
+    """Global search for pairs (i[k], j[k]).
+
+    Returns params ``(m, n_params)`` and sqdist ``(m,)``.
+    """
     xp = array_module(Un)
     starts = scan.candidates(i, j, settings.n_candidates)  # (m, c, n_params)
     m, c, k = starts.shape
@@ -190,7 +199,7 @@ class _CoarseScan:
         ang = _distinct_minima(best_d2, n_candidates)  # (m, c) rotation indices
         shift = xp.asarray(self.shifts)[xp.take_along_axis(best_shift, ang, 1)]  # (m, c, 2)
         theta = xp.asarray(self.angles)[ang]
-        out = xp.zeros(ang.shape + (self.group.n_params,))
+        out = xp.zeros((*ang.shape, self.group.n_params))
         out[..., 0] = theta
         # v o (theta, 0) shifted by s equals v o (theta, A(theta) s)
         A = self.group.matrix(out)
@@ -202,7 +211,7 @@ def _warp_rotations(image: Any, params: Any, group: SE2) -> Any:
     from .warp import warp
 
     xp = array_module(image)
-    return warp(xp.broadcast_to(image, (params.shape[0],) + image.shape), params, group)
+    return warp(xp.broadcast_to(image, (params.shape[0], *image.shape)), params, group)
 
 
 def _distinct_minima(d2: Any, c: int) -> Any:

@@ -66,7 +66,7 @@ def read_store(path: str | Path, required: tuple[str, ...] = ()) -> xr.Dataset:
         raise StoreError(f"{path}: store does not exist")
     try:
         ds = xr.open_zarr(path, zarr_format=3, consolidated=False).load()
-    except Exception as err:  # noqa: BLE001 - zarr raises many kinds; all mean "unreadable"
+    except Exception as err:
         raise StoreError(f"{path}: unreadable store ({type(err).__name__}: {err})") from None
     missing = [v for v in required if v not in ds.variables]
     if missing:

@@ -135,10 +135,10 @@ def interpolate(images: Any, field: Any, with_gradient: bool = False) -> Any:
         if with_gradient:
             gy += dwy[a] * row
             gx += wy[a] * drow
-    shape_out = (n,) + field.shape[2:]
+    shape_out = (n, *field.shape[2:])
     if not with_gradient:
         return out.reshape(shape_out)
-    return out.reshape(shape_out), xp.stack([gy, gx], 1).reshape((n, 2) + field.shape[2:])
+    return out.reshape(shape_out), xp.stack([gy, gx], 1).reshape((n, 2, *field.shape[2:]))
 
 
 def warp(images: Any, params: Any, group: SE2 = SE2()) -> Any:

@@ -1,4 +1,6 @@
 rule dataset:
+    conda:
+        CONDA_ENV
     output:
         directory("results/data/{dataset}.zarr"),
     params:

@@ -1,4 +1,6 @@
 rule kmax_block:
+    conda:
+        CONDA_ENV
     input:
         features_of,
     output:
@@ -16,6 +18,8 @@ rule kmax_block:
 
 
 rule kmax_gather:
+    conda:
+        CONDA_ENV
     input:
         kmax_block_stores,
     output:
@@ -30,6 +34,8 @@ rule kmax_gather:
 
 
 rule means:
+    conda:
+        CONDA_ENV
     input:
         features=previous_features,
         kmax=previous_kmax,

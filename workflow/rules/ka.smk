@@ -1,4 +1,6 @@
 rule ka:
+    conda:
+        CONDA_ENV
     input:
         "results/data/{dataset}.zarr",
     output:

@@ -1,4 +1,6 @@
 rule metrics:
+    conda:
+        CONDA_ENV
     input:
         unpack(metrics_inputs),
     output:
@@ -14,6 +16,8 @@ rule metrics:
 
 
 rule tables:
+    conda:
+        CONDA_ENV
     input:
         expand("results/{dataset}/metrics.csv", dataset=sorted(set(IA_DATASETS + KA_DATASETS))),
     output:
@@ -26,6 +30,8 @@ rule tables:
 
 
 rule mean_trace:
+    conda:
+        CONDA_ENV
     input:
         "results/data/{dataset}.zarr",
     output:
@@ -40,6 +46,8 @@ rule mean_trace:
 
 
 rule fig2:
+    conda:
+        CONDA_ENV
     input:
         f"results/data/{FIGS['blobs']}.zarr",
         f"results/{FIGS['blobs']}/ka/iterations.zarr",
@@ -52,6 +60,8 @@ rule fig2:
 
 
 rule fig3:
+    conda:
+        CONDA_ENV
     input:
         f"results/data/{FIGS['shapes']}.zarr",
         f"results/{FIGS['shapes']}/ka/iterations.zarr",
@@ -64,6 +74,8 @@ rule fig3:
 
 
 rule fig4:
+    conda:
+        CONDA_ENV
     input:
         expand(
             "results/{dataset}/ia/iter{t}/features.zarr",
@@ -79,6 +91,8 @@ rule fig4:
 
 
 rule fig5:
+    conda:
+        CONDA_ENV
     input:
         f"results/data/{FIGS['mean_trace']['dataset']}.zarr",
         f"results/{FIGS['mean_trace']['dataset']}/mean_trace.zarr",

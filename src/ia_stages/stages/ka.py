@@ -32,7 +32,7 @@ def run(
     feat_dims = src["features"].dims
     ds = xr.Dataset(
         {
-            "features": (("iteration",) + feat_dims, to_numpy(feats)),
+            "features": (("iteration", *feat_dims), to_numpy(feats)),
             "weights": (
                 ("iteration", "sample_i", "sample_j"),
                 np.stack([to_numpy(w) for w in weights]),
@@ -44,7 +44,10 @@ def run(
         search = SearchSettings(**settings["search"])
         d2 = []
         for f in feats:
-            d2.append(to_numpy(kappa_max(f, beta=beta, normalization=norm, settings=search).sqdist))
+            km = kappa_max(
+                f, beta=beta, normalization=norm, settings=search, sigma=settings["sigma"]
+            )
+            d2.append(to_numpy(km.sqdist))
             if progress is not None:
                 progress(1)
         ds["kmax_sqdist"] = (("iteration", "sample_i", "sample_j"), np.stack(d2))

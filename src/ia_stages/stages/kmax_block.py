@@ -46,7 +46,16 @@ def run(
     U, backend = on_backend(V[rows.start : rows.stop], settings["backend"])
     Vb = None if bi == bj else on_backend(V[cols.start : cols.stop], backend)[0]
     with timer() as t:
-        res = kappa_max(U, Vb, settings["beta"], settings["normalization"], SE2(), search, progress)
+        res = kappa_max(
+            U,
+            Vb,
+            settings["beta"],
+            settings["normalization"],
+            SE2(),
+            search,
+            progress,
+            settings["sigma"],
+        )
     ds = xr.Dataset(
         {
             "value": (("sample_i", "sample_j"), to_numpy(res.value)),

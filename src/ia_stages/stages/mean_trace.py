@@ -32,6 +32,7 @@ def run(dataset: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
                 settings["beta"],
                 settings["normalization"],
                 settings=SearchSettings(**settings["search"]),
+                sigma=settings["sigma"],
             )
             init = km.params[0]
         res = invariant_mean(Vx, np.ones(V.shape[0]), init, MeanSettings(**mean), record=record)

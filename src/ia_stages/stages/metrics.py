@@ -1,4 +1,4 @@
-"""Stage ``metrics``: one row per method and iteration of a dataset (results/{dataset}/metrics.csv)."""
+"""Stage ``metrics``: one row per method and iteration (results/{dataset}/metrics.csv)."""
 
 from __future__ import annotations
 
