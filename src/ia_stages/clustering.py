@@ -37,7 +37,7 @@ class InvariantAttentionClustering:
 
     def __init__(
         self,
-        beta: float = 20.0,
+        beta: float = 30.0,
         iterations: int = 2,
         threshold: float = 0.3,
         n_clusters: int | None = None,
@@ -46,7 +46,7 @@ class InvariantAttentionClustering:
         normalization: str = "unit",
         search: SearchSettings | None = None,
         mean_settings: MeanSettings | None = None,
-        sigma: float = 1.0,
+        sigma: float = 2.0,
     ):
         self.beta = beta
         self.iterations = iterations

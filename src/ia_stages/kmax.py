@@ -2,7 +2,10 @@
 
 kappa^max(u, v) = max over tau_u, tau_v of exp(-beta ||u o tau_u - v o tau_v||^2). For a group
 acting by norm-preserving maps this equals max over one relative transform tau of
-exp(-beta ||u - v o tau||^2); we search that form. ``params[i, j]`` is the tau with
+exp(-beta d2(tau)) with d2(tau) = ||u||^2 + ||v||^2 - 2 <u, v o tau>; we search that form.
+Writing the distance through the correlation keeps the norm of v fixed, as it is for continuous
+images: content moved off the canvas is not rewarded, and an all-zero image is at d2 = ||v||^2
+from every v. ``params[i, j]`` is the tau with
 ``V[j] o tau ~ U[i]``, so ``params[j, i]`` is its inverse.
 
 The search is global over the full circle of rotations: a coarse scan (``n_angles`` rotations
@@ -51,7 +54,8 @@ class KappaMaxResult:
 
     value : ``(n_i, n_j)`` kappa^max(U[i], V[j])
     params : ``(n_i, n_j, n_params)`` optimal tau with V[j] o tau ~ U[i]
-    sqdist : ``(n_i, n_j)`` ||U[i] - V[j] o tau||^2 after normalisation
+    sqdist : ``(n_i, n_j)`` ||U[i]||^2 + ||V[j]||^2 - 2 <U[i], V[j] o tau> after smoothing and
+        normalisation: the squared distance of a norm-preserving transform
     """
 
     value: Any
@@ -76,9 +80,10 @@ def kappa_max(
     U : ``(n_i, H, W)``
     V : ``(n_j, H, W)`` or None for ``V = U``, in which case only pairs i < j are searched and
         the rest follows by symmetry (value equal, params inverted, diagonal = identity).
+        Pass the block of later samples as ``V`` when sharding: the searched direction (V[j]
+        warped onto U[i]) then matches the unsharded computation exactly.
     beta : RBF bandwidth in kappa(u, v) = exp(-beta ||u - v||^2)
-    normalization : 'unit' scales every image to unit L2 norm before the search (the warped
-        image is not rescaled, so content moved off the canvas counts as a mismatch); 'none'.
+    normalization : 'unit' scales every image to unit L2 norm before the search; 'none'.
     progress : called with the number of pairs finished after every chunk.
     sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
         Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
@@ -96,7 +101,12 @@ def kappa_max(
     Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     if symmetric:
-        jj, ii = np.triu_indices(n_i, k=1)  # ordered by j: one column's rotations are reused
+        # Always warp the later image onto the earlier one (i < j), as a block (bi < bj) of a
+        # sharded run does, so that any blocking gives the same matrix. Sorted by j so that
+        # one column's rotated copies are reused.
+        ii, jj = np.triu_indices(n_i, k=1)
+        order = np.argsort(jj, kind="stable")
+        ii, jj = ii[order], jj[order]
     else:
         jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
     params = xp.zeros((n_i, n_j, group.n_params))
@@ -136,15 +146,23 @@ def _search_pairs(
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k)
     if settings.coarse_sigma > 0:
-        p, _ = refine_alignment(scan.U_s[ti], scan.V_s[tj], p, group, settings.refine_iters)
-    p, cost = refine_alignment(Un[ti], Vn[tj], p, group, settings.refine_iters)
+        p, _ = refine_alignment(
+            scan.U_s[ti], scan.V_s[tj], p, group, settings.refine_iters, objective="correlation"
+        )
+    p, cost = refine_alignment(
+        Un[ti], Vn[tj], p, group, settings.refine_iters, objective="correlation"
+    )
     best = xp.argmin(cost.reshape(m, c), axis=1)
     rows = xp.arange(m)
     return p.reshape(m, c, k)[rows, best], cost.reshape(m, c)[rows, best]
 
 
 class _CoarseScan:
-    """Rotation-by-shift scan of ||u - v o tau||^2 on smoothed images via FFT correlation."""
+    """Rotation-by-shift scan of the correlation objective on smoothed images.
+
+    d2(theta, s) = ||u||^2 + ||v||^2 - 2 <u, v o (theta, A s)> for every integer shift s in the
+    window at once, by FFT cross-correlation of u with each rotated copy of v.
+    """
 
     def __init__(self, Un: Any, Vn: Any, group: SE2, settings: SearchSettings):
         xp = array_module(Un)
@@ -152,29 +170,28 @@ class _CoarseScan:
         H, W = Un.shape[1:]
         self.max_shift = settings.max_shift if settings.max_shift is not None else max(H, W) // 3
         s = self.max_shift
+        # linear (not circular) correlation for |shift| <= s needs H + s points
         self.fshape = (self.fft.next_fast_len(H + s), self.fft.next_fast_len(W + s))
         self.U_s = smooth(Un, settings.coarse_sigma)
         self.V_s = smooth(Vn, settings.coarse_sigma)
         self.angles = np.arange(settings.n_angles) * (2 * np.pi / settings.n_angles)
         self.F_u = self.fft.rfft2(self.U_s, s=self.fshape)
         self.u_sq = (self.U_s**2).reshape(len(Un), -1).sum(1)
-        self.F_mask = self.fft.rfft2(xp.ones((H, W)), s=self.fshape)
-        self._rot_cache: dict[int, tuple[Any, Any]] = {}
+        self.v_sq = (self.V_s**2).reshape(len(Vn), -1).sum(1)
+        self._rot_cache: dict[int, Any] = {}
         offs = np.arange(-s, s + 1)
         self.shifts = np.stack(np.meshgrid(offs, offs, indexing="ij"), -1).reshape(-1, 2)
         self.rows = offs % self.fshape[0]
         self.cols = offs % self.fshape[1]
 
-    def _rotated(self, j: int) -> tuple[Any, Any]:
-        """FFTs of V_s[j] rotated by every scan angle, and of its square."""
+    def _rotated(self, j: int) -> Any:
+        """FFT of V_s[j] rotated by every scan angle (only the latest column is kept)."""
         if j not in self._rot_cache:
             xp, R = self.xp, self.angles.size
             p = xp.zeros((R, self.group.n_params))
             p[:, 0] = xp.asarray(self.angles)
             rot = _warp_rotations(self.V_s[j], p, self.group)
-            self._rot_cache = {
-                j: (self.fft.rfft2(rot, s=self.fshape), self.fft.rfft2(rot * rot, s=self.fshape))
-            }
+            self._rot_cache = {j: self.fft.rfft2(rot, s=self.fshape)}
         return self._rot_cache[j]
 
     def candidates(self, i: np.ndarray, j: np.ndarray, n_candidates: int) -> Any:
@@ -186,13 +203,11 @@ class _CoarseScan:
         window = np.ix_(self.rows, self.cols)
         for jv in np.unique(j):
             sel = np.flatnonzero(j == jv)
-            F_w, F_w2 = self._rotated(int(jv))
-            norm2 = fft.irfft2(xp.conj(self.F_mask) * F_w2, s=self.fshape)[:, window[0], window[1]]
-            cross = fft.irfft2(xp.conj(self.F_u[i[sel]])[:, None] * F_w[None], s=self.fshape)[
-                :, :, window[0], window[1]
-            ]
-            d2 = self.u_sq[i[sel]][:, None, None, None] + norm2[None] - 2 * cross
-            d2 = d2.reshape(sel.size, R, -1)
+            F_w = self._rotated(int(jv))
+            # cross[k, r, s] = sum_p u_k[p] w_r[p + s]
+            cross = fft.irfft2(xp.conj(self.F_u[i[sel]])[:, None] * F_w[None], s=self.fshape)
+            cross = cross[:, :, window[0], window[1]].reshape(sel.size, R, -1)
+            d2 = (self.u_sq[i[sel]] + self.v_sq[jv])[:, None, None] - 2 * cross
             arg = xp.argmin(d2, axis=2)
             best_shift[sel] = arg
             best_d2[sel] = xp.take_along_axis(d2, arg[..., None], 2)[..., 0]

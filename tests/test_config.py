@@ -1,0 +1,399 @@
+"""Tests for config validation, defaults, per-stage settings and the block layout."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from ia_stages.config import (
+    ConfigError,
+    dataset_size,
+    kmax_blocks,
+    load_config,
+    stage_seed,
+    stage_settings,
+    stage_settings_json,
+    validate_config,
+)
+
+
+def _png(path: Path) -> Path:
+    img = np.full((20, 20), 255, dtype=np.uint8)
+    img[5:15, 5:15] = 0
+    Image.fromarray(img).save(path)
+    return path
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def _schema(schema_path: Path) -> dict:
+    return yaml.safe_load(schema_path.read_text())
+
+
+def _defaults(properties: dict) -> dict:
+    return {
+        k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v
+    }
+
+
+def _kind_defaults(schema: dict, kind: str) -> dict:
+    """Defaults of the schema's if/then branch for one dataset kind."""
+    for rule in schema["$defs"]["dataset"]["allOf"]:
+        if rule["if"]["properties"]["kind"]["const"] == kind:
+            return _defaults(rule["then"]["properties"])
+    raise AssertionError(f"no schema branch for {kind}")
+
+
+def test_default_config_is_valid_and_defaults_are_filled(
+    default_config: dict, schema_path: Path
+) -> None:
+    cfg = validate_config(default_config, schema_path)
+    schema = _schema(schema_path)
+    assert cfg["ia"]["search"]["n_angles"] == 72
+    assert "search" not in default_config["ia"]  # so all of ia.search comes from the schema
+    search_schema = schema["properties"]["ia"]["properties"]["search"]["properties"]
+    assert cfg["ia"]["search"] == _defaults(search_schema)
+    mean_keys = {"steps", "step_size", "sigmas", "preconditioner", "weight_floor"}
+    assert set(cfg["ia"]["mean"]) == mean_keys
+    assert cfg["readout"]["linkage"] == "average"
+    # per-kind defaults come from the matching if/then branch; values in the file are kept
+    assert "kernel_sigma" not in default_config["datasets"]["blobs"]
+    assert "kernel_sigma" in cfg["datasets"]["blobs"]
+    for name, given in default_config["datasets"].items():
+        defaults = _kind_defaults(schema, given["kind"])
+        assert set(cfg["datasets"][name]) == {"kind", *defaults}, name
+        for key, default in defaults.items():
+            assert cfg["datasets"][name][key] == given.get(key, default), (name, key)
+
+
+def test_validate_config_does_not_modify_its_input(default_config: dict, schema_path: Path) -> None:
+    before = copy.deepcopy(default_config)
+    validate_config(default_config, schema_path)
+    assert default_config == before
+    assert "search" not in default_config["ia"]
+
+
+def test_minimal_config_gets_every_section(schema_path: Path) -> None:
+    cfg = validate_config(
+        {
+            "datasets": {"s": {"kind": "shapes3"}, "m": {"kind": "mnist3"}},
+            "ia": {"datasets": ["s"]},
+            "ka": {"datasets": ["s", "m"]},
+            "figures": {"blobs": "s", "shapes": "s", "mean_trace": {"dataset": "m"}},
+        },
+        schema_path,
+    )
+    schema = _schema(schema_path)
+    for key in ("seed", "backend", "block_size"):
+        assert cfg[key] == schema["properties"][key]["default"], key
+    for section in ("ia", "ka", "readout"):
+        props = schema["properties"][section]["properties"]
+        for key, default in _defaults(props).items():
+            if isinstance(default, dict):  # a nested section: its own defaults
+                default = _defaults(props[key]["properties"])
+            if key != "datasets":
+                assert cfg[section][key] == default, (section, key)
+    for name, kind in (("s", "shapes3"), ("m", "mnist3")):
+        assert cfg["datasets"][name] == {"kind": kind, **_kind_defaults(schema, kind)}
+    assert cfg["figures"]["mean_trace"]["dataset"] == "m"
+    assert "steps" in cfg["figures"]["mean_trace"] and "init" in cfg["figures"]["mean_trace"]
+
+
+def test_load_config_reads_the_default_file(default_config: dict, schema_path: Path) -> None:
+    path = schema_path.parents[2] / "config" / "config.yaml"
+    assert load_config(path, schema_path) == validate_config(default_config, schema_path)
+
+
+# ---------------------------------------------------------------- bad configs
+
+
+def _set(*keys_and_value) -> Callable[[dict, Path], None]:
+    *keys, value = keys_and_value
+
+    def edit(cfg: dict, tmp_path: Path) -> None:
+        node = cfg
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = value
+
+    return edit
+
+
+def _text_base_image(cfg: dict, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.png"
+    bad.write_text("this is not an image\n")
+    cfg["datasets"]["shapes3"]["base_images"] = [str(_png(tmp_path / "ok.png")), str(bad)]
+
+
+def _missing_base_image(cfg: dict, tmp_path: Path) -> None:
+    cfg["datasets"]["shapes3"]["base_images"] = [str(tmp_path / "missing.png")]
+
+
+BAD = {
+    "wrong type": (
+        _set("datasets", "shapes3", "n_per_class", "six"),
+        ["datasets.shapes3.n_per_class"],
+    ),
+    "ia.iterations 0": (_set("ia", "iterations", 0), ["ia.iterations"]),
+    "negative beta": (_set("datasets", "shapes3", "beta", -1), ["datasets.shapes3.beta"]),
+    "block_size 0": (_set("block_size", 0), ["block_size"]),
+    "unknown kind": (_set("datasets", "shapes3", "kind", "triangles"), ["datasets.shapes3.kind"]),
+    "unknown top-level key": (_set("bogus_key", 1), ["bogus_key"]),
+    "unknown dataset key": (
+        _set("datasets", "shapes3", "bogus_key", 1),
+        ["datasets.shapes3", "bogus_key"],
+    ),
+    "key of another kind": (
+        _set("datasets", "mnist3", "n_per_class", 3),
+        ["datasets.mnist3", "n_per_class"],
+    ),
+    "ia.datasets undefined": (_set("ia", "datasets", ["shapes3", "nope"]), ["ia.datasets", "nope"]),
+    "ka.datasets undefined": (_set("ka", "datasets", ["nope"]), ["ka.datasets", "nope"]),
+    "ia.datasets point set": (
+        _set("ia", "datasets", ["shapes3", "blobs"]),
+        ["ia.datasets", "blobs"],
+    ),
+    "rotation low > high": (
+        _set("datasets", "shapes3", "rotation_deg", [30, -30]),
+        ["datasets.shapes3.rotation_deg"],
+    ),
+    "rotation not a pair": (
+        _set("datasets", "shapes3", "rotation_deg", [1, 2, 3]),
+        ["datasets.shapes3.rotation_deg"],
+    ),
+    "negative shift": (_set("datasets", "shapes3", "shift_px", [-1, 2]), ["datasets.shapes3"]),
+    "base image not an image": (
+        _text_base_image,
+        ["datasets.shapes3.base_images.1", "notes.png"],
+    ),
+    "base image missing": (_missing_base_image, ["datasets.shapes3.base_images.0", "missing.png"]),
+    "backend not in enum": (_set("backend", "gpu"), ["backend"]),
+    "search n_angles too small": (_set("ia", "search", {"n_angles": 2}), ["ia.search.n_angles"]),
+    "mean trace on points": (
+        _set("figures", "mean_trace", {"dataset": "blobs"}),
+        ["figures.mean_trace.dataset"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_config_raises_one_line_error_naming_the_key(
+    case: str, default_config: dict, schema_path: Path, tmp_path: Path
+) -> None:
+    edit, needles = BAD[case]
+    edit(default_config, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        validate_config(default_config, schema_path)
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+# ---------------------------------------------------------------- load_config
+
+
+def _write(content: str) -> Callable[[Path], Path]:
+    def make(tmp_path: Path) -> Path:
+        path = tmp_path / "config.yaml"
+        path.write_text(content)
+        return path
+
+    return make
+
+
+def _folder(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.mkdir()
+    return path
+
+
+BAD_FILES = {
+    "list": _write("- 1\n- 2\n"),
+    "scalar": _write("just a string\n"),
+    "empty": _write(""),
+    "malformed yaml": _write("seed: [1,\nbackend: }\n"),
+    "missing": lambda tmp_path: tmp_path / "absent.yaml",
+    "folder": _folder,
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES), ids=list(BAD_FILES))
+def test_load_config_error_names_the_file(case: str, schema_path: Path, tmp_path: Path) -> None:
+    path = BAD_FILES[case](tmp_path)
+    with pytest.raises(ConfigError, match="^" + re.escape(str(path))):
+        load_config(path, schema_path)
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES), ids=list(BAD_FILES))
+def test_load_config_error_is_one_line(case: str, schema_path: Path, tmp_path: Path) -> None:
+    path = BAD_FILES[case](tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, schema_path)
+    assert "\n" not in str(info.value), str(info.value)
+
+
+# ---------------------------------------------------------------- stage settings
+
+
+@pytest.fixture
+def cfg(default_config: dict, schema_path: Path) -> dict:
+    return validate_config(default_config, schema_path)
+
+
+def _settings_after(cfg: dict, schema_path: Path, edit, stage: str, dataset: str) -> str:
+    changed = copy.deepcopy(cfg)
+    edit(changed, None)
+    return stage_settings_json(validate_config(changed, schema_path), stage, dataset)
+
+
+UNRELATED_TO_KMAX = {
+    "ka.iterations": _set("ka", "iterations", 9),
+    "ia.iterations": _set("ia", "iterations", 3),
+    "readout.threshold": _set("readout", "threshold", 0.5),
+    "other dataset's beta": _set("datasets", "mnist3", "beta", 7.0),
+    "ka_beta": _set("datasets", "shapes3", "ka_beta", 5.0),
+    "mean steps": _set("ia", "mean", {"steps": 3}),
+    "figures": _set("figures", "mean_trace", {"dataset": "shapes3"}),
+}
+
+RELEVANT_TO_KMAX = {
+    "beta": _set("datasets", "shapes3", "beta", 21.0),
+    "kernel_sigma": _set("datasets", "shapes3", "kernel_sigma", 0.5),
+    "normalization": _set("datasets", "shapes3", "normalization", "none"),
+    "search": _set("ia", "search", {"n_angles": 36}),
+    "seed": _set("seed", 1),
+    "backend": _set("backend", "numpy"),
+}
+
+
+@pytest.mark.parametrize("key", list(UNRELATED_TO_KMAX))
+def test_kmax_settings_ignore_unrelated_edits(cfg: dict, schema_path: Path, key: str) -> None:
+    before = stage_settings_json(cfg, "kmax", "shapes3")
+    assert _settings_after(cfg, schema_path, UNRELATED_TO_KMAX[key], "kmax", "shapes3") == before
+
+
+@pytest.mark.parametrize("key", list(RELEVANT_TO_KMAX))
+def test_kmax_settings_follow_relevant_edits(cfg: dict, schema_path: Path, key: str) -> None:
+    before = stage_settings_json(cfg, "kmax", "shapes3")
+    assert _settings_after(cfg, schema_path, RELEVANT_TO_KMAX[key], "kmax", "shapes3") != before
+
+
+def test_kmax_settings_content(cfg: dict) -> None:
+    ds = cfg["datasets"]["shapes3"]
+    s = stage_settings(cfg, "kmax", "shapes3")
+    assert s == {
+        "seed": cfg["seed"],
+        "backend": cfg["backend"],
+        "dataset": "shapes3",
+        "beta": ds["beta"],
+        "normalization": ds["normalization"],
+        "sigma": ds["kernel_sigma"],
+        "search": cfg["ia"]["search"],
+    }
+    assert json.loads(stage_settings_json(cfg, "kmax", "shapes3")) == s
+
+
+def test_dataset_settings_ignore_kernel_keys(cfg: dict, schema_path: Path) -> None:
+    before = stage_settings_json(cfg, "dataset", "shapes3")
+    for key, value in (("beta", 3.5), ("ka_beta", 1.25), ("kernel_sigma", 0.25)):
+        edit = _set("datasets", "shapes3", key, value)
+        assert _settings_after(cfg, schema_path, edit, "dataset", "shapes3") == before, key
+    n = cfg["datasets"]["shapes3"]["n_per_class"]
+    edit = _set("datasets", "shapes3", "n_per_class", n + 1)
+    assert _settings_after(cfg, schema_path, edit, "dataset", "shapes3") != before
+    gen = stage_settings(cfg, "dataset", "shapes3")["dataset_config"]
+    assert gen["kind"] == "shapes3" and gen["n_per_class"] == n
+    assert not {"beta", "ka_beta", "kernel_sigma", "normalization"} & set(gen)
+
+
+def test_ka_settings_use_ka_beta_or_fall_back_to_beta(cfg: dict) -> None:
+    cfg = copy.deepcopy(cfg)
+    ds = cfg["datasets"]["shapes3"]
+    ds["beta"], ds["ka_beta"] = 25.0, 1.5
+    assert stage_settings(cfg, "ka", "shapes3")["beta"] == 1.5
+    assert stage_settings(cfg, "kmax", "shapes3")["beta"] == 25.0
+    ds["ka_beta"] = None
+    assert stage_settings(cfg, "ka", "shapes3")["beta"] == 25.0
+    assert stage_settings(cfg, "ka", "shapes3")["iterations"] == cfg["ka"]["iterations"]
+
+
+def test_metrics_settings_readout_threshold_override(cfg: dict) -> None:
+    cfg = copy.deepcopy(cfg)
+    cfg["readout"]["threshold"] = 0.25
+    cfg["datasets"]["shapes3"]["readout_threshold"] = None
+    cfg["datasets"]["blobs"]["readout_threshold"] = 1.75
+    assert stage_settings(cfg, "metrics", "shapes3")["readout"]["threshold"] == 0.25
+    assert stage_settings(cfg, "metrics", "blobs")["readout"]["threshold"] == 1.75
+    assert cfg["readout"]["threshold"] == 0.25  # the override does not leak into the config
+    assert "blobs" not in cfg["ia"]["datasets"] and "shapes3" in cfg["ia"]["datasets"]
+    assert stage_settings(cfg, "metrics", "blobs")["ia_iterations"] == 0
+    assert stage_settings(cfg, "metrics", "shapes3")["ia_iterations"] == cfg["ia"]["iterations"]
+
+
+def test_unknown_stage_is_rejected(cfg: dict) -> None:
+    with pytest.raises(ValueError, match="nonsense"):
+        stage_settings(cfg, "nonsense", "shapes3")
+
+
+def test_stage_seed_is_deterministic_and_differs_by_stage() -> None:
+    assert stage_seed(0, "dataset:a") == stage_seed(0, "dataset:a")
+    seeds = {stage_seed(s, st) for s in (0, 1) for st in ("dataset:a", "dataset:b", "ka")}
+    assert len(seeds) == 6
+    assert all(0 <= s < 2**64 for s in seeds)
+
+
+# ---------------------------------------------------------------- sizes and blocks
+
+
+def test_dataset_size(cfg: dict, schema_path: Path, tmp_path: Path) -> None:
+    ds = cfg["datasets"]
+    assert dataset_size(cfg, "shapes3") == 3 * ds["shapes3"]["n_per_class"]
+    assert dataset_size(cfg, "mnist3") == ds["mnist3"]["n"]
+    assert dataset_size(cfg, "blobs") == ds["blobs"]["n_samples"]
+    cfg = copy.deepcopy(cfg)
+    cfg["datasets"]["shapes3"]["n_per_class"] = 6
+    assert dataset_size(cfg, "shapes3") == 18
+    cfg["datasets"]["shapes3"]["base_images"] = [
+        str(_png(tmp_path / "a.png")),
+        str(_png(tmp_path / "b.png")),
+    ]
+    assert dataset_size(validate_config(cfg, schema_path), "shapes3") == 12
+
+
+def test_kmax_blocks_18_samples_block_size_8(cfg: dict) -> None:
+    cfg = copy.deepcopy(cfg)
+    cfg["datasets"]["shapes3"]["n_per_class"] = 6
+    cfg["block_size"] = 8
+    assert dataset_size(cfg, "shapes3") == 18
+    assert kmax_blocks(cfg, "shapes3") == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+
+
+@pytest.mark.parametrize(("n", "block_size"), [(1, 4), (10, 3), (16, 8), (16, 16), (7, 100)])
+def test_kmax_blocks_cover_the_upper_triangle_once(cfg: dict, n: int, block_size: int) -> None:
+    cfg = copy.deepcopy(cfg)
+    cfg["datasets"]["mnist3"]["n"] = n
+    cfg["block_size"] = block_size
+    blocks = kmax_blocks(cfg, "mnist3")
+    assert all(bi <= bj for bi, bj in blocks)
+    covered = np.zeros((n, n), dtype=int)
+    for bi, bj in blocks:
+        rows = slice(bi * block_size, min((bi + 1) * block_size, n))
+        cols = slice(bj * block_size, min((bj + 1) * block_size, n))
+        assert rows.start < n and cols.start < n  # no empty blocks
+        covered[rows, cols] += 1
+    assert np.array_equal(np.triu(covered), np.triu(np.ones((n, n), dtype=int)))
+
+
+def test_yaml_roundtrip_of_validated_config(cfg: dict, schema_path: Path) -> None:
+    """A validated config written back to YAML validates to the same thing."""
+    assert validate_config(yaml.safe_load(yaml.safe_dump(cfg)), schema_path) == cfg

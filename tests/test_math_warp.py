@@ -1,0 +1,109 @@
+"""Warp by Keys cubic convolution, SE(2) parameters and their derivatives."""
+
+import numpy as np
+import pytest
+from scipy.ndimage import gaussian_filter
+
+from ia_stages.groups import SE2, wrap_angle
+from ia_stages.warp import keys_kernel, keys_kernel_derivative, warp, warp_with_jacobian
+
+G = SE2()
+
+
+def smooth_image(rng, size=40, sigma=2.0):
+    """A smooth random image whose support stays well inside the canvas."""
+    im = np.zeros((size, size))
+    m = size // 4
+    im[m:-m, m:-m] = rng.random((size - 2 * m, size - 2 * m))
+    return gaussian_filter(im, sigma)
+
+
+def test_keys_kernel_interpolates_and_sums_to_one():
+    k = np.arange(-3, 4)
+    assert np.allclose(keys_kernel(k.astype(float)), (k == 0).astype(float))
+    t = np.linspace(0, 1, 11)
+    total = sum(keys_kernel(t - d) for d in (-1, 0, 1, 2))
+    assert np.allclose(total, 1.0)
+    # reproduces linear functions exactly (a = -0.5 is third-order accurate)
+    lin = sum((d) * keys_kernel(t - d) for d in (-1, 0, 1, 2))
+    assert np.allclose(lin, t)
+
+
+def test_keys_kernel_derivative_matches_finite_differences():
+    t = np.linspace(-2.3, 2.3, 97) + 1e-3  # avoid the knots where phi' jumps
+    eps = 1e-6
+    fd = (keys_kernel(t + eps) - keys_kernel(t - eps)) / (2 * eps)
+    assert np.allclose(keys_kernel_derivative(t), fd, atol=1e-6)
+
+
+def test_identity_warp_is_identity():
+    im = np.random.default_rng(0).random((5, 17, 23))
+    assert np.array_equal(warp(im, G.identity(5)), im)
+
+
+def test_integer_shift_moves_pixels():
+    im = np.random.default_rng(1).random((12, 12))
+    out = warp(im, np.array([0.0, 2.0, -1.0]))  # out[p] = im[p + b]
+    assert np.allclose(out[:-2, 1:], im[2:, :-1])
+    assert np.allclose(out[-2:], 0.0) and np.allclose(out[:, :1], 0.0)  # zero outside
+
+
+def test_rotation_by_90_degrees_is_exact_on_the_grid():
+    im = np.random.default_rng(2).random((9, 9))
+    out = warp(im, np.array([np.pi / 2, 0.0, 0.0]))
+    # tau(p) = A (p - c) + c with A = [[0, 1], [-1, 0]]: out[r, s] = im[s, 8 - r]
+    assert np.allclose(out, np.rot90(im, k=1))
+
+
+def test_composition_of_warps_matches_composed_parameters():
+    rng = np.random.default_rng(3)
+    im = smooth_image(rng, 48, 2.5)
+    p1, p2 = np.array([0.7, 2.5, -1.5]), np.array([-2.1, 1.0, 3.0])
+    twice = warp(warp(im, p1), p2)
+    once = warp(im, G.compose(p1, p2))
+    inner = slice(10, 38)
+    assert np.abs(twice - once)[inner, inner].max() < 2e-3 * im.max()
+
+
+def test_inverse_and_compose_are_consistent():
+    rng = np.random.default_rng(4)
+    p = G.sample(rng, 20, (-180, 180), (5, 5))
+    q = G.sample(rng, 20, (-180, 180), (5, 5))
+    assert np.allclose(G.compose(p, G.inverse(p)), 0.0, atol=1e-12)
+    assert np.allclose(G.compose(G.inverse(p), p), 0.0, atol=1e-12)
+    lhs = G.compose(G.compose(p, q), G.inverse(q))
+    assert np.allclose(wrap_angle(lhs[:, 0] - p[:, 0]), 0, atol=1e-12)
+    assert np.allclose(lhs[:, 1:], p[:, 1:], atol=1e-10)
+
+
+def test_matrix_jacobian_matches_finite_differences():
+    p = np.array([[0.4, 1.0, -2.0]])
+    dA, db = G.jacobian(p)
+    eps = 1e-7
+    for k in range(3):
+        dp = np.zeros(3)
+        dp[k] = eps
+        fdA = (G.matrix(p + dp) - G.matrix(p - dp)) / (2 * eps)
+        fdb = (G.translation(p + dp) - G.translation(p - dp)) / (2 * eps)
+        assert np.allclose(dA[:, k], fdA, atol=1e-7)
+        assert np.allclose(db[:, k], fdb, atol=1e-7)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_warp_jacobian_matches_finite_differences(k):
+    rng = np.random.default_rng(5)
+    ims = np.stack([smooth_image(rng), smooth_image(rng)])
+    p = np.array([[0.3, 1.3, -0.6], [-2.5, -0.4, 2.2]])
+    _, jac = warp_with_jacobian(ims, p)
+    eps = 1e-6
+    dp = np.zeros_like(p)
+    dp[:, k] = eps
+    fd = (warp(ims, p + dp) - warp(ims, p - dp)) / (2 * eps)
+    scale = np.abs(jac[:, k]).max()
+    assert np.abs(jac[:, k] - fd).max() < 1e-5 * scale
+
+
+def test_sample_respects_ranges():
+    p = G.sample(np.random.default_rng(6), 500, (-65, 65), (10, 3))
+    assert np.rad2deg(p[:, 0]).min() >= -65 and np.rad2deg(p[:, 0]).max() <= 65
+    assert np.abs(p[:, 1]).max() <= 10 and np.abs(p[:, 2]).max() <= 3
