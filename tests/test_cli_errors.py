@@ -244,7 +244,10 @@ CASES: dict[str, Callable[[Path, Path], Case]] = {
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+    return {
+        p.name: (p.read_bytes() if p.is_file() else b"<folder>", p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+    }
 
 
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))

@@ -35,8 +35,9 @@ def test_kmax_is_invariant_to_transforms_of_either_input(shapes, pair):
         tuple(rng.uniform(-180, 180, 2)) for _ in range(2)
     ]
     for r_u, r_v in rotations:
-        s = np.array([[np.deg2rad(r_u), *rng.uniform(-4, 4, 2)],
-                      [np.deg2rad(r_v), *rng.uniform(-4, 4, 2)]])
+        s = np.array(
+            [[np.deg2rad(r_u), *rng.uniform(-4, 4, 2)], [np.deg2rad(r_v), *rng.uniform(-4, 4, 2)]]
+        )
         moved = kappa_max(warp(np.stack([u, v]), s), **kw).value[0, 1]
         assert abs(moved - ref) / ref <= 1e-3, (r_u, r_v, moved, ref)
 

@@ -128,7 +128,8 @@ def load_config(path: str | Path, schema_path: str | Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: cannot read config ({err})") from None
+        detail = " ".join(str(err).split())  # YAML errors span several lines
+        raise ConfigError(f"{path}: cannot read config ({detail})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: config must be a mapping")
     return validate_config(raw, schema_path)

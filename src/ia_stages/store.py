@@ -9,10 +9,12 @@ import json
 import os
 import shutil
 import uuid
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from . import __version__
@@ -43,19 +45,31 @@ def provenance(stage: str, settings: Any, seed: int, backend: str, **extra: Any)
     return attrs
 
 
+def strings(values) -> np.ndarray:
+    """Text labels as an object array: stored as Zarr v3 variable-length strings."""
+    return np.asarray(list(values), dtype=object)
+
+
 def write_store(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` as a Zarr v3 store at ``path`` atomically (temp dir + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
     try:
         ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=False)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if path.exists():  # move the old store aside first: a failed rename can restore it
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if old.exists():
+                os.replace(old, path)
+            raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
     return path
 
 
@@ -65,7 +79,10 @@ def read_store(path: str | Path, required: tuple[str, ...] = ()) -> xr.Dataset:
     if not path.exists():
         raise StoreError(f"{path}: store does not exist")
     try:
-        ds = xr.open_zarr(path, zarr_format=3, consolidated=False).load()
+        with warnings.catch_warnings():
+            # Snakemake leaves a .snakemake_timestamp file inside directory() outputs
+            warnings.filterwarnings("ignore", message=".*snakemake_timestamp.*")
+            ds = xr.open_zarr(path, zarr_format=3, consolidated=False).load()
     except Exception as err:
         raise StoreError(f"{path}: unreadable store ({type(err).__name__}: {err})") from None
     missing = [v for v in required if v not in ds.variables]

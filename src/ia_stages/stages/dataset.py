@@ -9,7 +9,8 @@ import xarray as xr
 
 from .. import datasets
 from ..config import stage_seed
-from ..store import provenance, write_store
+from ..groups import SE2
+from ..store import provenance, strings, write_store
 
 
 def build(settings: dict) -> datasets.Dataset:
@@ -34,13 +35,13 @@ def to_xarray(ds: datasets.Dataset) -> xr.Dataset:
         {
             "features": features,
             "label": (("sample",), ds.label),
-            "class_name": (("class",), np.asarray(ds.class_names, dtype=str)),
+            "class_name": (("class",), strings(ds.class_names)),
         },
         coords={"sample": np.arange(ds.data.shape[0])},
     )
     if ds.params is not None:
         out["params"] = (("sample", "param"), ds.params)
-        out = out.assign_coords(param=["theta", "b0", "b1"])
+        out = out.assign_coords(param=strings(SE2().param_names))
     if ds.originals is not None:
         out["original"] = (("sample", "y", "x"), ds.originals)
     return out

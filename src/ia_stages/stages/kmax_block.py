@@ -11,7 +11,7 @@ import xarray as xr
 from ..backend import to_numpy
 from ..groups import SE2
 from ..kmax import SearchSettings, kappa_max
-from ..store import provenance, write_store
+from ..store import provenance, strings, write_store
 from .common import InputError, load_features, on_backend, require_images, timer
 
 
@@ -65,7 +65,7 @@ def run(
         coords={
             "sample_i": np.arange(rows.start, rows.stop),
             "sample_j": np.arange(cols.start, cols.stop),
-            "param": list(SE2().param_names),
+            "param": strings(SE2().param_names),
         },
     )
     ds.attrs = provenance(

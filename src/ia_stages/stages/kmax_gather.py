@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from ..groups import SE2
-from ..store import provenance, read_store, write_store
+from ..store import provenance, read_store, strings, write_store
 from .common import InputError
 
 
@@ -45,7 +45,7 @@ def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset
         coords={
             "sample_i": np.arange(n),
             "sample_j": np.arange(n),
-            "param": list(group.param_names),
+            "param": strings(group.param_names),
         },
     )
     ds.attrs = provenance(

@@ -1,0 +1,178 @@
+"""End to end: the Snakemake workflow on a tiny config, through the Snakemake API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+from ia_stages.stages import kmax_block
+from ia_stages.stages.metrics import COLUMNS
+from ia_stages.store import read_store
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {
+    "seed": 1,
+    "backend": "numpy",
+    "block_size": 4,  # shapes3 has 6 samples: blocks (0,0), (0,1), (1,1)
+    "datasets": {
+        # 48 px shapes lose their details under the default 2 px kernel smoothing
+        "shapes3": {
+            "kind": "shapes3",
+            "n_per_class": 2,
+            "size": 48,
+            "shift_px": [4, 4],
+            "kernel_sigma": 1.0,
+        },
+        "mnist3": {"kind": "mnist3", "n": 4, "canvas": 36, "shift_fraction": [0.05, 0.1]},
+        "blobs": {"kind": "blobs", "n_samples": 45},
+    },
+    "ia": {
+        "datasets": ["shapes3", "mnist3"],
+        "iterations": 2,
+        "search": {"n_angles": 24, "refine_iters": 8},
+        "mean": {"steps": 4},
+    },
+    "ka": {"datasets": ["shapes3", "mnist3", "blobs"], "iterations": 2},
+    "figures": {"mean_trace": {"dataset": "mnist3", "steps": 4}},
+}
+FIGURES = [
+    "fig2_ka_blobs.png",
+    "fig3_dataset_ka_means.png",
+    "fig4_ia_weights_means.png",
+    "fig5_invariant_mean.png",
+]
+
+
+def run_workflow(workdir: Path, configfile: Path) -> None:
+    """Run the workflow through the Snakemake API."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        ExecutionSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
+
+    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=2),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            storage_settings=StorageSettings(),
+            snakefile=ROOT / "Snakefile",
+            workdir=workdir,
+        )
+        dag = wf.dag(DAGSettings())
+        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+
+
+def mtimes(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("workflow")
+    cfg = work / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(TINY))
+    run_workflow(work, cfg)
+    return work, cfg
+
+
+def test_table_has_every_method_iteration_and_column(tiny_run):
+    work, _ = tiny_run
+    table = pd.read_csv(work / "results/tables/summary.csv")
+    assert list(table.columns) == COLUMNS
+    rows = set(zip(table.dataset, table.method, table.iteration, strict=True))
+    expected = {(d, "KA", t) for d in ("shapes3", "mnist3", "blobs") for t in range(3)}
+    expected |= {(d, "IA", t) for d in ("shapes3", "mnist3") for t in range(3)}
+    assert rows == expected
+    assert table[["acc", "nmi", "block_diagonality"]].apply(lambda c: c.between(0, 1)).all().all()
+    ia = table[(table.dataset == "shapes3") & (table.method == "IA")]
+    assert (ia.acc == 1.0).all() and (ia.clusters_found == 3).all()
+    md = (work / "results/tables/summary.md").read_text()
+    assert "| shapes3" in md and "block-diag" in md
+
+
+def test_figures_are_written(tiny_run):
+    work, _ = tiny_run
+    for name in FIGURES:
+        with Image.open(work / "results/figures" / name) as im:
+            assert im.format == "PNG" and min(im.size) > 300
+
+
+def test_stores_carry_dims_and_provenance(tiny_run):
+    work, _ = tiny_run
+    ds = read_store(work / "results/data/shapes3.zarr")
+    assert ds["features"].dims == ("sample", "y", "x") and ds["params"].dims == ("sample", "param")
+    km = read_store(work / "results/shapes3/ia/iter0/kmax.zarr")
+    assert km["value"].dims == ("sample_i", "sample_j")
+    for key in ("config_hash", "ia_stages_version", "seed", "backend", "created"):
+        assert key in ds.attrs and key in km.attrs
+    assert km.attrs["blocks"] == 3
+
+
+def test_sharded_kmax_equals_one_block(tiny_run, tmp_path):
+    work, _ = tiny_run
+    gathered = read_store(work / "results/shapes3/ia/iter1/kmax.zarr")
+    settings = json.loads(gathered.attrs["settings"])  # exactly what the block jobs used
+    assert gathered.attrs["blocks"] == 3
+    one = kmax_block.run(
+        work / "results/shapes3/ia/iter1/features.zarr", tmp_path / "one.zarr", 0, 0, 64, settings
+    )
+    np.testing.assert_allclose(gathered["value"].values, one["value"].values, rtol=1e-9)
+    np.testing.assert_allclose(gathered["params"].values, one["params"].values, atol=1e-9)
+
+
+def test_rerun_does_nothing(tiny_run):
+    work, cfg = tiny_run
+    before = mtimes(work / "results")
+    run_workflow(work, cfg)
+    assert mtimes(work / "results") == before
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"ia": {"iterations": "two"}}, "ia.iterations"),
+        ({"datasets": {"shapes3": {"kind": "triangles"}}}, "datasets.shapes3.kind"),
+        ({"block_size": 0}, "block_size"),
+    ],
+)
+def test_bad_config_fails_in_one_line_and_touches_nothing(tiny_run, tmp_path, change, key):
+    work, _ = tiny_run
+    bad = {**TINY, **change}
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump(bad))
+    before = mtimes(work / "results")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--cores",
+            "1",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ia-stages:")]
+    assert len(errors) == 1 and key in errors[0], proc.stderr
+    assert mtimes(work / "results") == before
