@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .align import refine_alignment
-from .backend import array_module, fft_module
+from .align import pair_cost, refine_alignment
+from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import normalize, smooth
 
@@ -38,6 +38,11 @@ class SearchSettings:
     n_candidates : distinct rotations refined per pair
     refine_iters : Levenberg-Marquardt iterations per smoothing level
     pair_chunk : pairs processed at once (bounds memory)
+    prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
+        ``prune_kappa`` nor beat the pair's best candidate, assuming refinement lowers the
+        squared distance by at most ``prune_margin`` from the scan's transform; the reported
+        value then errs by less than ``prune_kappa``. 0 refines every candidate.
+    prune_margin : that bound, in squared distance of unit-norm images
     """
 
     n_angles: int = 72
@@ -46,6 +51,15 @@ class SearchSettings:
     n_candidates: int = 2
     refine_iters: int = 30
     pair_chunk: int = 64
+    prune_kappa: float = 1e-5
+    prune_margin: float = 0.1
+
+
+# The brute-force reference (benchmark and tests only): a 1-degree rotation grid, every integer
+# shift in the window, four candidates refined to convergence.
+DENSE_REFERENCE = SearchSettings(
+    n_angles=360, n_candidates=4, refine_iters=60, pair_chunk=16, prune_kappa=0.0
+)
 
 
 @dataclass
@@ -115,7 +129,7 @@ def kappa_max(
     for start in range(0, ii.size, settings.pair_chunk):
         i = ii[start : start + settings.pair_chunk]
         j = jj[start : start + settings.pair_chunk]
-        p, d2 = _search_pairs(scan, Un, Vn, i, j, group, settings)
+        p, d2 = _search_pairs(scan, Un, Vn, i, j, group, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -135,6 +149,7 @@ def _search_pairs(
     j: np.ndarray,
     group: SE2,
     settings: SearchSettings,
+    beta: float,
 ) -> tuple[Any, Any]:
     """Global search for pairs (i[k], j[k]).
 
@@ -145,16 +160,33 @@ def _search_pairs(
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k)
-    if settings.coarse_sigma > 0:
-        p, _ = refine_alignment(
-            scan.U_s[ti], scan.V_s[tj], p, group, settings.refine_iters, objective="correlation"
-        )
-    p, cost = refine_alignment(
-        Un[ti], Vn[tj], p, group, settings.refine_iters, objective="correlation"
-    )
+    cost = pair_cost(Un[ti], Vn[tj], p, group, objective="correlation")
+    sel = _worth_refining(cost.reshape(m, c), beta, settings).ravel()
+    if bool(sel.any()):
+        ps, si, sj = p[sel], ti[to_numpy(sel)], tj[to_numpy(sel)]
+        it = settings.refine_iters
+        if settings.coarse_sigma > 0:
+            ps, _ = refine_alignment(
+                scan.U_s[si], scan.V_s[sj], ps, group, it, objective="correlation"
+            )
+        ps, cs = refine_alignment(Un[si], Vn[sj], ps, group, it, objective="correlation")
+        better = cs < cost[sel]  # the smoothed stage may have moved away from a good start
+        p[sel] = xp.where(better[:, None], ps, p[sel])
+        cost[sel] = xp.where(better, cs, cost[sel])
     best = xp.argmin(cost.reshape(m, c), axis=1)
     rows = xp.arange(m)
     return p.reshape(m, c, k)[rows, best], cost.reshape(m, c)[rows, best]
+
+
+def _worth_refining(d0: Any, beta: float, settings: SearchSettings) -> Any:
+    """Mask ``(m, c)`` of candidates whose refined value could matter (see prune_kappa)."""
+    xp = array_module(d0)
+    if settings.prune_kappa <= 0:
+        return xp.ones(d0.shape, dtype=bool)
+    reachable = d0 - settings.prune_margin
+    can_matter = xp.exp(-beta * reachable) >= settings.prune_kappa
+    can_win = reachable <= d0.min(axis=1, keepdims=True)
+    return can_matter & can_win
 
 
 class _CoarseScan:
