@@ -50,10 +50,11 @@ class InvariantMeanResult:
     """Output of :func:`invariant_mean`.
 
     mean : ``(H, W)`` the invariant mean mu
-    params : ``(n, n_params)`` final tau_i (identity for images left out by the weight floor)
+    params : ``(n, n_params)`` final tau_i (the start for images left out by the weight floor)
     objective : ``(steps + 1,)`` unsmoothed objective f after each step (index 0 = start)
     sigma : ``(steps,)`` smoothing level chosen at each step (NaN where no level improved)
     snapshots : {step: mean} for the steps in ``record``
+    dropped_weight : share of the column's weight carried by the images left out
     """
 
     mean: Any
@@ -61,6 +62,7 @@ class InvariantMeanResult:
     objective: Any
     sigma: Any
     snapshots: dict[int, Any] = field(default_factory=dict)
+    dropped_weight: float = 0.0
 
 
 def invariant_mean(
@@ -92,6 +94,7 @@ def invariant_mean(
     if float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):
         raise ValueError("weights must be non-negative with a positive sum")
     active = xp.flatnonzero(w_all >= settings.weight_floor * w_all.max())
+    dropped = 1.0 - float(w_all[active].sum() / w_all.sum())
     w = w_all[active] / w_all[active].sum()
     Va = V[active]
     tau = group.identity(n, xp) if init_params is None else xp.array(init_params, dtype=float)
@@ -129,6 +132,7 @@ def invariant_mean(
         objective=np.asarray(objective, dtype=float),
         sigma=np.asarray(chosen, dtype=float),
         snapshots=snapshots,
+        dropped_weight=dropped,
     )
 
 

@@ -46,6 +46,12 @@ def max_within_class(dist: np.ndarray, labels: np.ndarray) -> float:
     return float(np.max(dist[same])) if same.any() else float("nan")
 
 
+def feature_norms(X: np.ndarray) -> np.ndarray:
+    """L2 norm of every sample of ``X`` ``(n, ...)``."""
+    X = np.asarray(X, dtype=float)
+    return np.sqrt((X * X).reshape(X.shape[0], -1).sum(1))
+
+
 def manifold_distances(sqdist_unit: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """Manifold distances d(S_i, S_j) (eq. 3.2) of raw features from unit-norm ones.
 

@@ -26,19 +26,23 @@ def run(
     src = load_features(dataset)
     X, backend = on_backend(src["features"].values.astype(float), settings["backend"])
     beta, norm = settings["beta"], settings["normalization"]
-    with timer() as t:
-        feats, _ = kernel_attention(X, beta, norm, settings["iterations"])
-        weights = [attention_weights(f, beta, norm) for f in feats]
+    feats, seconds = [X], [0.0]
+    for _ in range(settings["iterations"]):
+        with timer() as t:
+            feats.append(kernel_attention(feats[-1], beta, norm, 1)[0][1])
+        seconds.append(seconds[-1] + t["seconds"])
+    weights = [attention_weights(f, beta, norm) for f in feats]
     feat_dims = src["features"].dims
     ds = xr.Dataset(
         {
-            "features": (("iteration", *feat_dims), to_numpy(feats)),
+            "features": (("iteration", *feat_dims), np.stack([to_numpy(f) for f in feats])),
+            "seconds": (("iteration",), np.asarray(seconds)),
             "weights": (
                 ("iteration", "sample_i", "sample_j"),
                 np.stack([to_numpy(w) for w in weights]),
             ),
         },
-        coords={"iteration": np.arange(feats.shape[0])},
+        coords={"iteration": np.arange(len(feats))},
     )
     if feat_dims == ("sample", "y", "x"):
         search = SearchSettings(**settings["search"])
@@ -51,6 +55,6 @@ def run(
             if progress is not None:
                 progress(1)
         ds["kmax_sqdist"] = (("iteration", "sample_i", "sample_j"), np.stack(d2))
-    ds.attrs = provenance("ka", settings, settings["seed"], backend, wall_seconds=t["seconds"])
+    ds.attrs = provenance("ka", settings, settings["seed"], backend, wall_seconds=seconds[-1])
     write_store(ds, out)
     return ds

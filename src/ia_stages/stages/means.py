@@ -40,8 +40,7 @@ def run(
             Vx, res, settings["init"], MeanSettings(**mean), progress=progress
         )
     W = to_numpy(step.weights)
-    floor = mean["weight_floor"] * W.max(0, keepdims=True)
-    dropped = float((np.where(W < floor, W, 0.0).sum(0)).max())
+    dropped = max(m.dropped_weight for m in step.means)
     ds = xr.Dataset(
         {
             "features": (("sample", "y", "x"), to_numpy(step.features)),

@@ -54,8 +54,7 @@ def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> l
         km = read_store(kpath, required=("value", "sqdist"))
         sq = km["sqdist"].values
         pred = cluster_by_distance(sq, readout["threshold"], readout["linkage"])
-        norms = np.sqrt((f["features"].values ** 2).reshape(len(labels), -1).sum(1))
-        dist = M.manifold_distances(sq, norms)
+        dist = M.manifold_distances(sq, M.feature_norms(f["features"].values))
         if t > 0:
             seconds += float(f.attrs.get("wall_seconds", 0.0))
         rows.append(
@@ -76,7 +75,7 @@ def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> l
 
 def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dict]:
     """Rows for KA iterations 0..K: read-out on Euclidean distances of the normalised features."""
-    ka = read_store(ka_path, required=("features", "weights"))
+    ka = read_store(ka_path, required=("features", "weights", "seconds"))
     rows = []
     K = ka.sizes["iteration"] - 1
     readout = settings["readout"]
@@ -85,11 +84,10 @@ def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dic
         Xn = normalize(X, settings["normalization"])
         pred = cluster_by_distance(sq_distances(Xn, Xn), readout["threshold"], readout["linkage"])
         if "kmax_sqdist" in ka:
-            norms = np.sqrt((X**2).reshape(len(labels), -1).sum(1))
-            dist = M.manifold_distances(ka["kmax_sqdist"].values[t], norms)
+            dist = M.manifold_distances(ka["kmax_sqdist"].values[t], M.feature_norms(X))
         else:  # points: the group is trivial, manifold distance = Euclidean distance
             dist = np.sqrt(sq_distances(X, X))
-        seconds = float(ka.attrs["wall_seconds"]) * t / max(K, 1)
+        seconds = float(ka["seconds"].values[t])
         rows.append(
             _row(
                 settings["dataset"],
