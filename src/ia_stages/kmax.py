@@ -34,7 +34,9 @@ class SearchSettings:
 
     n_angles : rotations in the coarse scan (evenly spaced over 360 degrees)
     max_shift : largest |shift| per axis in pixels; None = a third of the image size
-    coarse_sigma : Gaussian smoothing (px) for the scan and the first refinement
+    coarse_sigma : total Gaussian smoothing (px) of the images the scan and the first refinement
+        see; on top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added,
+        and nothing (no smoothed refinement either) when ``sigma >= coarse_sigma``
     n_candidates : distinct rotations refined per pair
     refine_iters : Levenberg-Marquardt iterations per smoothing level
     pair_chunk : pairs processed at once (bounds memory)
@@ -125,7 +127,8 @@ def kappa_max(
         jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
     params = xp.zeros((n_i, n_j, group.n_params))
     sqdist = xp.zeros((n_i, n_j))
-    scan = _CoarseScan(Un, Vn, group, settings)
+    extra = float(np.sqrt(max(settings.coarse_sigma**2 - sigma**2, 0.0)))
+    scan = _CoarseScan(Un, Vn, group, settings, extra)
     for start in range(0, ii.size, settings.pair_chunk):
         i = ii[start : start + settings.pair_chunk]
         j = jj[start : start + settings.pair_chunk]
@@ -165,7 +168,7 @@ def _search_pairs(
     if bool(sel.any()):
         ps, si, sj = p[sel], ti[to_numpy(sel)], tj[to_numpy(sel)]
         it = settings.refine_iters
-        if settings.coarse_sigma > 0:
+        if scan.extra_sigma > 0:
             ps, _ = refine_alignment(
                 scan.U_s[si], scan.V_s[sj], ps, group, it, objective="correlation"
             )
@@ -196,7 +199,7 @@ class _CoarseScan:
     window at once, by FFT cross-correlation of u with each rotated copy of v.
     """
 
-    def __init__(self, Un: Any, Vn: Any, group: SE2, settings: SearchSettings):
+    def __init__(self, Un: Any, Vn: Any, group: SE2, settings: SearchSettings, extra_sigma: float):
         xp = array_module(Un)
         self.xp, self.fft, self.group = xp, fft_module(xp), group
         H, W = Un.shape[1:]
@@ -204,8 +207,9 @@ class _CoarseScan:
         s = self.max_shift
         # linear (not circular) correlation for |shift| <= s needs H + s points
         self.fshape = (self.fft.next_fast_len(H + s), self.fft.next_fast_len(W + s))
-        self.U_s = smooth(Un, settings.coarse_sigma)
-        self.V_s = smooth(Vn, settings.coarse_sigma)
+        self.extra_sigma = extra_sigma
+        self.U_s = smooth(Un, extra_sigma)
+        self.V_s = smooth(Vn, extra_sigma)
         self.angles = np.arange(settings.n_angles) * (2 * np.pi / settings.n_angles)
         self.F_u = self.fft.rfft2(self.U_s, s=self.fshape)
         self.u_sq = (self.U_s**2).reshape(len(Un), -1).sum(1)
