@@ -4,6 +4,7 @@ import shlex
 from ia_stages.config import kmax_blocks, stage_settings_json
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
+GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
 IA_DATASETS = config["ia"]["datasets"]
 KA_DATASETS = config["ka"]["datasets"]
 IA_ITERS = config["ia"]["iterations"]

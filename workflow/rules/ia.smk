@@ -9,7 +9,7 @@ rule kmax_block:
         settings=settings("kmax"),
         block_size=config["block_size"],
     resources:
-        gpu=1 if config["backend"] == "cupy" else 0,
+        gpu=GPU_PER_JOB,
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax_{bi}_{bj}.log",
     shell:
@@ -44,7 +44,7 @@ rule means:
     params:
         settings=settings("means"),
     resources:
-        gpu=1 if config["backend"] == "cupy" else 0,
+        gpu=GPU_PER_JOB,
     log:
         "results/logs/{dataset}/ia/iter{t}/means.log",
     shell:

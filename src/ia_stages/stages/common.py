@@ -51,9 +51,20 @@ def timer() -> Iterator[dict[str, float]]:
         out["seconds"] = time.perf_counter() - start
 
 
+_pinned: list[int] = []
+
+
 def on_backend(array: np.ndarray, backend: str) -> tuple[Any, str]:
-    """Move ``array`` to the resolved backend; returns (array, backend name)."""
+    """Move ``array`` to the resolved backend; returns (array, backend name).
+
+    The first move to cupy pins the process to a GPU no other job holds
+    (:func:`ia_stages.devices.pin_cupy_device`).
+    """
     name = resolve_backend(backend)
+    if name == "cupy" and not _pinned:
+        from ..devices import pin_cupy_device
+
+        _pinned.append(pin_cupy_device())
     return to_backend(array, name), name
 
 

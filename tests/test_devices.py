@@ -1,0 +1,56 @@
+"""GPU pinning: concurrent jobs each lock a different device."""
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from ia_stages.backend import BackendError
+from ia_stages.devices import claim_device, device_names
+
+
+def _claim(folder, n, hold, out):
+    out.put(claim_device(n, folder, timeout=2.0))
+    time.sleep(hold)
+
+
+def test_four_concurrent_jobs_get_four_different_gpus(tmp_path):
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim, args=(tmp_path, 4, 1.5, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=10) for _ in procs)
+    for p in procs:
+        p.join()
+    assert got == [0, 1, 2, 3]
+
+
+def test_a_fifth_job_waits_and_then_fails_with_a_clear_error(tmp_path):
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    holders = [ctx.Process(target=_claim, args=(tmp_path, 2, 3.0, out)) for _ in range(2)]
+    for p in holders:
+        p.start()
+    [out.get(timeout=10) for _ in holders]
+    with pytest.raises(BackendError, match="all 2 GPUs are held"):
+        claim_device(2, tmp_path, timeout=0.5)
+    for p in holders:
+        p.join()
+
+
+def test_a_released_device_is_claimed_again(tmp_path):
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    first = ctx.Process(target=_claim, args=(tmp_path, 1, 0.0, out))
+    first.start()
+    first.join()
+    assert out.get(timeout=5) == 0
+    assert claim_device(1, tmp_path, timeout=1.0) == 0  # the dead job's lock is gone
+
+
+def test_device_names_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert device_names(2) == ["3", "5"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device_names(3) == ["0", "1", "2"]
