@@ -40,6 +40,8 @@ def provenance(stage: str, settings: Any, seed: int, backend: str, **extra: Any)
         "backend": backend,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": json.dumps(settings, sort_keys=True, default=str),
+        # which GPUs a scheduler gave the job (empty when none): where a result was computed
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
     }
     attrs.update(extra)
     return attrs
