@@ -18,7 +18,7 @@ from .backend import BackendError
 from .config import ConfigError
 from .datasets import DatasetError
 from .stages.common import InputError
-from .store import StoreError
+from .store import StoreError, store_sizes
 
 log = logging.getLogger("ia_stages")
 EXPECTED = (ConfigError, StoreError, InputError, DatasetError, BackendError)
@@ -62,9 +62,8 @@ def _cmd_dataset(a: argparse.Namespace) -> None:
 
 def _cmd_kmax_block(a: argparse.Namespace) -> None:
     from .stages import kmax_block
-    from .stages.common import load_features
 
-    n = load_features(a.features).sizes["sample"]
+    n = store_sizes(a.features).get("sample", 0)
     total = kmax_block.n_pairs(a.block[0], a.block[1], a.block_size, n)
     with _progress(total, f"kappa^max block {a.block[0]},{a.block[1]}") as tick:
         ds = kmax_block.run(
@@ -88,9 +87,8 @@ def _cmd_kmax_gather(a: argparse.Namespace) -> None:
 
 def _cmd_means(a: argparse.Namespace) -> None:
     from .stages import means
-    from .stages.common import load_features
 
-    n = load_features(a.features).sizes["sample"]
+    n = store_sizes(a.features).get("sample", 0)
     with _progress(n, "invariant means") as tick:
         ds = means.run(a.features, a.kmax, a.out, _settings(a.settings), tick)
     log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])

@@ -91,14 +91,3 @@ def _stack2x2(a: Any, b: Any, c: Any, d: Any) -> Any:
 def wrap_angle(theta: Any) -> Any:
     """Map angles to (-pi, pi]."""
     return np.pi - np.mod(np.pi - theta, 2 * np.pi)
-
-
-GROUPS = {"se2": SE2()}
-
-
-def get_group(name: str) -> SE2:
-    """Look up a group by name (``'se2'``)."""
-    try:
-        return GROUPS[name]
-    except KeyError:
-        raise ValueError(f"unknown group {name!r}; known: {sorted(GROUPS)}") from None

@@ -26,6 +26,7 @@ from .align import pair_cost, refine_alignment
 from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import normalize, smooth
+from .warp import warp
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,6 @@ class _CoarseScan:
 
 
 def _warp_rotations(image: Any, params: Any, group: SE2) -> Any:
-    from .warp import warp
-
     xp = array_module(image)
     return warp(xp.broadcast_to(image, (params.shape[0], *image.shape)), params, group)
 

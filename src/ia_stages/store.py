@@ -75,22 +75,39 @@ def write_store(ds: xr.Dataset, path: str | Path) -> Path:
     return path
 
 
-def read_store(path: str | Path, required: tuple[str, ...] = ()) -> xr.Dataset:
-    """Load a store fully into memory; :class:`StoreError` names the path on any problem."""
-    path = Path(path)
+def _open(path: Path) -> xr.Dataset:
+    """Open a store lazily; :class:`StoreError` names the path on any problem."""
     if not path.exists():
         raise StoreError(f"{path}: store does not exist")
     try:
         with warnings.catch_warnings():
             # Snakemake leaves a .snakemake_timestamp file inside directory() outputs
             warnings.filterwarnings("ignore", message=".*snakemake_timestamp.*")
-            ds = xr.open_zarr(path, zarr_format=3, consolidated=False).load()
-    except Exception as err:
+            return xr.open_zarr(path, zarr_format=3, consolidated=False)
+    except Exception as err:  # zarr raises many kinds; all mean "unreadable"
         raise StoreError(f"{path}: unreadable store ({type(err).__name__}: {err})") from None
+
+
+def read_store(path: str | Path, required: tuple[str, ...] = ()) -> xr.Dataset:
+    """Load a store fully into memory; :class:`StoreError` names the path on any problem."""
+    path = Path(path)
+    lazy = _open(path)
+    try:
+        ds = lazy.load()
+    except Exception as err:  # a chunk that is missing or corrupt
+        raise StoreError(f"{path}: unreadable store ({type(err).__name__}: {err})") from None
+    finally:
+        lazy.close()
     missing = [v for v in required if v not in ds.variables]
     if missing:
         raise StoreError(f"{path}: store lacks variable(s) {', '.join(missing)}")
     return ds
+
+
+def store_sizes(path: str | Path) -> dict[str, int]:
+    """Dimension sizes of a store, read from its metadata only (no array data)."""
+    with _open(Path(path)) as ds:
+        return dict(ds.sizes)
 
 
 def write_text_atomic(text: str, path: str | Path) -> Path:
