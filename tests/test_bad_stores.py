@@ -22,6 +22,26 @@ def features(path, n=3, size=12, fill=None):
     return path
 
 
+def kmax_block(src, out, block_size="8"):
+    """Run the kmax-block stage on one diagonal block; returns the exit code."""
+    return main(
+        [
+            "kmax-block",
+            "--features",
+            str(src),
+            "--block",
+            "0",
+            "0",
+            "--block-size",
+            block_size,
+            "--settings",
+            SETTINGS,
+            "--out",
+            str(out),
+        ]
+    )
+
+
 def run(argv, capsys):
     code = main(argv)
     err = capsys.readouterr().err.strip().splitlines()
