@@ -52,23 +52,8 @@ def run(argv, capsys):
 def test_non_finite_pixels_are_named(tmp_path, capsys, bad):
     src = features(tmp_path / "f.zarr", fill=bad)
     out = tmp_path / "out" / "b.zarr"
-    code, err = run(
-        [
-            "kmax-block",
-            "--features",
-            str(src),
-            "--block",
-            "0",
-            "0",
-            "--block-size",
-            "4",
-            "--settings",
-            SETTINGS,
-            "--out",
-            str(out),
-        ],
-        capsys,
-    )
+    code = kmax_block(src, out, "4")
+    err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and not out.exists()
     assert err[-1].startswith("ia-stages kmax-block: error:")
     assert str(src) in err[-1] and "sample 1" in err[-1]
