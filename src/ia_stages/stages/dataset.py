@@ -9,7 +9,6 @@ import xarray as xr
 
 from .. import datasets
 from ..config import stage_seed
-from ..groups import SE2
 from ..store import provenance, strings, write_store
 
 
@@ -21,7 +20,14 @@ def build(settings: dict) -> datasets.Dataset:
     for key in ("rotation_deg", "shift_px", "shift_fraction"):
         if key in cfg:
             cfg[key] = tuple(cfg[key])
-    factory = {"shapes3": datasets.shapes3, "mnist3": datasets.mnist3, "blobs": datasets.blobs}
+    factory = {
+        "shapes3": datasets.shapes3,
+        "mnist3": datasets.mnist3,
+        "blobs": datasets.blobs,
+        "mnist": datasets.mnist,
+        "mnist_rot": datasets.mnist,
+        "affnist": datasets.affnist,
+    }
     return factory[kind](rng=rng, **cfg)
 
 
@@ -41,7 +47,7 @@ def to_xarray(ds: datasets.Dataset) -> xr.Dataset:
     )
     if ds.params is not None:
         out["params"] = (("sample", "param"), ds.params)
-        out = out.assign_coords(param=strings(SE2().param_names))
+        out = out.assign_coords(param=strings(ds.param_names))
     if ds.originals is not None:
         out["original"] = (("sample", "y", "x"), ds.originals)
     return out
@@ -49,7 +55,8 @@ def to_xarray(ds: datasets.Dataset) -> xr.Dataset:
 
 def run(settings: dict, out: str | Path) -> xr.Dataset:
     """Build the dataset and write it to ``out``."""
-    ds = to_xarray(build(settings))
+    built = build(settings)
+    ds = to_xarray(built)
     ds.attrs = provenance(
         "dataset",
         settings,
@@ -57,6 +64,7 @@ def run(settings: dict, out: str | Path) -> xr.Dataset:
         "numpy",
         dataset=settings["dataset"],
         kind=settings["dataset_config"]["kind"],
+        source=built.source,
     )
     write_store(ds, out)
     return ds
