@@ -65,25 +65,7 @@ def test_gathering_blocks_of_different_datasets_fails(tmp_path, capsys):
     blocks = []
     for src, name in ((a, "a"), (b, "b")):
         out = tmp_path / f"{name}_0_0.zarr"
-        assert (
-            main(
-                [
-                    "kmax-block",
-                    "--features",
-                    str(src),
-                    "--block",
-                    "0",
-                    "0",
-                    "--block-size",
-                    "8",
-                    "--settings",
-                    SETTINGS,
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 0
-        )
+        assert kmax_block(src, out) == 0
         blocks.append(str(out))
     capsys.readouterr()
     out = tmp_path / "gathered.zarr"
@@ -97,25 +79,7 @@ def test_gathering_blocks_of_different_datasets_fails(tmp_path, capsys):
 def test_means_with_features_of_a_different_size_than_kmax(tmp_path, capsys):
     src = features(tmp_path / "f.zarr", n=3)
     km = tmp_path / "k.zarr"
-    assert (
-        main(
-            [
-                "kmax-block",
-                "--features",
-                str(src),
-                "--block",
-                "0",
-                "0",
-                "--block-size",
-                "8",
-                "--settings",
-                SETTINGS,
-                "--out",
-                str(km),
-            ]
-        )
-        == 0
-    )
+    assert kmax_block(src, km) == 0
     other = features(tmp_path / "g.zarr", n=5)
     capsys.readouterr()
     out = tmp_path / "m.zarr"

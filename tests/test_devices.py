@@ -14,25 +14,27 @@ def _claim(folder, n, hold, out):
     time.sleep(hold)
 
 
-def test_four_concurrent_jobs_get_four_different_gpus(tmp_path):
+def start_jobs(folder, jobs, n_devices, hold):
+    """Start ``jobs`` processes that each claim a device and hold it ``hold`` seconds;
+    returns the processes and the devices they got."""
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_claim, args=(tmp_path, 4, 1.5, out)) for _ in range(4)]
+    procs = [ctx.Process(target=_claim, args=(folder, n_devices, hold, out)) for _ in range(jobs)]
     for p in procs:
         p.start()
-    got = sorted(out.get(timeout=10) for _ in procs)
+    return procs, sorted(out.get(timeout=10) for _ in procs)
+
+
+def test_four_concurrent_jobs_get_four_different_gpus(tmp_path):
+    procs, got = start_jobs(tmp_path, 4, 4, 1.5)
     for p in procs:
         p.join()
     assert got == [0, 1, 2, 3]
 
 
 def test_a_fifth_job_waits_and_then_fails_with_a_clear_error(tmp_path):
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    holders = [ctx.Process(target=_claim, args=(tmp_path, 2, 3.0, out)) for _ in range(2)]
-    for p in holders:
-        p.start()
-    [out.get(timeout=10) for _ in holders]
+    holders, got = start_jobs(tmp_path, 2, 2, 3.0)
+    assert got == [0, 1]
     with pytest.raises(BackendError, match="all 2 GPUs are held"):
         claim_device(2, tmp_path, timeout=0.5)
     for p in holders:
