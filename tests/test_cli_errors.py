@@ -200,6 +200,34 @@ def _means_kmax_lacks_variable(tmp_path: Path, schema_path: Path) -> Case:
     return Case("means", argv, [out], [str(kmax), "params"])
 
 
+def _memory_budget_too_small(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr", n=4)
+    out = _out(tmp_path) / "k.zarr"
+    tiny = {**KMAX_SETTINGS, "search": {**SEARCH, "memory_mb": 1e-3}}
+    argv = _kmax_argv(feats, out, settings=json.dumps(tiny))
+    return Case("kmax-block", argv, [out], ["ia.search.memory_mb", "block_size"])
+
+
+def _means_block_out_of_range(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr", n=4)
+    kmax = _kmax(tmp_path / "kmax.zarr", n=4)
+    out = _out(tmp_path) / "means.zarr"
+    argv = [*_means_argv(feats, kmax), "--block", "2", "--block-size", "2", "--out", str(out)]
+    return Case("means", argv, [out], [str(feats), "column block 2"])
+
+
+def _means_gather_gap(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr", n=4)
+    kmax = _kmax(tmp_path / "kmax.zarr", n=4)
+    block0 = tmp_path / "m0.zarr"
+    assert main([*_means_argv(feats, kmax), "--block-size", "2", "--out", str(block0)]) == 0
+    out = _out(tmp_path) / "features.zarr"
+    settings = json.dumps(MEANS_SETTINGS)
+    argv = ["means-gather", "--blocks", str(block0), "--kmax", str(kmax)]
+    argv += ["--settings", settings, "--out", str(out)]
+    return Case("means-gather", argv, [out], [str(out), "column 2 missing"])
+
+
 def _tables_with(make_bad: Callable[[Path], Path]):
     def case(tmp_path: Path, schema_path: Path) -> Case:
         good = _metrics_csv(tmp_path / "good.csv", "a")
@@ -237,6 +265,9 @@ CASES: dict[str, Callable[[Path, Path], Case]] = {
     "means kmax shape mismatch": _means_kmax_shape,
     "means kmax missing": _means_kmax_missing,
     "means kmax lacks variable": _means_kmax_lacks_variable,
+    "kmax-block memory budget too small": _memory_budget_too_small,
+    "means column block out of range": _means_block_out_of_range,
+    "means-gather blocks leave a gap": _means_gather_gap,
     "tables metrics missing": _tables_with(lambda tmp_path: tmp_path / "absent.csv"),
     "tables metrics empty": _tables_with(_empty_file),
     "tables metrics folder": _tables_with(_folder),

@@ -61,9 +61,21 @@ def _cmd_dataset(a: argparse.Namespace) -> None:
     log.info("wrote %s: %d samples", a.out, ds.sizes["sample"])
 
 
+def _use_threads(n: int | None) -> None:
+    """Run compiled kernels on at most ``n`` threads (None: all cores numba sees)."""
+    if n is None:
+        return
+    if n < 1:
+        raise ConfigError(f"--threads must be >= 1, got {n}")
+    import numba
+
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
 def _cmd_kmax_block(a: argparse.Namespace) -> None:
     from .stages import kmax_block
 
+    _use_threads(a.threads)
     n = store_sizes(a.features).get("sample", 0)
     total = kmax_block.n_pairs(a.block[0], a.block[1], a.block_size, n)
     with _progress(total, f"kappa^max block {a.block[0]},{a.block[1]}") as tick:
@@ -88,11 +100,24 @@ def _cmd_kmax_gather(a: argparse.Namespace) -> None:
 
 def _cmd_means(a: argparse.Namespace) -> None:
     from .stages import means
+    from .stages.kmax_block import block_range
 
+    _use_threads(a.threads)
     n = store_sizes(a.features).get("sample", 0)
-    with _progress(n, "invariant means") as tick:
-        ds = means.run(a.features, a.kmax, a.out, _settings(a.settings), tick)
+    size = a.block_size or max(n, 1)
+    total = len(block_range(a.block, size, n))
+    with _progress(total, f"invariant means, column block {a.block}") as tick:
+        ds = means.run(
+            a.features, a.kmax, a.out, _settings(a.settings), a.block, a.block_size, tick
+        )
     log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
+
+
+def _cmd_means_gather(a: argparse.Namespace) -> None:
+    from .stages import means
+
+    ds = means.gather(a.blocks, a.kmax, a.out, _settings(a.settings))
+    log.info("wrote %s: %d features from %d blocks", a.out, ds.sizes["sample"], len(a.blocks))
 
 
 def _cmd_ka(a: argparse.Namespace) -> None:
@@ -162,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--features", required=True)
     sp.add_argument("--block", type=int, nargs=2, required=True, metavar=("BI", "BJ"))
     sp.add_argument("--block-size", type=int, required=True)
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
@@ -170,8 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
-    sp = add("means", _cmd_means, "invariant means of one IA iteration")
+    sp = add("means", _cmd_means, "invariant means of one block of columns")
     sp.add_argument("--features", required=True)
+    sp.add_argument("--kmax", required=True)
+    sp.add_argument("--block", type=int, default=0, help="column block (default 0)")
+    sp.add_argument("--block-size", type=int, help="columns per block (default: all)")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("means-gather", _cmd_means_gather, "assemble invariant-mean blocks")
+    sp.add_argument("--blocks", nargs="+", required=True)
     sp.add_argument("--kmax", required=True)
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)

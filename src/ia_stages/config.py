@@ -210,6 +210,11 @@ def dataset_size(cfg: dict, dataset: str) -> int:
     return ds["n"]
 
 
+def column_blocks(cfg: dict, dataset: str) -> list[int]:
+    """Column blocks of a dataset's invariant-mean stage (``block_size`` columns each)."""
+    return list(range(-(-dataset_size(cfg, dataset) // cfg["block_size"])))
+
+
 def kmax_blocks(cfg: dict, dataset: str) -> list[tuple[int, int]]:
     """Upper-triangle block indices (bi <= bj) of the kappa^max matrix of a dataset."""
     nb = -(-dataset_size(cfg, dataset) // cfg["block_size"])

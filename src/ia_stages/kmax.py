@@ -8,10 +8,20 @@ images: content moved off the canvas is not rewarded, and an all-zero image is a
 from every v. ``params[i, j]`` is the tau with
 ``V[j] o tau ~ U[i]``, so ``params[j, i]`` is its inverse.
 
-The search is global over the full circle of rotations: a coarse scan (``n_angles`` rotations
-times every integer shift in a window, all shifts of one rotation at once by FFT
-cross-correlation on lightly smoothed images), then Levenberg-Marquardt refinement of the best
-``n_candidates`` distinct rotations, first on the smoothed and then on the raw objective.
+The search is global over the full circle of rotations, in two steps:
+
+1. a coarse scan that proposes ``n_candidates`` starting transforms per pair. ``method='polar'``
+   (default): every pair's correlation over ``n_angles`` rotations about the image centroids,
+   translation fixed by matching the centroids, for a whole block of pairs by one complex matrix
+   product per angular frequency (:mod:`ia_stages.polar`); cost per pair ~ n_angles * rings.
+   ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
+   one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
+2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated
+   objective: Newton steps with Levenberg-Marquardt damping, compiled and run in parallel over
+   pairs for numpy arrays (:mod:`ia_stages.lm_kernel`); Gauss-Newton-LM in array code for cupy.
+
+Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
+array is ever held.
 """
 
 from __future__ import annotations
@@ -26,15 +36,21 @@ from .align import pair_cost, refine_alignment
 from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import normalize, smooth
+from .lm_kernel import search_pairs
+from .polar import centroid_translation, centroids, peak_angles, polar_spectra, rotation_scores
 from .warp import warp
+
+REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     """Settings of the global kappa^max search.
 
+    method : 'polar' (rotations about the centroids, by matrix products) or 'grid' (rotations
+        times every integer shift, by FFT; the brute-force reference)
     n_angles : rotations in the coarse scan (evenly spaced over 360 degrees)
-    max_shift : largest |shift| per axis in pixels; None = a third of the image size
+    max_shift : 'grid' only: largest |shift| per axis in pixels; None = a third of the image size
     coarse_sigma : total Gaussian smoothing (px) of the images the scan and the first refinement
         see; on top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added,
         and nothing (no smoothed refinement either) when ``sigma >= coarse_sigma``
@@ -46,8 +62,10 @@ class SearchSettings:
         squared distance by at most ``prune_margin`` from the scan's transform; the reported
         value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
+    memory_mb : working memory of the scan; chunk sizes follow from it
     """
 
+    method: str = "polar"
     n_angles: int = 72
     max_shift: int | None = None
     coarse_sigma: float = 1.0
@@ -56,12 +74,25 @@ class SearchSettings:
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
     prune_margin: float = 0.1
+    memory_mb: float = 1024.0
+
+    def __post_init__(self) -> None:
+        if self.method not in SEARCH_METHODS:
+            raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
+
+
+SEARCH_METHODS = ("polar", "grid")
+MB = 2**20
+
+
+class MemoryBudgetError(ValueError):
+    """``memory_mb`` is too small for the smallest chunk of the scan."""
 
 
 # The brute-force reference (benchmark and tests only): a 1-degree rotation grid, every integer
 # shift in the window, four candidates refined to convergence.
 DENSE_REFERENCE = SearchSettings(
-    n_angles=360, n_candidates=4, refine_iters=60, pair_chunk=16, prune_kappa=0.0
+    method="grid", n_angles=360, n_candidates=4, refine_iters=60, pair_chunk=16, prune_kappa=0.0
 )
 
 
@@ -128,12 +159,12 @@ def kappa_max(
         jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
     params = xp.zeros((n_i, n_j, group.n_params))
     sqdist = xp.zeros((n_i, n_j))
-    extra = float(np.sqrt(max(settings.coarse_sigma**2 - sigma**2, 0.0)))
-    scan = _CoarseScan(Un, Vn, group, settings, extra)
-    for start in range(0, ii.size, settings.pair_chunk):
-        i = ii[start : start + settings.pair_chunk]
-        j = jj[start : start + settings.pair_chunk]
-        p, d2 = _search_pairs(scan, Un, Vn, i, j, group, settings, beta)
+    if settings.method == "polar":
+        chunks = _polar_chunks(Un, Vn, ii, jj, group, settings)
+    else:
+        chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
+    for i, j, starts in chunks:
+        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -145,38 +176,91 @@ def kappa_max(
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
 
 
-def _search_pairs(
-    scan: _CoarseScan,
+def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
+    """Yield (i, j, starts ``(m, c, n_params)``) from the rotation x shift grid scan."""
+    extra = float(np.sqrt(max(settings.coarse_sigma**2 - sigma**2, 0.0)))
+    scan = _CoarseScan(Un, Vn, group, settings, extra)
+    fh, fw = scan.fshape
+    # per pair: the complex product and the real correlation of every rotation, twice over
+    per_pair = settings.n_angles * fh * fw * (8 + 8) * 2
+    cache = settings.n_angles * fh * fw * 8 + 16 * fh * fw * (Un.shape[0] + Vn.shape[0])
+    chunk = min(settings.pair_chunk, int((settings.memory_mb * MB - cache) // per_pair))
+    if chunk < 1:
+        need = (cache + per_pair) / MB
+        raise MemoryBudgetError(
+            f"memory_mb={settings.memory_mb:g} is too small for the grid scan of "
+            f"{Un.shape[0]} x {Vn.shape[0]} images of {Un.shape[1]} x {Un.shape[2]} px "
+            f"(needs {need:.0f} MB): raise it or lower block_size"
+        )
+    for start in range(0, ii.size, chunk):
+        i = ii[start : start + chunk]
+        j = jj[start : start + chunk]
+        yield i, j, scan.candidates(i, j, settings.n_candidates)
+
+
+def _polar_chunks(Un, Vn, ii, jj, group, settings):
+    """Yield (i, j, starts) from the polar rotation scan, a chunk of rows of U at a time."""
+    xp = array_module(Un)
+    M = settings.n_angles
+    m_u = centroids(Un)
+    S_u = polar_spectra(Un, m_u, M)
+    same = Vn is Un
+    m_v = m_u if same else centroids(Vn)
+    S_v = S_u if same else polar_spectra(Vn, m_v, M)
+    n_j = Vn.shape[0]
+    per_row = n_j * (4 * M + 8 * S_u.shape[0]) * 2  # scores + products, with headroom
+    fixed = S_u.nbytes + (0 if same else S_v.nbytes) + Un.nbytes + (0 if same else Vn.nbytes)
+    rows = int((settings.memory_mb * MB - fixed) // per_row)
+    if rows < 1:
+        raise MemoryBudgetError(
+            f"memory_mb={settings.memory_mb:g} is too small for the polar scan of "
+            f"{Un.shape[0]} x {n_j} images of {Un.shape[1]} x {Un.shape[2]} px "
+            f"(needs {(fixed + per_row) / MB:.0f} MB): raise it or lower block_size"
+        )
+    for r0 in range(0, Un.shape[0], rows):
+        sel = (ii >= r0) & (ii < r0 + rows)
+        if not sel.any():
+            continue
+        i, j = ii[sel], jj[sel]
+        scores = rotation_scores(S_u[:, r0 : r0 + rows], S_v, M)
+        theta = peak_angles(scores[xp.asarray(i - r0), xp.asarray(j)], settings.n_candidates)
+        b = centroid_translation(theta, m_u[i], m_v[j], Un.shape[1:])
+        starts = xp.concatenate([theta[..., None], b], -1)
+        yield i, j, starts.astype(float)
+
+
+def _refine_candidates(
     Un: Any,
     Vn: Any,
     i: np.ndarray,
     j: np.ndarray,
+    starts: Any,
     group: SE2,
     settings: SearchSettings,
     beta: float,
 ) -> tuple[Any, Any]:
-    """Global search for pairs (i[k], j[k]).
+    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
 
     Returns params ``(m, n_params)`` and sqdist ``(m,)``.
     """
     xp = array_module(Un)
-    starts = scan.candidates(i, j, settings.n_candidates)  # (m, c, n_params)
+    if xp is np:
+        return search_pairs(
+            Un, Vn, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
+            settings.prune_kappa, settings.prune_margin,
+        )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k)
     cost = pair_cost(Un[ti], Vn[tj], p, group, objective="correlation")
     sel = _worth_refining(cost.reshape(m, c), beta, settings).ravel()
     if bool(sel.any()):
-        ps, si, sj = p[sel], ti[to_numpy(sel)], tj[to_numpy(sel)]
-        it = settings.refine_iters
-        if scan.extra_sigma > 0:
-            ps, _ = refine_alignment(
-                scan.U_s[si], scan.V_s[sj], ps, group, it, objective="correlation"
-            )
-        ps, cs = refine_alignment(Un[si], Vn[sj], ps, group, it, objective="correlation")
-        better = cs < cost[sel]  # the smoothed stage may have moved away from a good start
-        p[sel] = xp.where(better[:, None], ps, p[sel])
-        cost[sel] = xp.where(better, cs, cost[sel])
+        si, sj = ti[to_numpy(sel)], tj[to_numpy(sel)]
+        ps, cs = refine_alignment(
+            Un[si], Vn[sj], p[sel], group, settings.refine_iters, REFINE_TOL, "correlation"
+        )
+        p[sel] = ps
+        cost[sel] = cs
     best = xp.argmin(cost.reshape(m, c), axis=1)
     rows = xp.arange(m)
     return p.reshape(m, c, k)[rows, best], cost.reshape(m, c)[rows, best]

@@ -1,7 +1,7 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
 import shlex
 
-from ia_stages.config import kmax_blocks, stage_settings_json
+from ia_stages.config import column_blocks, kmax_blocks, stage_settings_json
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
 GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
@@ -22,6 +22,7 @@ wildcard_constraints:
     t=r"\d+",
     bi=r"\d+",
     bj=r"\d+",
+    cb=r"\d+",
 
 
 def settings(stage):
@@ -42,6 +43,10 @@ def kmax_block_stores(w):
         f"results/{w.dataset}/ia/iter{w.t}/kmax/{bi}_{bj}.zarr"
         for bi, bj in kmax_blocks(config, w.dataset)
     ]
+
+
+def means_block_stores(w):
+    return [f"results/{w.dataset}/ia/iter{w.t}/means/{cb}.zarr" for cb in column_blocks(config, w.dataset)]
 
 
 def previous_features(w):

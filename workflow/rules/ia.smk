@@ -8,13 +8,15 @@ rule kmax_block:
     params:
         settings=settings("kmax"),
         block_size=config["block_size"],
+    threads: config["threads"]
     resources:
         gpu=GPU_PER_JOB,
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax_{bi}_{bj}.log",
     shell:
         "ia-stages kmax-block --features {input} --block {wildcards.bi} {wildcards.bj}"
-        " --block-size {params.block_size} --settings {params.settings} --out {output} 2> {log}"
+        " --block-size {params.block_size} --threads {threads} --settings {params.settings}"
+        " --out {output} 2> {log}"
 
 
 rule kmax_gather:
@@ -33,20 +35,40 @@ rule kmax_gather:
         " 2> {log}"
 
 
-rule means:
+rule means_block:
     conda:
         CONDA_ENV
     input:
         features=previous_features,
         kmax=previous_kmax,
     output:
-        directory("results/{dataset}/ia/iter{t}/features.zarr"),
+        directory("results/{dataset}/ia/iter{t}/means/{cb}.zarr"),
     params:
         settings=settings("means"),
+        block_size=config["block_size"],
+    threads: config["threads"]
     resources:
         gpu=GPU_PER_JOB,
     log:
-        "results/logs/{dataset}/ia/iter{t}/means.log",
+        "results/logs/{dataset}/ia/iter{t}/means_{cb}.log",
     shell:
-        "ia-stages means --features {input.features} --kmax {input.kmax}"
+        "ia-stages means --features {input.features} --kmax {input.kmax} --block {wildcards.cb}"
+        " --block-size {params.block_size} --threads {threads} --settings {params.settings}"
+        " --out {output} 2> {log}"
+
+
+rule means_gather:
+    conda:
+        CONDA_ENV
+    input:
+        blocks=means_block_stores,
+        kmax=previous_kmax,
+    output:
+        directory("results/{dataset}/ia/iter{t}/features.zarr"),
+    params:
+        settings=settings("means"),
+    log:
+        "results/logs/{dataset}/ia/iter{t}/means_gather.log",
+    shell:
+        "ia-stages means-gather --blocks {input.blocks} --kmax {input.kmax}"
         " --settings {params.settings} --out {output} 2> {log}"

@@ -10,7 +10,7 @@ import xarray as xr
 
 from ..backend import to_numpy
 from ..groups import SE2
-from ..kmax import SearchSettings, kappa_max
+from ..kmax import MemoryBudgetError, SearchSettings, kappa_max
 from ..store import provenance, strings, write_store
 from .common import InputError, load_features, on_backend, require_images, timer
 
@@ -46,16 +46,19 @@ def run(
     U, backend = on_backend(V[rows.start : rows.stop], settings["backend"])
     Vb = None if bi == bj else on_backend(V[cols.start : cols.stop], backend)[0]
     with timer() as t:
-        res = kappa_max(
-            U,
-            Vb,
-            settings["beta"],
-            settings["normalization"],
-            SE2(),
-            search,
-            progress,
-            settings["sigma"],
-        )
+        try:
+            res = kappa_max(
+                U,
+                Vb,
+                settings["beta"],
+                settings["normalization"],
+                SE2(),
+                search,
+                progress,
+                settings["sigma"],
+            )
+        except MemoryBudgetError as err:
+            raise InputError(f"config key 'ia.search.memory_mb': {err}") from None
     ds = xr.Dataset(
         {
             "value": (("sample_i", "sample_j"), to_numpy(res.value)),

@@ -1,4 +1,9 @@
-"""Stage ``means``: one Invariant Attention iteration's invariant means (the next features)."""
+"""Stages ``means`` and ``means-gather``: one Invariant Attention iteration's invariant means.
+
+The means of the columns of W = column-normalised kappa^max are independent, so the stage is
+sharded like kappa^max: ``means`` computes one block of columns, ``means-gather`` assembles the
+next features (and W) from the blocks.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,20 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ..attention import invariant_attention_step
+from ..attention import column_normalize, invariant_attention_step
 from ..backend import to_numpy
 from ..invariant_mean import MeanSettings
 from ..kmax import KappaMaxResult
 from ..store import provenance, read_store, write_store
 from .common import InputError, load_features, on_backend, require_images, timer
+from .kmax_block import block_range
+
+
+def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
+    km = read_store(kmax, required=("value", "params", "sqdist"))
+    if km["value"].shape != (n, n):
+        raise InputError(f"{kmax}: kappa^max is {km['value'].shape}, features have n={n}")
+    return km
 
 
 def run(
@@ -21,14 +34,24 @@ def run(
     kmax: str | Path,
     out: str | Path,
     settings: dict,
+    block: int = 0,
+    block_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
-    """Invariant means of every column of W = column-normalised kappa^max."""
+    """Invariant means of the columns in ``block`` (all columns when ``block_size`` is None).
+
+    Writes a store with ``features`` ``(sample, y, x)`` for those columns (``sample`` = column
+    index), ``mean_params`` ``(sample, source, param)``, ``objective`` ``(sample, step)`` and
+    ``sigma`` ``(sample, step_taken)``.
+    """
     V = require_images(load_features(features), features)
-    km = read_store(kmax, required=("value", "params", "sqdist"))
     n = V.shape[0]
-    if km["value"].shape != (n, n):
-        raise InputError(f"{kmax}: kappa^max is {km['value'].shape}, features have n={n}")
+    km = _read_kmax(kmax, n)
+    size = n if block_size is None else block_size
+    n_blocks = -(-n // size)
+    if not 0 <= block < n_blocks:
+        raise InputError(f"{features}: column block {block} outside 0..{n_blocks - 1} for n={n}")
+    cols = block_range(block, size, n)
     mean = dict(settings["mean"])
     mean["sigmas"] = tuple(mean["sigmas"])
     Vx, backend = on_backend(V, settings["backend"])
@@ -37,14 +60,12 @@ def run(
     )
     with timer() as t:
         step = invariant_attention_step(
-            Vx, res, settings["init"], MeanSettings(**mean), progress=progress
+            Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
         )
-    W = to_numpy(step.weights)
     dropped = max(m.dropped_weight for m in step.means)
     ds = xr.Dataset(
         {
             "features": (("sample", "y", "x"), to_numpy(step.features)),
-            "weights": (("sample_i", "sample_j"), W),
             "mean_params": (
                 ("sample", "source", "param"),
                 np.stack([to_numpy(m.params) for m in step.means]),
@@ -52,15 +73,50 @@ def run(
             "objective": (("sample", "step"), np.stack([m.objective for m in step.means])),
             "sigma": (("sample", "step_taken"), np.stack([m.sigma for m in step.means])),
         },
-        coords={"sample": np.arange(n), "source": np.arange(n)},
+        coords={"sample": np.arange(cols.start, cols.stop), "source": np.arange(n)},
     )
     ds.attrs = provenance(
         "means",
         settings,
         settings["seed"],
         backend,
+        block=block,
+        n=n,
         wall_seconds=t["seconds"],
         max_dropped_weight=dropped,
+    )
+    write_store(ds, out)
+    return ds
+
+
+def gather(
+    blocks: list[str | Path], kmax: str | Path, out: str | Path, settings: dict
+) -> xr.Dataset:
+    """Assemble the next features from column blocks; adds ``weights`` (W) from ``kmax``."""
+    if not blocks:
+        raise InputError(f"{out}: no invariant-mean blocks to gather")
+    parts = [(p, read_store(p, required=("features", "mean_params", "objective"))) for p in blocks]
+    n = int(parts[0][1].attrs["n"])
+    for path, b in parts:
+        if int(b.attrs.get("n", -1)) != n:
+            raise InputError(f"{path}: block is for n={b.attrs.get('n')}, others for n={n}")
+    ds = xr.concat([b for _, b in parts], dim="sample").sortby("sample")
+    cols = ds["sample"].values
+    if cols.size != n or not np.array_equal(cols, np.arange(n)):
+        missing = sorted(set(range(n)) - set(cols.tolist()))
+        what = f"column {missing[0]} missing" if missing else "a column appears twice"
+        raise InputError(f"{out}: invariant-mean blocks do not cover 0..{n - 1} ({what})")
+    km = _read_kmax(kmax, n)
+    ds["weights"] = (("sample_i", "sample_j"), column_normalize(km["value"].values))
+    ds.attrs = provenance(
+        "means-gather",
+        settings,
+        settings["seed"],
+        parts[0][1].attrs.get("backend", "numpy"),
+        n=n,
+        blocks=len(parts),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
     )
     write_store(ds, out)
     return ds

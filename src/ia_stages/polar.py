@@ -1,0 +1,133 @@
+"""Rotation scan of all pairs at once in polar-Fourier coordinates about each image's centroid.
+
+Rotating an image about its centroid shifts its polar samples u(r, phi) along phi, so the
+correlation of u with every rotation of v about the centroids is, per ring r, a circular
+correlation over phi: C(theta) = sum_r r sum_k u_hat_k(r) conj(v_hat_k(r)) e^{i k theta}. For a
+block of pairs that is one complex matrix product per angular frequency k (all rings summed),
+then an inverse FFT over k for each pair. The scan fixes the translation by matching centroids;
+the refinement that follows frees it.
+
+Polar convention: u_pol(r, phi) = u(m + r (cos phi, sin phi)) in (row, column) coordinates, m the
+centroid. With the SE(2) convention of :mod:`ia_stages.groups`, u = v o tau with tau a rotation by
+theta about the centroids gives u_pol(r, phi) = v_pol(r, phi - theta).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .backend import array_module, fft_module, ndimage_module
+
+
+def centroids(images: Any) -> Any:
+    """Intensity centroids ``(n, 2)`` (row, column) of ``(n, H, W)`` images.
+
+    Weights are |image|; an all-zero image gets the image centre.
+    """
+    xp = array_module(images)
+    n, H, W = images.shape
+    w = xp.abs(images)
+    mass = w.reshape(n, -1).sum(1)
+    rows = xp.arange(H, dtype=float)
+    cols = xp.arange(W, dtype=float)
+    safe = xp.where(mass > 0, mass, 1.0)
+    r = (w.sum(2) * rows).sum(1) / safe
+    c = (w.sum(1) * cols).sum(1) / safe
+    centre = xp.asarray([(H - 1) / 2, (W - 1) / 2])
+    out = xp.stack([r, c], 1)
+    return xp.where((mass > 0)[:, None], out, centre)
+
+
+def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None = None) -> Any:
+    """Angular Fourier coefficients of every ring, weighted for the polar area element.
+
+    Parameters
+    ----------
+    images : ``(n, H, W)``
+    centres : ``(n, 2)`` polar origins (row, column)
+    n_angles : samples per ring (the scan's rotation grid is 2 pi / n_angles)
+    n_radii : rings at radii 0.5, 1.5, ...; None = half the image diagonal
+
+    Returns
+    -------
+    ``(n_angles // 2 + 1, n, n_radii)`` complex64: sqrt(r) * rfft over phi of u_pol(r, .), so
+    that sum over rings of a * conj(b) is the area-weighted correlation.
+    """
+    xp = array_module(images)
+    nd = ndimage_module(xp)
+    n, H, W = images.shape
+    if n_radii is None:
+        n_radii = int(np.ceil(np.hypot(H, W) / 2))
+    r = xp.arange(n_radii, dtype=float) + 0.5
+    phi = xp.arange(n_angles, dtype=float) * (2 * np.pi / n_angles)
+    dy = r[:, None] * xp.cos(phi)[None]  # (R, M)
+    dx = r[:, None] * xp.sin(phi)[None]
+    out = xp.empty((n, n_radii, n_angles), dtype=np.float32)
+    for k in range(n):
+        coords = xp.stack([centres[k, 0] + dy, centres[k, 1] + dx])
+        out[k] = nd.map_coordinates(images[k], coords, order=3, mode="constant", cval=0.0)
+    spec = fft_module(xp).rfft(out, axis=2) * xp.sqrt(r)[None, :, None].astype(np.float32)
+    return xp.ascontiguousarray(spec.transpose(2, 0, 1)).astype(np.complex64)
+
+
+def rotation_scores(spec_u: Any, spec_v: Any, n_angles: int) -> Any:
+    """Correlation of every u with every rotation of every v about the centroids.
+
+    Parameters
+    ----------
+    spec_u : ``(K, n_i, R)`` from :func:`polar_spectra`
+    spec_v : ``(K, n_j, R)``
+
+    Returns
+    -------
+    ``(n_i, n_j, n_angles)`` float32; entry [i, j, m] is proportional to
+    <u_i, v_j rotated by theta_m = 2 pi m / n_angles about the centroids>.
+    """
+    xp = array_module(spec_u)
+    G = xp.matmul(spec_u, xp.conj(spec_v).transpose(0, 2, 1))  # (K, n_i, n_j)
+    return fft_module(xp).irfft(G.transpose(1, 2, 0), n=n_angles, axis=2)
+
+
+def peak_angles(scores: Any, n_peaks: int) -> Any:
+    """The ``n_peaks`` highest circular local maxima along the last axis, sub-sample refined.
+
+    Parameters
+    ----------
+    scores : ``(m, M)`` correlation over M evenly spaced angles
+
+    Returns
+    -------
+    ``(m, n_peaks)`` angles in radians (rows with fewer maxima repeat their best one).
+    """
+    xp = array_module(scores)
+    M = scores.shape[1]
+    left, right = xp.roll(scores, 1, axis=1), xp.roll(scores, -1, axis=1)
+    is_max = (scores >= left) & (scores >= right)
+    key = xp.where(is_max, scores, -xp.inf)
+    order = xp.argsort(-key, axis=1)[:, :n_peaks]
+    valid = xp.isfinite(xp.take_along_axis(key, order, 1))
+    order = xp.where(valid, order, order[:, :1])
+    c = xp.take_along_axis(scores, order, 1)
+    lo = xp.take_along_axis(left, order, 1)
+    hi = xp.take_along_axis(right, order, 1)
+    curv = lo - 2 * c + hi
+    frac = xp.where(curv < 0, 0.5 * (lo - hi) / xp.where(curv < 0, curv, -1.0), 0.0)
+    return (order + xp.clip(frac, -0.5, 0.5)) * (2 * np.pi / M)
+
+
+def centroid_translation(theta: Any, m_u: Any, m_v: Any, shape: tuple[int, int]) -> Any:
+    """Translation b of tau = (theta, b) that maps the centroid of u onto that of v.
+
+    tau(p) = A (p - c) + c + b with tau(m_u) = m_v, so b = (m_v - c) - A (m_u - c).
+    Shapes: theta ``(m, k)``, m_u and m_v ``(m, 2)``; returns ``(m, k, 2)``.
+    """
+    xp = array_module(theta)
+    H, W = shape
+    c = xp.asarray([(H - 1) / 2, (W - 1) / 2])
+    du = (m_u - c)[:, None, :]
+    cos, sin = xp.cos(theta), xp.sin(theta)
+    Au0 = cos * du[..., 0] + sin * du[..., 1]
+    Au1 = -sin * du[..., 0] + cos * du[..., 1]
+    return (m_v - c)[:, None, :] - xp.stack([Au0, Au1], -1)

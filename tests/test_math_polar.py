@@ -1,0 +1,171 @@
+"""The polar rotation scan and the compiled Newton refinement behind kappa^max."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ia_stages.align import pair_cost, refine_alignment
+from ia_stages.groups import SE2
+from ia_stages.kernels import normalize, smooth
+from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
+from ia_stages.lm_kernel import _evaluate, search_pairs
+from ia_stages.polar import (
+    centroid_translation,
+    centroids,
+    peak_angles,
+    polar_spectra,
+    rotation_scores,
+)
+from ia_stages.warp import warp
+
+SIZE = 40
+
+
+def _shapes(n: int, seed: int = 0) -> np.ndarray:
+    """Smooth asymmetric blob images (an L-like stroke plus a dot), unit norm."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((n, SIZE, SIZE))
+    for k in range(n):
+        r, c = rng.integers(14, 20, 2)
+        out[k, r : r + 10, c : c + 3] = 1.0
+        out[k, r + 7 : r + 10, c : c + 8] = 1.0
+        out[k, r - 3 + rng.integers(0, 3), c + 6] = 2.0
+    return normalize(smooth(out, 1.5))
+
+
+def _rotated_about_centroid(v: np.ndarray, theta: float) -> np.ndarray:
+    """v rotated by theta about its own centroid: u = v o tau with tau(m) = m."""
+    m = centroids(v[None])[0]
+    b = centroid_translation(np.array([[theta]]), m[None], m[None], v.shape)[0, 0]
+    return warp(v, np.array([theta, *b]))
+
+
+def test_centroid_translation_maps_centroid_of_u_onto_centroid_of_v():
+    rng = np.random.default_rng(3)
+    theta = rng.uniform(-np.pi, np.pi, (5, 2))
+    m_u, m_v = rng.uniform(10, 30, (5, 2)), rng.uniform(10, 30, (5, 2))
+    b = centroid_translation(theta, m_u, m_v, (SIZE, SIZE))
+    A = SE2().matrix(np.stack([theta, 0 * theta, 0 * theta], -1))
+    c = np.full(2, (SIZE - 1) / 2)
+    mapped = np.einsum("mkij,mj->mki", A, m_u - c) + c + b
+    np.testing.assert_allclose(mapped, np.broadcast_to(m_v[:, None], mapped.shape), atol=1e-12)
+
+
+def test_centroids_follow_a_shift_and_fall_back_to_the_centre():
+    img = np.zeros((2, SIZE, SIZE))
+    img[0, 10:13, 20:25] = 1.0
+    c = centroids(img)
+    np.testing.assert_allclose(c[0], [11.0, 22.0])
+    np.testing.assert_allclose(c[1], [(SIZE - 1) / 2] * 2)  # all-zero image
+
+
+@pytest.mark.parametrize("theta_deg", [-170.0, -75.0, 12.5, 95.0, 180.0])
+def test_scan_peaks_at_the_rotation_between_the_images(theta_deg):
+    v = _shapes(1)[0]
+    theta = np.deg2rad(theta_deg)
+    u = _rotated_about_centroid(v, theta)
+    M = 72
+    S = polar_spectra(np.stack([u, v]), centroids(np.stack([u, v])), M)
+    scores = rotation_scores(S[:, :1], S[:, 1:], M)[0, 0]
+    best = peak_angles(scores[None], 1)[0, 0]
+    # the scan's angle (a 5-degree grid refined by a parabola) is within a degree
+    err = np.rad2deg(abs(np.angle(np.exp(1j * (best - theta)))))
+    assert err < 1.0
+
+
+def test_scan_values_are_the_area_correlation():
+    """scores * 2 pi / M ~ <u, v rotated about the centroids> in Cartesian pixels."""
+    X = _shapes(3, seed=5)
+    M = 90
+    S = polar_spectra(X, centroids(X), M)
+    scores = rotation_scores(S, S, M)
+    m = centroids(X)
+    for i, j, k in [(0, 1, 0), (1, 2, 17), (2, 0, 55)]:
+        theta = 2 * np.pi * k / M
+        b = centroid_translation(np.array([[theta]]), m[i : i + 1], m[j : j + 1], X.shape[1:])
+        direct = float((X[i] * warp(X[j], np.array([theta, *b[0, 0]]))).sum())
+        assert scores[i, j, k] * 2 * np.pi / M == pytest.approx(direct, rel=0.02, abs=2e-3)
+
+
+def test_compiled_cost_gradient_and_hessian_match_the_array_code():
+    X = _shapes(2, seed=1)
+    u, v = X[0], X[1]
+    vp = np.pad(v, 3)
+    uu, vv = float((u * u).sum()), float((v * v).sum())
+    g, H = np.empty(3), np.empty((3, 3))
+    rng = np.random.default_rng(0)
+    for p in rng.uniform([-3, -4, -4], [3, 4, 4], (4, 3)):
+        cost = _evaluate(u, vp, uu, vv, *p, g, H, True)
+        ref = pair_cost(u[None], v[None], p[None], objective="correlation")[0]
+        assert cost == pytest.approx(ref, abs=1e-12)
+        # gradient / 2 and Hessian / 2 against central differences of the cost
+        h = 1e-5
+        fd_g = np.empty(3)
+        fd_H = np.empty((3, 3))
+        g2, H2 = np.empty(3), np.empty((3, 3))
+        for k in range(3):
+            e = np.zeros(3)
+            e[k] = h
+            cp = _evaluate(u, vp, uu, vv, *(p + e), g2, H2, True)
+            gp = g2.copy()
+            cm = _evaluate(u, vp, uu, vv, *(p - e), g2, H2, True)
+            gm = g2.copy()
+            fd_g[k] = (cp - cm) / (4 * h)
+            fd_H[:, k] = (gp - gm) / (2 * h)
+        np.testing.assert_allclose(g, fd_g, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(H, fd_H, rtol=1e-3, atol=1e-5)
+
+
+def test_newton_refinement_reaches_the_optimum_the_array_code_reaches():
+    X = _shapes(6, seed=2)
+    ii, jj = np.array([0, 1, 2]), np.array([3, 4, 5])
+    start = np.zeros((3, 1, 3))
+    p, cost = search_pairs(X, X, ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
+    _, cost_ref = refine_alignment(
+        X[ii], X[jj], start[:, 0], iters=200, tol=1e-14, objective="correlation"
+    )
+    np.testing.assert_allclose(cost, cost_ref, atol=1e-8)
+    np.testing.assert_allclose(
+        pair_cost(X[ii], X[jj], p, objective="correlation"), cost, atol=1e-12
+    )
+
+
+def test_polar_search_finds_rotations_anywhere_in_the_circle():
+    rng = np.random.default_rng(7)
+    base = _shapes(4, seed=7)
+    truth = SE2().sample(rng, 4, (-180, 180), (3, 3))
+    moved = warp(base, truth)
+    res = kappa_max(base, moved, beta=1.0)
+    # V[j] o tau ~ U[i] with V = base o s: tau = s^-1
+    tau = np.stack([res.params[k, k] for k in range(4)])
+    err = np.rad2deg(np.abs(np.angle(np.exp(1j * (tau[:, 0] - SE2().inverse(truth)[:, 0])))))
+    assert err.max() < 0.5
+    assert np.diag(res.sqdist).max() < 5e-3
+
+
+def test_polar_and_grid_scans_agree_on_the_kernel():
+    X = _shapes(8, seed=4)
+    polar = kappa_max(X, beta=5.0)
+    grid = kappa_max(X, beta=5.0, settings=SearchSettings(method="grid"))
+    np.testing.assert_allclose(polar.value, grid.value, atol=1e-6)
+
+
+def test_a_memory_budget_too_small_for_one_row_is_refused():
+    X = _shapes(4)
+    with pytest.raises(MemoryBudgetError, match="memory_mb"):
+        kappa_max(X, beta=1.0, settings=SearchSettings(memory_mb=0.01))
+    with pytest.raises(MemoryBudgetError, match="memory_mb"):
+        kappa_max(X, beta=1.0, settings=SearchSettings(method="grid", memory_mb=0.01))
+
+
+def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
+    X = _shapes(12, seed=9)
+    big = kappa_max(X, beta=2.0)
+    small = kappa_max(X, beta=2.0, settings=SearchSettings(memory_mb=0.3))
+    np.testing.assert_allclose(big.value, small.value, rtol=0, atol=1e-12)
+
+
+def test_unknown_search_method_is_refused():
+    with pytest.raises(ValueError, match="search method"):
+        SearchSettings(method="exhaustive")
