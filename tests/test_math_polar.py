@@ -169,3 +169,34 @@ def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
 def test_unknown_search_method_is_refused():
     with pytest.raises(ValueError, match="search method"):
         SearchSettings(method="exhaustive")
+
+
+def test_array_refinement_equals_the_compiled_one():
+    """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
+    from ia_stages.kmax import _refine_candidates
+
+    X = _shapes(8, seed=11)
+    rng = np.random.default_rng(1)
+    ii, jj = np.triu_indices(8, 1)
+    starts = np.concatenate(
+        [rng.uniform(-np.pi, np.pi, (ii.size, 2, 1)), rng.uniform(-2, 2, (ii.size, 2, 2))], -1
+    )
+    s = SearchSettings()
+    _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=True)
+    _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=False)
+    np.testing.assert_allclose(np.exp(-5.0 * c1), np.exp(-5.0 * c2), atol=1e-9)
+
+
+def test_exact_hessian_matches_finite_differences_in_array_code():
+    from ia_stages.align import _terms
+
+    X = _shapes(2, seed=12)
+    p = np.array([[0.7, 1.2, -0.8]])
+    _, _, H = _terms(X[:1], X[1:], p, SE2(), "correlation", exact=True)
+    h = 1e-5
+    for k in range(3):
+        e = np.zeros((1, 3))
+        e[0, k] = h
+        _, gp, _ = _terms(X[:1], X[1:], p + e, SE2(), "correlation", exact=True)
+        _, gm, _ = _terms(X[:1], X[1:], p - e, SE2(), "correlation", exact=True)
+        np.testing.assert_allclose(H[0, :, k], (gp - gm)[0] / (2 * h), rtol=1e-3, atol=1e-5)

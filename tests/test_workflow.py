@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from ia_stages.stages import kmax_block
+from ia_stages.stages import kmax_block, means
 from ia_stages.stages.metrics import COLUMNS
 from ia_stages.store import read_store
 
@@ -131,6 +131,21 @@ def test_sharded_kmax_equals_one_block(tiny_run, tmp_path):
     )
     np.testing.assert_allclose(gathered["value"].values, one["value"].values, rtol=1e-9)
     np.testing.assert_allclose(gathered["params"].values, one["params"].values, atol=1e-9)
+
+
+def test_sharded_means_equal_one_block(tiny_run, tmp_path):
+    work, _ = tiny_run
+    res = work / "results/shapes3/ia"
+    gathered = read_store(res / "iter1/features.zarr")
+    assert gathered.attrs["blocks"] == 2  # 6 columns in blocks of 4
+    settings = json.loads(gathered.attrs["settings"])
+    one = means.run(
+        work / "results/data/shapes3.zarr", res / "iter0/kmax.zarr", tmp_path / "m.zarr", settings
+    )
+    np.testing.assert_array_equal(gathered["features"].values, one["features"].values)
+    np.testing.assert_array_equal(gathered["mean_params"].values, one["mean_params"].values)
+    W = gathered["weights"].values
+    np.testing.assert_allclose(W.sum(0), 1.0)  # column-normalised
 
 
 def test_rerun_does_nothing(tiny_run):

@@ -19,9 +19,10 @@ from typing import Any
 
 from .backend import array_module
 from .groups import SE2
-from .warp import warp, warp_with_jacobian
+from .warp import centred_grid, interpolate, sampling_field, warp, warp_with_jacobian
 
 OBJECTIVES = ("least-squares", "correlation")
+HESSIANS = ("gauss-newton", "exact")
 
 
 def _sumsq(a: Any) -> Any:
@@ -44,6 +45,50 @@ def _cost(target: Any, moving: Any, w: Any, objective: str) -> Any:
     return xp.maximum(_sumsq(target) + _sumsq(moving) - 2 * cross, 0.0)
 
 
+def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, exact: bool):
+    """Cost ``(m,)``, gradient / 2 ``(m, k)`` and the Hessian model / 2 ``(m, k, k)``.
+
+    Gauss-Newton (J^T J) unless ``exact``, which gives the exact Hessian of the correlation
+    objective, -sum_p target[p] d2 (moving o tau)[p] / d params2 (SE(2) only).
+    """
+    xp = array_module(target, moving)
+    m, k = params.shape
+    tgt = target.reshape(m, -1)
+    if not exact:
+        w, J = warp_with_jacobian(moving, params, group)
+        cost = _cost(target, moving, w, objective)
+        J = J.reshape(m, k, -1)
+        # gradient / 2 of either objective: J^T (w - target), or -J^T target for correlation
+        resid = -tgt if objective == "correlation" else w.reshape(m, -1) - tgt
+        return cost, xp.einsum("mkp,mp->mk", J, resid), xp.einsum("mkp,mlp->mkl", J, J)
+    shape = moving.shape[1:]
+    field = sampling_field(group.matrix(params), group.translation(params), shape)
+    w, grad, hess = interpolate(moving, field, with_hessian=True)
+    cost = _cost(target, moving, w, objective)
+    g = centred_grid(shape, xp)
+    c, s = xp.cos(params[:, 0])[:, None, None], xp.sin(params[:, 0])[:, None, None]
+    yt = -s * g[0] + c * g[1]  # d field_row / d theta
+    xt = -c * g[0] - s * g[1]
+    vy, vx = grad[:, 0], grad[:, 1]
+    vyy, vxy, vxx = hess[:, 0], hess[:, 1], hess[:, 2]
+    # second derivatives of w along (theta, b0, b1); only theta enters the field nonlinearly
+    ytt, xtt = -c * g[0] - s * g[1], s * g[0] - c * g[1]
+    tt = yt * yt * vyy + 2 * yt * xt * vxy + xt * xt * vxx + vy * ytt + vx * xtt
+    d2 = [
+        [tt, yt * vyy + xt * vxy, yt * vxy + xt * vxx],
+        [None, vyy, vxy],
+        [None, None, vxx],
+    ]
+    jac = [vy * yt + vx * xt, vy, vx]
+    t = target
+    gvec = xp.stack([-(t * j).reshape(m, -1).sum(1) for j in jac], 1)
+    H = xp.empty((m, 3, 3))
+    for a in range(3):
+        for b in range(a, 3):
+            H[:, a, b] = H[:, b, a] = -(t * d2[a][b]).reshape(m, -1).sum(1)
+    return cost, gvec, H
+
+
 def refine_alignment(
     target: Any,
     moving: Any,
@@ -52,6 +97,7 @@ def refine_alignment(
     iters: int = 15,
     tol: float = 1e-9,
     objective: str = "least-squares",
+    hessian: str = "gauss-newton",
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -63,6 +109,9 @@ def refine_alignment(
     tol : stop a pair once a step lowers its cost by less than ``tol`` (absolute; with unit-norm
         images the kernel value then changes by less than beta * tol)
     objective : 'least-squares' or 'correlation' (see the module docstring)
+    hessian : 'gauss-newton' (J^T J) or 'exact' (correlation objective and SE(2) only: Newton
+        steps, far fewer of them when target and moving differ; what the compiled
+        :mod:`ia_stages.lm_kernel` does)
 
     Returns
     -------
@@ -71,28 +120,26 @@ def refine_alignment(
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if hessian not in HESSIANS:
+        raise ValueError(f"hessian must be one of {HESSIANS}, got {hessian!r}")
+    exact = hessian == "exact"
+    if exact and (objective != "correlation" or group.name != "se2"):
+        raise ValueError("hessian='exact' needs objective='correlation' and the SE(2) group")
     xp = array_module(target, moving)
     params = xp.array(params, dtype=float, copy=True)
     m, k = params.shape
     lam = xp.full(m, 1e-3)
     active = xp.arange(m)
-    w, J = warp_with_jacobian(moving, params, group)
-    cost = _cost(target, moving, w, objective)
-    J = J.reshape(m, k, -1)
+    cost, g, H = _terms(target, moving, params, group, objective, exact)
     eye = xp.eye(k)
     for _ in range(iters):
         if active.size == 0:
             break
-        tgt = target[active].reshape(active.size, -1)
-        # gradient / 2 of either objective: J^T (w - target), or -J^T target for correlation
-        resid = -tgt if objective == "correlation" else w.reshape(active.size, -1) - tgt
-        g = xp.einsum("mkp,mp->mk", J, resid)
-        H = xp.einsum("mkp,mlp->mkl", J, J)
-        damp = lam[active, None, None] * (H * eye).sum(-1, keepdims=True).clip(1e-12) * eye
+        diag = xp.maximum(xp.abs(H * eye).sum(-1, keepdims=True), 1e-12)
+        damp = lam[active, None, None] * diag * eye
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
         trial = params[active] + step
-        w_t, J_t = warp_with_jacobian(moving[active], trial, group)
-        cost_t = _cost(target[active], moving[active], w_t, objective)
+        cost_t, g_t, H_t = _terms(target[active], moving[active], trial, group, objective, exact)
         better = cost_t < cost[active]
         gain = cost[active] - cost_t
         idx = active[better]
@@ -100,8 +147,8 @@ def refine_alignment(
         cost[idx] = cost_t[better]
         lam[idx] /= 3.0
         lam[active[~better]] *= 5.0
-        J = xp.where(better[:, None, None], J_t.reshape(active.size, k, -1), J)
-        w = xp.where(better[:, None, None], w_t, w)
+        g = xp.where(better[:, None], g_t, g)
+        H = xp.where(better[:, None, None], H_t, H)
         keep = ~((better & (gain < tol)) | (lam[active] > 1e8))
-        active, J, w = active[keep], J[keep], w[keep]
+        active, g, H = active[keep], g[keep], H[keep]
     return params, cost

@@ -238,13 +238,17 @@ def _refine_candidates(
     group: SE2,
     settings: SearchSettings,
     beta: float,
+    compiled: bool = True,
 ) -> tuple[Any, Any]:
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
+
+    numpy arrays go to the compiled kernel (unless ``compiled`` is False); other arrays (cupy)
+    take the same Newton-LM refinement in array code.
 
     Returns params ``(m, n_params)`` and sqdist ``(m,)``.
     """
     xp = array_module(Un)
-    if xp is np:
+    if xp is np and compiled:
         return search_pairs(
             Un, Vn, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
             settings.prune_kappa, settings.prune_margin,
@@ -257,7 +261,7 @@ def _refine_candidates(
     if bool(sel.any()):
         si, sj = ti[to_numpy(sel)], tj[to_numpy(sel)]
         ps, cs = refine_alignment(
-            Un[si], Vn[sj], p[sel], group, settings.refine_iters, REFINE_TOL, "correlation"
+            Un[si], Vn[sj], p[sel], group, settings.refine_iters, REFINE_TOL, "correlation", "exact"
         )
         p[sel] = ps
         cost[sel] = cs

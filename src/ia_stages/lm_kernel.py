@@ -175,7 +175,7 @@ def _solve3(M, r, out):
 
 
 @njit(cache=True)
-def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_tol):
+def _refine_one(u, v, uu, vv, p, iters, tol):
     g = np.empty(3)
     Hm = np.empty((3, 3))
     g_t = np.empty(3)
@@ -199,8 +199,7 @@ def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_tol):
             g[:] = g_t
             Hm[:, :] = H_t
             lam /= 3.0
-            # converged: the squared distance, or the kernel value it gives, barely moves
-            if gain < tol or beta * gain * np.exp(-beta * cost) < kappa_tol:
+            if gain < tol:
                 break
         else:
             lam *= 5.0
@@ -231,14 +230,14 @@ def _search(U, V, uu, vv, ii, jj, starts, iters, tol, beta, prune_kappa, margin,
                 False,
             )
         best = costs.min()
-        best_c = costs.argmin()
-        p_best = starts[k, best_c].copy()
+        best_start = best
+        p_best = starts[k, costs.argmin()].copy()
         for c in range(n_c):
             reach = costs[c] - margin
-            if prune_kappa > 0.0 and (np.exp(-beta * reach) < prune_kappa or reach > best):
+            if prune_kappa > 0.0 and (np.exp(-beta * reach) < prune_kappa or reach > best_start):
                 continue
             p = starts[k, c].copy()
-            cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol, beta, prune_kappa * 1e-2)
+            cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol)
             if cost < best:
                 best = cost
                 p_best[:] = p

@@ -63,6 +63,13 @@ def _tap_derivatives(f: Any, a: float = KEYS_A) -> list[Any]:
     return [_far_d(f + 1, a), _near_d(f, a), -_near_d(g, a), -_far_d(g + 1, a)]
 
 
+def _tap_second(f: Any, a: float = KEYS_A) -> list[Any]:
+    """phi''(f + 1), phi''(f), phi''(f - 1), phi''(f - 2) for f in [0, 1)."""
+    g = 1 - f
+    near_f, near_g = 6 * (a + 2) * f - 2 * (a + 3), 6 * (a + 2) * g - 2 * (a + 3)
+    return [6 * a * (f + 1) - 10 * a, near_f, near_g, 6 * a * (g + 1) - 10 * a]
+
+
 def centred_grid(shape: tuple[int, int], xp: Any = np) -> Any:
     """Pixel coordinates minus the centre, shape ``(2, H, W)``."""
     H, W = shape
@@ -91,7 +98,9 @@ def sampling_field(A: Any, b: Any, shape: tuple[int, int]) -> Any:
     return xp.einsum("nij,jhw->nihw", A, g) + (c + b)[:, :, None, None]
 
 
-def interpolate(images: Any, field: Any, with_gradient: bool = False) -> Any:
+def interpolate(
+    images: Any, field: Any, with_gradient: bool = False, with_hessian: bool = False
+) -> Any:
     """Sample ``images`` at ``field`` by Keys cubic convolution, zero outside the image.
 
     Parameters
@@ -99,11 +108,13 @@ def interpolate(images: Any, field: Any, with_gradient: bool = False) -> Any:
     images : ``(n, H, W)``
     field : ``(n, 2, H', W')`` sampling coordinates (row, column)
     with_gradient : also return the derivative of the output with respect to the field.
+    with_hessian : also return the second derivatives (implies ``with_gradient``).
 
     Returns
     -------
     out : ``(n, H', W')``; and, if ``with_gradient``, grad : ``(n, 2, H', W')`` with
-    grad[:, 0] = d out / d field_row and grad[:, 1] = d out / d field_col.
+    grad[:, 0] = d out / d field_row and grad[:, 1] = d out / d field_col; and, if
+    ``with_hessian``, hess : ``(n, 3, H', W')`` = (d2/drow2, d2/drow dcol, d2/dcol2).
     """
     xp = array_module(images, field)
     n, H, W = images.shape
@@ -118,27 +129,42 @@ def interpolate(images: Any, field: Any, with_gradient: bool = False) -> Any:
     # flat index of the first tap (floor - 1) of every output pixel
     base = (y0.astype(np.int64) + (_PAD - 1)) * Wp + (x0.astype(np.int64) + (_PAD - 1))
     base += (xp.arange(n, dtype=np.int64) * (Hp * Wp))[:, None]
+    with_gradient = with_gradient or with_hessian
     wy, wx = _tap_weights(fy), _tap_weights(fx)
     if with_gradient:
         dwy, dwx = _tap_derivatives(fy), _tap_derivatives(fx)
         gy, gx = xp.zeros_like(y), xp.zeros_like(y)
+    if with_hessian:
+        ddwy, ddwx = _tap_second(fy), _tap_second(fx)
+        hyy, hxy, hxx = xp.zeros_like(y), xp.zeros_like(y), xp.zeros_like(y)
     out = xp.zeros_like(y)
     for a in range(4):
         row = xp.zeros_like(y)
         drow = xp.zeros_like(y) if with_gradient else None
+        ddrow = xp.zeros_like(y) if with_hessian else None
         for c in range(4):
             v = xp.take(flat, base + (a * Wp + c))
             row += wx[c] * v
             if with_gradient:
                 drow += dwx[c] * v
+            if with_hessian:
+                ddrow += ddwx[c] * v
         out += wy[a] * row
         if with_gradient:
             gy += dwy[a] * row
             gx += wy[a] * drow
+        if with_hessian:
+            hyy += ddwy[a] * row
+            hxy += dwy[a] * drow
+            hxx += wy[a] * ddrow
     shape_out = (n, *field.shape[2:])
     if not with_gradient:
         return out.reshape(shape_out)
-    return out.reshape(shape_out), xp.stack([gy, gx], 1).reshape((n, 2, *field.shape[2:]))
+    grad = xp.stack([gy, gx], 1).reshape((n, 2, *field.shape[2:]))
+    if not with_hessian:
+        return out.reshape(shape_out), grad
+    hess = xp.stack([hyy, hxy, hxx], 1).reshape((n, 3, *field.shape[2:]))
+    return out.reshape(shape_out), grad, hess
 
 
 def warp(images: Any, params: Any, group: SE2 = SE2()) -> Any:
