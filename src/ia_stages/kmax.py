@@ -37,7 +37,14 @@ from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import normalize, smooth
 from .lm_kernel import search_pairs
-from .polar import centroid_translation, centroids, peak_angles, polar_spectra, rotation_scores
+from .polar import (
+    centroid_translation,
+    centroids,
+    peak_angles,
+    polar_spectra,
+    rotation_products,
+    scores_from_products,
+)
 from .warp import warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
@@ -63,18 +70,21 @@ class SearchSettings:
         value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
     memory_mb : working memory of the scan; chunk sizes follow from it
+    centre_offset : 'polar' only; > 0 also scans rotations about 8 points this many pixels
+        around each centroid (a 3 x 3 grid), for pairs whose best match is not centroid-aligned
     """
 
     method: str = "polar"
     n_angles: int = 72
     max_shift: int | None = None
     coarse_sigma: float = 1.0
-    n_candidates: int = 2
+    n_candidates: int = 3
     refine_iters: int = 30
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
     prune_margin: float = 0.1
     memory_mb: float = 1024.0
+    centre_offset: float = 3.0
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
@@ -199,32 +209,50 @@ def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
 
 
 def _polar_chunks(Un, Vn, ii, jj, group, settings):
-    """Yield (i, j, starts) from the polar rotation scan, a chunk of rows of U at a time."""
+    """Yield (i, j, starts) from the polar rotation scan, a chunk of rows of U at a time.
+
+    With ``centre_offset > 0`` the rings of v are also centred at the 8 points of a 3 x 3 grid
+    of that spacing around its centroid; the starts are the peaks over angle of the best score
+    over centres, each with the centre that gave it.
+    """
     xp = array_module(Un)
     M = settings.n_angles
     m_u = centroids(Un)
     S_u = polar_spectra(Un, m_u, M)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
-    S_v = S_u if same else polar_spectra(Vn, m_v, M)
-    n_j = Vn.shape[0]
-    per_row = n_j * (4 * M + 8 * S_u.shape[0]) * 2  # scores + products, with headroom
-    fixed = S_u.nbytes + (0 if same else S_v.nbytes) + Un.nbytes + (0 if same else Vn.nbytes)
+    d = settings.centre_offset
+    offs = [(0.0, 0.0)]
+    if d > 0:
+        offs += [(a * d, b * d) for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b]
+    offs = xp.asarray(offs)
+    S_v = polar_spectra(Vn, m_v[None] + offs[:, None], M)  # (K, n_o * n_j, R)
+    n_j, n_o = Vn.shape[0], len(offs)
+    per_row = n_o * n_j * (4 * M + 8 * S_u.shape[0]) * 2  # scores + products, with headroom
+    fixed = S_u.nbytes + S_v.nbytes + Un.nbytes + (0 if same else Vn.nbytes)
     rows = int((settings.memory_mb * MB - fixed) // per_row)
     if rows < 1:
         raise MemoryBudgetError(
             f"memory_mb={settings.memory_mb:g} is too small for the polar scan of "
             f"{Un.shape[0]} x {n_j} images of {Un.shape[1]} x {Un.shape[2]} px "
-            f"(needs {(fixed + per_row) / MB:.0f} MB): raise it or lower block_size"
+            f"(needs {(fixed + per_row) / MB:.1f} MB): raise it or lower block_size"
         )
+    c = settings.n_candidates
     for r0 in range(0, Un.shape[0], rows):
         sel = (ii >= r0) & (ii < r0 + rows)
         if not sel.any():
             continue
         i, j = ii[sel], jj[sel]
-        scores = rotation_scores(S_u[:, r0 : r0 + rows], S_v, M)
-        theta = peak_angles(scores[xp.asarray(i - r0), xp.asarray(j)], settings.n_candidates)
-        b = centroid_translation(theta, m_u[i], m_v[j], Un.shape[1:])
+        G = rotation_products(S_u[:, r0 : r0 + rows], S_v)
+        G = G.reshape(G.shape[0], n_o, n_j, -1)
+        ix, jx = xp.asarray(i), xp.asarray(j)
+        pair_scores = scores_from_products(G[ix - r0, :, jx], M)  # (m, n_o, M)
+        # per angle the best centre; peaks of that envelope, each with its centre
+        best_o = xp.argmax(pair_scores, axis=1)  # (m, M)
+        theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
+        k = xp.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
+        centre = m_v[jx][:, None, :] + offs[xp.take_along_axis(best_o, k, 1)]
+        b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
         starts = xp.concatenate([theta[..., None], b], -1)
         yield i, j, starts.astype(float)
 
@@ -256,18 +284,30 @@ def _refine_candidates(
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k)
-    cost = pair_cost(Un[ti], Vn[tj], p, group, objective="correlation")
-    sel = _worth_refining(cost.reshape(m, c), beta, settings).ravel()
-    if bool(sel.any()):
-        si, sj = ti[to_numpy(sel)], tj[to_numpy(sel)]
+    # array code holds ~32 image-sized float64 arrays per candidate while refining
+    batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
+    cost = xp.concatenate(
+        [
+            pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
+            for s in _slices(m * c, batch)
+        ]
+    )
+    todo = np.flatnonzero(to_numpy(_worth_refining(cost.reshape(m, c), beta, settings).ravel()))
+    for s in _slices(todo.size, batch):
+        sel = todo[s]
         ps, cs = refine_alignment(
-            Un[si], Vn[sj], p[sel], group, settings.refine_iters, REFINE_TOL, "correlation", "exact"
-        )
+            Un[ti[sel]], Vn[tj[sel]], p[sel], group, settings.refine_iters, REFINE_TOL,
+            "correlation", "exact",
+        )  # fmt: skip
         p[sel] = ps
         cost[sel] = cs
     best = xp.argmin(cost.reshape(m, c), axis=1)
     rows = xp.arange(m)
     return p.reshape(m, c, k)[rows, best], cost.reshape(m, c)[rows, best]
+
+
+def _slices(n: int, size: int) -> list[slice]:
+    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
 
 def _worth_refining(d0: Any, beta: float, settings: SearchSettings) -> Any:

@@ -46,30 +46,48 @@ def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None 
     Parameters
     ----------
     images : ``(n, H, W)``
-    centres : ``(n, 2)`` polar origins (row, column)
+    centres : ``(n, 2)`` polar origins (row, column), or ``(n_c, n, 2)``: several per image
     n_angles : samples per ring (the scan's rotation grid is 2 pi / n_angles)
     n_radii : rings at radii 0.5, 1.5, ...; None = half the image diagonal
 
     Returns
     -------
-    ``(n_angles // 2 + 1, n, n_radii)`` complex64: sqrt(r) * rfft over phi of u_pol(r, .), so
-    that sum over rings of a * conj(b) is the area-weighted correlation.
+    ``(n_angles // 2 + 1, n, n_radii)`` complex64 (``(K, n_c * n, R)``, centre-major, for
+    several centres): sqrt(r) * rfft over phi of u_pol(r, .), so that sum over rings of
+    a * conj(b) is the area-weighted correlation.
     """
     xp = array_module(images)
     nd = ndimage_module(xp)
     n, H, W = images.shape
+    many = centres.ndim == 3
+    centres = centres if many else centres[None]
+    n_c = centres.shape[0]
     if n_radii is None:
         n_radii = int(np.ceil(np.hypot(H, W) / 2))
     r = xp.arange(n_radii, dtype=float) + 0.5
     phi = xp.arange(n_angles, dtype=float) * (2 * np.pi / n_angles)
     dy = r[:, None] * xp.cos(phi)[None]  # (R, M)
     dx = r[:, None] * xp.sin(phi)[None]
-    out = xp.empty((n, n_radii, n_angles), dtype=np.float32)
+    out = xp.empty((n_c, n, n_radii, n_angles), dtype=np.float32)
     for k in range(n):
-        coords = xp.stack([centres[k, 0] + dy, centres[k, 1] + dx])
-        out[k] = nd.map_coordinates(images[k], coords, order=3, mode="constant", cval=0.0)
-    spec = fft_module(xp).rfft(out, axis=2) * xp.sqrt(r)[None, :, None].astype(np.float32)
+        coords = xp.stack([centres[:, k, 0, None, None] + dy, centres[:, k, 1, None, None] + dx])
+        out[:, k] = nd.map_coordinates(images[k], coords, order=3, mode="constant", cval=0.0)
+    spec = fft_module(xp).rfft(out.reshape(n_c * n, n_radii, n_angles), axis=2)
+    spec *= xp.sqrt(r)[None, :, None].astype(np.float32)
     return xp.ascontiguousarray(spec.transpose(2, 0, 1)).astype(np.complex64)
+
+
+def rotation_products(spec_u: Any, spec_v: Any) -> Any:
+    """Angular cross-spectra ``(n_i, n_j, K)`` of every u with every v (summed over rings).
+
+    Parameters
+    ----------
+    spec_u : ``(K, n_i, R)`` from :func:`polar_spectra`
+    spec_v : ``(K, n_j, R)``
+    """
+    xp = array_module(spec_u)
+    G = xp.matmul(spec_u, xp.conj(spec_v).transpose(0, 2, 1))  # (K, n_i, n_j)
+    return G.transpose(1, 2, 0)
 
 
 def rotation_scores(spec_u: Any, spec_v: Any, n_angles: int) -> Any:
@@ -85,43 +103,50 @@ def rotation_scores(spec_u: Any, spec_v: Any, n_angles: int) -> Any:
     ``(n_i, n_j, n_angles)`` float32; entry [i, j, m] is proportional to
     <u_i, v_j rotated by theta_m = 2 pi m / n_angles about the centroids>.
     """
-    xp = array_module(spec_u)
-    G = xp.matmul(spec_u, xp.conj(spec_v).transpose(0, 2, 1))  # (K, n_i, n_j)
-    return fft_module(xp).irfft(G.transpose(1, 2, 0), n=n_angles, axis=2)
+    return scores_from_products(rotation_products(spec_u, spec_v), n_angles)
 
 
-def peak_angles(scores: Any, n_peaks: int) -> Any:
+def scores_from_products(products: Any, n_angles: int) -> Any:
+    """Inverse FFT over the last axis: cross-spectra ``(..., K)`` to scores ``(..., n_angles)``."""
+    xp = array_module(products)
+    return fft_module(xp).irfft(products, n=n_angles, axis=-1)
+
+
+def peak_angles(scores: Any, n_peaks: int) -> tuple[Any, Any]:
     """The ``n_peaks`` highest circular local maxima along the last axis, sub-sample refined.
 
     Parameters
     ----------
-    scores : ``(m, M)`` correlation over M evenly spaced angles
+    scores : ``(..., M)`` correlation over M evenly spaced angles
 
     Returns
     -------
-    ``(m, n_peaks)`` angles in radians (rows with fewer maxima repeat their best one).
+    angles ``(..., n_peaks)`` in radians and their scores (rows with fewer maxima repeat
+    their best one).
     """
     xp = array_module(scores)
-    M = scores.shape[1]
-    left, right = xp.roll(scores, 1, axis=1), xp.roll(scores, -1, axis=1)
+    M = scores.shape[-1]
+    left, right = xp.roll(scores, 1, axis=-1), xp.roll(scores, -1, axis=-1)
     is_max = (scores >= left) & (scores >= right)
     key = xp.where(is_max, scores, -xp.inf)
-    order = xp.argsort(-key, axis=1)[:, :n_peaks]
-    valid = xp.isfinite(xp.take_along_axis(key, order, 1))
-    order = xp.where(valid, order, order[:, :1])
-    c = xp.take_along_axis(scores, order, 1)
-    lo = xp.take_along_axis(left, order, 1)
-    hi = xp.take_along_axis(right, order, 1)
+    order = xp.argsort(-key, axis=-1)[..., :n_peaks]
+    valid = xp.isfinite(xp.take_along_axis(key, order, -1))
+    order = xp.where(valid, order, order[..., :1])
+    c = xp.take_along_axis(scores, order, -1)
+    lo = xp.take_along_axis(left, order, -1)
+    hi = xp.take_along_axis(right, order, -1)
     curv = lo - 2 * c + hi
     frac = xp.where(curv < 0, 0.5 * (lo - hi) / xp.where(curv < 0, curv, -1.0), 0.0)
-    return (order + xp.clip(frac, -0.5, 0.5)) * (2 * np.pi / M)
+    frac = xp.clip(frac, -0.5, 0.5)
+    return (order + frac) * (2 * np.pi / M), c - 0.25 * (lo - hi) * frac
 
 
 def centroid_translation(theta: Any, m_u: Any, m_v: Any, shape: tuple[int, int]) -> Any:
     """Translation b of tau = (theta, b) that maps the centroid of u onto that of v.
 
     tau(p) = A (p - c) + c + b with tau(m_u) = m_v, so b = (m_v - c) - A (m_u - c).
-    Shapes: theta ``(m, k)``, m_u and m_v ``(m, 2)``; returns ``(m, k, 2)``.
+    Shapes: theta ``(m, k)``, m_u ``(m, 2)``, m_v ``(m, 2)`` or ``(m, k, 2)``;
+    returns ``(m, k, 2)``.
     """
     xp = array_module(theta)
     H, W = shape
@@ -130,4 +155,5 @@ def centroid_translation(theta: Any, m_u: Any, m_v: Any, shape: tuple[int, int])
     cos, sin = xp.cos(theta), xp.sin(theta)
     Au0 = cos * du[..., 0] + sin * du[..., 1]
     Au1 = -sin * du[..., 0] + cos * du[..., 1]
-    return (m_v - c)[:, None, :] - xp.stack([Au0, Au1], -1)
+    m_v = m_v if m_v.ndim == 3 else m_v[:, None, :]
+    return (m_v - c) - xp.stack([Au0, Au1], -1)
