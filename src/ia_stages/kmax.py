@@ -283,7 +283,7 @@ def _refine_candidates(
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
-    p = starts.reshape(m * c, k)
+    p = starts.reshape(m * c, k).copy()
     # array code holds ~32 image-sized float64 arrays per candidate while refining
     batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
     cost = xp.concatenate(
@@ -292,33 +292,39 @@ def _refine_candidates(
             for s in _slices(m * c, batch)
         ]
     )
-    todo = np.flatnonzero(to_numpy(_worth_refining(cost.reshape(m, c), beta, settings).ravel()))
-    for s in _slices(todo.size, batch):
-        sel = todo[s]
-        ps, cs = refine_alignment(
-            Un[ti[sel]], Vn[tj[sel]], p[sel], group, settings.refine_iters, REFINE_TOL,
-            "correlation", "exact",
-        )  # fmt: skip
-        p[sel] = ps
-        cost[sel] = cs
-    best = xp.argmin(cost.reshape(m, c), axis=1)
+    cost = cost.reshape(m, c)
+    p = p.reshape(m, c, k)
     rows = xp.arange(m)
-    return p.reshape(m, c, k)[rows, best], cost.reshape(m, c)[rows, best]
+    best = cost.min(axis=1)
+    # refine in order of start cost; skip a start that cannot beat the pair's best so far
+    for cand in xp.argsort(cost, axis=1).T:
+        d0 = cost[rows, cand]
+        todo = np.flatnonzero(to_numpy(_worth_refining(d0, best, beta, settings)))
+        for s in _slices(todo.size, batch):
+            r, cc = todo[s], to_numpy(cand)[todo[s]]
+            ps, cs = refine_alignment(
+                Un[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
+                "correlation", "exact",
+            )  # fmt: skip
+            p[r, cc] = ps
+            cost[r, cc] = cs
+            best[r] = xp.minimum(best[r], cs)
+    winner = xp.argmin(cost, axis=1)
+    return p[rows, winner], cost[rows, winner]
 
 
 def _slices(n: int, size: int) -> list[slice]:
     return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
 
-def _worth_refining(d0: Any, beta: float, settings: SearchSettings) -> Any:
-    """Mask ``(m, c)`` of candidates whose refined value could matter (see prune_kappa)."""
+def _worth_refining(d0: Any, best: Any, beta: float, settings: SearchSettings) -> Any:
+    """Mask of starts (start cost ``d0``) worth refining given the pair's ``best`` so far."""
     xp = array_module(d0)
     if settings.prune_kappa <= 0:
         return xp.ones(d0.shape, dtype=bool)
     reachable = d0 - settings.prune_margin
     can_matter = xp.exp(-beta * reachable) >= settings.prune_kappa
-    can_win = reachable <= d0.min(axis=1, keepdims=True)
-    return can_matter & can_win
+    return can_matter & (reachable <= best)
 
 
 class _CoarseScan:

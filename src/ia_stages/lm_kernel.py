@@ -229,12 +229,12 @@ def _search(U, V, uu, vv, ii, jj, starts, iters, tol, beta, prune_kappa, margin,
                 Hm,
                 False,
             )
+        # refine in order of start cost; skip a start that cannot beat the best so far
         best = costs.min()
-        best_start = best
         p_best = starts[k, costs.argmin()].copy()
-        for c in range(n_c):
+        for c in np.argsort(costs):
             reach = costs[c] - margin
-            if prune_kappa > 0.0 and (np.exp(-beta * reach) < prune_kappa or reach > best_start):
+            if prune_kappa > 0.0 and (np.exp(-beta * reach) < prune_kappa or reach > best):
                 continue
             p = starts[k, c].copy()
             cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol)
@@ -265,9 +265,9 @@ def search_pairs(
     ii, jj : ``(m,)`` pair indices
     starts : ``(m, c, 3)`` candidate SE(2) parameters per pair
     iters, tol : Levenberg-Marquardt limits as in :func:`ia_stages.align.refine_alignment`
-    beta, prune_kappa, prune_margin : a candidate is refined only if
-        exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the pair's best start
-        (prune_kappa 0 refines every candidate)
+    beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
+        only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
+        found so far for the pair (prune_kappa 0 refines every candidate)
 
     Returns
     -------
