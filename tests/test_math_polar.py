@@ -200,3 +200,20 @@ def test_exact_hessian_matches_finite_differences_in_array_code():
         _, gp, _ = _terms(X[:1], X[1:], p + e, SE2(), "correlation", exact=True)
         _, gm, _ = _terms(X[:1], X[1:], p - e, SE2(), "correlation", exact=True)
         np.testing.assert_allclose(H[0, :, k], (gp - gm)[0] / (2 * h), rtol=1e-3, atol=1e-5)
+
+
+def test_compiled_warp_with_jacobian_equals_the_array_code():
+    from ia_stages.lm_kernel import warp_with_jacobian_se2
+    from ia_stages.warp import centred_grid, interpolate, sampling_field
+
+    rng = np.random.default_rng(0)
+    X = rng.random((6, 20, 24))
+    p = SE2().sample(rng, 6, (-180, 180), (15, 15))  # some points far off the canvas
+    out, jac = warp_with_jacobian_se2(X, p)
+    g = SE2()
+    field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
+    ref, grad = interpolate(X, field, with_gradient=True)
+    dA, db = g.jacobian(p)
+    dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
+    np.testing.assert_allclose(out, ref, atol=1e-12)
+    np.testing.assert_allclose(jac, np.einsum("nkihw,nihw->nkhw", dfield, grad), atol=1e-11)

@@ -34,24 +34,29 @@ def _weights(f):
 
 
 @njit(cache=True, inline="always")
-def _derivatives(f):
-    """phi' and phi'' at f + 1, f, f - 1, f - 2 for f in [0, 1)."""
+def _first(f):
+    """phi' at f + 1, f, f - 1, f - 2 for f in [0, 1)."""
     g = 1.0 - f
     f1 = f + 1.0
     g1 = g + 1.0
-    d = (
+    return (
         (3.0 * _A * f1 - 10.0 * _A) * f1 + 8.0 * _A,
         (3.0 * (_A + 2.0) * f - 2.0 * (_A + 3.0)) * f,
         -(3.0 * (_A + 2.0) * g - 2.0 * (_A + 3.0)) * g,
         -((3.0 * _A * g1 - 10.0 * _A) * g1 + 8.0 * _A),
     )
-    dd = (
-        6.0 * _A * f1 - 10.0 * _A,
+
+
+@njit(cache=True, inline="always")
+def _second(f):
+    """phi'' at f + 1, f, f - 1, f - 2 for f in [0, 1)."""
+    g = 1.0 - f
+    return (
+        6.0 * _A * (f + 1.0) - 10.0 * _A,
         6.0 * (_A + 2.0) * f - 2.0 * (_A + 3.0),
         6.0 * (_A + 2.0) * g - 2.0 * (_A + 3.0),
-        6.0 * _A * g1 - 10.0 * _A,
+        6.0 * _A * (g + 1.0) - 10.0 * _A,
     )
-    return d, dd
 
 
 @njit(cache=True, inline="always")
@@ -99,8 +104,8 @@ def _evaluate(u, v, uu, vv, th, b0, b1, g, Hm, want):
             )
             val = wy[0] * q0 + wy[1] * q1 + wy[2] * q2 + wy[3] * q3
             if want:
-                dy, ddy = _derivatives(y - y0)
-                dx, ddx = _derivatives(x - x0)
+                dy, ddy = _first(y - y0), _second(y - y0)
+                dx, ddx = _first(x - x0), _second(x - x0)
                 e0, e1, e2, e3 = (
                     _dot4(dx, v, r0, ix),
                     _dot4(dx, v, r1, ix),
@@ -287,3 +292,59 @@ def search_pairs(
         float(prune_kappa), float(prune_margin), out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
+
+
+@njit(cache=True, parallel=True)
+def _warp_jacobian(V, params, out, jac):
+    n, H, W = out.shape
+    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
+    for m in prange(n):
+        v = V[m]
+        th, b0, b1 = params[m, 0], params[m, 1], params[m, 2]
+        c, s = np.cos(th), np.sin(th)
+        for h in range(H):
+            gy = h - cy
+            for k in range(W):
+                gx = k - cx
+                y = c * gy + s * gx + cy + b0
+                x = -s * gy + c * gx + cx + b1
+                if y <= -2.0 or y >= H + 1.0 or x <= -2.0 or x >= W + 1.0:
+                    out[m, h, k] = 0.0
+                    jac[m, 0, h, k] = 0.0
+                    jac[m, 1, h, k] = 0.0
+                    jac[m, 2, h, k] = 0.0
+                    continue
+                y0 = np.floor(y)
+                x0 = np.floor(x)
+                wy = _weights(y - y0)
+                wx = _weights(x - x0)
+                dy = _first(y - y0)
+                dx = _first(x - x0)
+                iy = int(y0) + _PAD - 1
+                ix = int(x0) + _PAD - 1
+                val = 0.0
+                vy = 0.0
+                vx = 0.0
+                for a in range(4):
+                    q = _dot4(wx, v, iy + a, ix)
+                    val += wy[a] * q
+                    vy += dy[a] * q
+                    vx += wy[a] * _dot4(dx, v, iy + a, ix)
+                out[m, h, k] = val
+                jac[m, 0, h, k] = vy * (-s * gy + c * gx) + vx * (-c * gy - s * gx)
+                jac[m, 1, h, k] = vy
+                jac[m, 2, h, k] = vx
+
+
+def warp_with_jacobian_se2(images: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compiled :func:`ia_stages.warp.warp_with_jacobian` for SE(2) and numpy arrays.
+
+    Returns out ``(n, H, W)`` and jac ``(n, 3, H, W)``.
+    """
+    images = np.asarray(images, dtype=np.float64)
+    n, H, W = images.shape
+    padded = np.pad(images, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
+    out = np.empty((n, H, W))
+    jac = np.empty((n, 3, H, W))
+    _warp_jacobian(padded, np.ascontiguousarray(params, dtype=np.float64), out, jac)
+    return out, jac

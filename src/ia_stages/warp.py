@@ -196,6 +196,10 @@ def warp_with_jacobian(images: Any, params: Any, group: SE2 = SE2()) -> tuple[An
     jac : ``(n, n_params, H, W)``, jac[i, k] = d out[i] / d params[i, k]
     """
     xp = array_module(images)
+    if xp is np and group.name == "se2" and images.ndim == 3:
+        from .lm_kernel import warp_with_jacobian_se2
+
+        return warp_with_jacobian_se2(images, params)
     shape = images.shape[1:]
     field = sampling_field(group.matrix(params), group.translation(params), shape)
     out, grad = interpolate(images, field, with_gradient=True)
