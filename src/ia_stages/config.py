@@ -256,7 +256,7 @@ def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> d
     }
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
     mean = {"mean": cfg["ia"]["mean"], "init": cfg["ia"]["init"]}
-    if method == "ka":
+    if method in ("ka", "ka_k"):
         beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
         out.update(
             ka_beta=beta,

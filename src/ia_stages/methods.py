@@ -25,6 +25,7 @@ METHODS: dict[str, Method] = {
     "kmeans": Method("K-means (pixels)", True, "none", True),
     "gmm": Method("GMM, diagonal (pixels)", True, "none", True),
     "ka": Method("KA + read-out", False, "none", False),
+    "ka_k": Method("KA, K given", False, "none", True),
     "spectral_kmax": Method("spectral on kappa^max", True, "kmax0", True),
     "kmedoids_kmax": Method("k-medoids on kappa^max", True, "kmax0", True),
     "ti_kmeans": Method("TI K-means (SE(2))", True, "kmax0", True),

@@ -146,7 +146,7 @@ def clustering(runs: list[str | Path], datasets: list[str | Path], out_stem: str
     shown = pd.DataFrame(
         {
             "dataset": [
-                d if o != "run here" else f"{d} ({s}, n={n})"
+                d if o != "run here" else f"{d} ({'' if s == 'generated' else s + ', '}n={n:.0f})"
                 for d, s, n, o in zip(df.dataset, df.source, df.n, df.origin, strict=True)
             ],
             "method": df.method_label,
@@ -194,7 +194,12 @@ def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
             raise ValueError(f"{path}: unreadable theory file ({err})") from None
     df = pd.concat(frames, ignore_index=True)
-    shown = df.rename(
+    shown = df.assign(
+        restart_same=[
+            "-" if pd.isna(v) else ("yes" if str(v) in ("True", "1", "1.0") else "no")
+            for v in df.restart_same
+        ]
+    ).rename(
         columns={
             "iteration": "t",
             "R": "R^(t)",
@@ -266,8 +271,8 @@ def cost(stores: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
         "",
         "Per dataset, stage and detail (IA iteration or benchmark method): jobs, summed wall",
         "time of the computation (s), largest peak resident memory of one job (MiB, getrusage),",
-        "and for the kappa^max blocks the pairs searched and microseconds per pair. The gather",
-        "rows repeat the blocks' time. Timings vary between runs; this table is not part of the",
+        "and for the kappa^max blocks the pairs searched and microseconds per pair. Timings vary",
+        "between runs and with the machine's load; this table is not part of the",
         "reproducibility check.",
         "",
         df.to_markdown(index=False, floatfmt=".4g"),

@@ -96,14 +96,15 @@ def predict(
         return B.kmeans_pixels(X, K, seed), extra
     if method == "gmm":
         return B.gmm_pixels(X, K, seed), extra
-    if method == "ka":
+    if method in ("ka", "ka_k"):
         feats = kernel_attention(
             X, settings["ka_beta"], settings["normalization"], settings["ka_iterations"]
         )[0]
         Xn = normalize(feats[-1], settings["normalization"])
-        return cluster_by_distance(
-            sq_distances(Xn, Xn), readout["threshold"], readout["linkage"]
-        ), extra
+        sq = sq_distances(Xn, Xn)
+        if method == "ka_k":
+            return cluster_by_distance(sq, 0.0, readout["linkage"], n_clusters=K), extra
+        return cluster_by_distance(sq, readout["threshold"], readout["linkage"]), extra
     V = require_images(data, data_path)
     if method in ("ia_kavg_k", "ia_ksoft_k"):
         return _ablation(V, settings, "avg" if method == "ia_kavg_k" else "soft", K), extra
