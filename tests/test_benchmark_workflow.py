@@ -53,6 +53,7 @@ BENCH_TINY = {
     },
 }
 TABLES = [f"results/tables/{t}.csv" for t in ("clustering", "theory", "cost")]
+FIGURE = "results/figures/benchmark_acc.png"
 
 
 def run_targets(workdir: Path, configfile: Path, targets: list[str]) -> None:
@@ -84,7 +85,7 @@ def bench_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     cfg = work / "bench.yaml"
     cfg.write_text(yaml.safe_dump(BENCH_TINY))
-    run_targets(work, cfg, TABLES)
+    run_targets(work, cfg, [*TABLES, FIGURE])
     return work, cfg
 
 
@@ -154,13 +155,14 @@ def test_report_shows_the_three_tables_with_captions(bench_run):
     out = work / "report.html"
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-         str(work), "--configfile", str(cfg), "--report", str(out), *TABLES],
+         str(work), "--configfile", str(cfg), "--report", str(out), *TABLES, FIGURE],
         capture_output=True, text=True, cwd=work,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     html = out.read_text(errors="replace")
     for name in ("clustering.csv", "theory.csv", "cost.csv", "Table 1:", "Table 2:", "Table 3:"):
         assert name in html, name
+    assert "benchmark_acc.png" in html and "as a bar chart" in html
 
 
 def _settings(work):

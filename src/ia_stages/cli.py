@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex")
 
     sp = add("figure", _cmd_figure, "draw one figure")
-    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5"])
+    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark"])
     sp.add_argument("--inputs", nargs="+", required=True)
     sp.add_argument("--out", required=True)
 

@@ -95,3 +95,20 @@ rule table_cost:
         "results/logs/tables/cost.log",
     shell:
         "ia-stages bench-table cost --inputs {input} --out-stem results/tables/cost 2> {log}"
+
+
+rule figure_benchmark:
+    conda:
+        CONDA_ENV
+    input:
+        "results/tables/clustering.csv",
+    output:
+        report(
+            "results/figures/benchmark_acc.png",
+            caption="../report/benchmark_acc.rst",
+            category="Figures",
+        ),
+    log:
+        "results/logs/figures/benchmark_acc.log",
+    shell:
+        "ia-stages figure benchmark --inputs {input} --out {output} 2> {log}"

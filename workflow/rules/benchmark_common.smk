@@ -12,7 +12,7 @@ BENCH_TABLES = [
     f"results/tables/{name}.{ext}"
     for name in ("clustering", "theory", "cost")
     for ext in ("csv", "md", "tex")
-]
+] + ["results/figures/benchmark_acc.png"]
 
 
 wildcard_constraints:
