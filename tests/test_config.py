@@ -417,3 +417,23 @@ def test_kmax_blocks_cover_the_upper_triangle_once(cfg: dict, n: int, block_size
 def test_yaml_roundtrip_of_validated_config(cfg: dict, schema_path: Path) -> None:
     """A validated config written back to YAML validates to the same thing."""
     assert validate_config(yaml.safe_load(yaml.safe_dump(cfg)), schema_path) == cfg
+
+
+def test_cluster_settings_follow_only_what_each_method_reads(
+    default_config: dict, schema_path: Path
+) -> None:
+    from ia_stages.config import cluster_settings
+    from ia_stages.methods import METHODS
+
+    cfg = validate_config(default_config, schema_path)
+    edited = copy.deepcopy(cfg)
+    edited["benchmark"]["ablation"]["temperature"] = 0.5
+    for method in METHODS:
+        a = cluster_settings(cfg, "mnist_rot", method, 0)
+        b = cluster_settings(edited, "mnist_rot", method, 0)
+        assert (a != b) == (method == "ia_ksoft_k"), method
+        assert a["seed_index"] == 0 and a["method"] == method
+    assert cluster_settings(cfg, "mnist_rot", "kmeans", 1) != cluster_settings(
+        cfg, "mnist_rot", "kmeans", 0
+    )
+    assert cluster_settings(cfg, "mnist_rot", "ia", 0)["n_clusters"] is None  # finds K

@@ -269,12 +269,15 @@ def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> d
     elif method == "ti_kmeans":
         out.update(**kernel, **mean, search=cfg["ia"]["search"], ti_kmeans=bench["ti_kmeans"])
     elif method in ("ia_kavg_k", "ia_ksoft_k"):
+        ablation = dict(bench["ablation"])
+        if method == "ia_kavg_k":  # the average has no temperature
+            ablation.pop("temperature")
         out.update(
             **kernel,
             **mean,
             readout=readout,
             ia_iterations=cfg["ia"]["iterations"],
-            ablation=bench["ablation"],
+            ablation=ablation,
         )
     return out
 

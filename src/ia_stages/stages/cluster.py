@@ -62,7 +62,7 @@ def _ablation(V: np.ndarray, settings: dict, pooling: str, K: int) -> np.ndarray
             F,
             beta=settings["beta"],
             pooling=pooling,
-            temperature=abl["temperature"],
+            temperature=abl.get("temperature", 1.0),
             normalization=settings["normalization"],
             sigma=settings["sigma"],
             grid=grid,
