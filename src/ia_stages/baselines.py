@@ -175,8 +175,19 @@ def ti_kmeans(
 
 
 def _ti_kmeans_once(
-    X, K, rng, beta, normalization, sigma, search, mean_settings, iterations, kmax0, group
+    X: Any,
+    K: int,
+    rng: np.random.Generator,
+    beta: float,
+    normalization: str,
+    sigma: float,
+    search: SearchSettings,
+    mean_settings: MeanSettings,
+    iterations: int,
+    kmax0: KappaMaxResult | None,
+    group: SE2,
 ) -> TIKMeansResult:
+    """One start of :func:`ti_kmeans` (prototypes: K random samples)."""
     n = X.shape[0]
     idx = np.sort(rng.choice(n, K, replace=False))
     P = X[idx]
@@ -200,13 +211,29 @@ def _ti_kmeans_once(
     return TIKMeansResult(labels.astype(np.int64), to_numpy(P), objective, it)
 
 
-def _align(P, X, beta, normalization, sigma, search, group) -> tuple[np.ndarray, np.ndarray]:
+def _align(
+    P: Any,
+    X: Any,
+    beta: float,
+    normalization: str,
+    sigma: float,
+    search: SearchSettings,
+    group: SE2,
+) -> tuple[np.ndarray, np.ndarray]:
     """Aligned squared distances ``(K, n)`` and params ``(K, n, 3)`` (X[i] o tau ~ P[k])."""
     km = kappa_max(P, X, beta, normalization, group, search, sigma=sigma)
     return to_numpy(km.sqdist), to_numpy(km.params)
 
 
-def _update(X, P, labels, params, sq, mean_settings, group) -> Any:
+def _update(
+    X: Any,
+    P: Any,
+    labels: np.ndarray,
+    params: np.ndarray,
+    sq: np.ndarray,
+    mean_settings: MeanSettings,
+    group: SE2,
+) -> Any:
     """Invariant mean of every cluster; an empty cluster takes the worst-fitted sample."""
     P = P.copy()
     K = P.shape[0]

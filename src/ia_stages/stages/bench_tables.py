@@ -69,7 +69,9 @@ def _pm(mean: float, std: float | None, scale: float = 100.0, digits: int = 1) -
     return s
 
 
-def clustering(runs: list[str | Path], datasets: list[str | Path], out_stem: str | Path):
+def clustering(
+    runs: list[str | Path], datasets: list[str | Path], out_stem: str | Path
+) -> pd.DataFrame:
     """Table 1 from the cluster stores ``runs`` and the dataset stores they label."""
     info = {}
     for path in datasets:
@@ -102,7 +104,7 @@ def clustering(runs: list[str | Path], datasets: list[str | Path], out_stem: str
     for (dname, method), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
         labels, source = info[dname]
 
-        def stat(key, rs=rs):
+        def stat(key: str, rs: list = rs) -> tuple[float, float]:
             v = np.asarray([r[key] for r in rs], dtype=float)
             return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else np.nan
 

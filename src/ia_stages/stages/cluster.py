@@ -11,6 +11,7 @@ kappa^max / invariant-mean computations the method builds on).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -57,7 +58,7 @@ def _ablation(V: np.ndarray, settings: dict, pooling: str, K: int) -> np.ndarray
     mean["sigmas"] = tuple(mean["sigmas"])
     Vx, _ = on_backend(V, settings["backend"])
 
-    def kernel(F):
+    def kernel(F: Any) -> KappaMaxResult:
         return group_kernel(
             F,
             beta=settings["beta"],
