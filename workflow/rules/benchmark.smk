@@ -1,0 +1,114 @@
+# The clustering benchmark (Tables 1-3): every method on every benchmark dataset, per seed.
+
+
+rule cluster:
+    conda:
+        CONDA_ENV
+    input:
+        unpack(cluster_inputs),
+    output:
+        directory("results/{dataset}/cluster/{method}/seed{seed}.zarr"),
+    params:
+        settings=cluster_settings_arg,
+        args=lambda w, input: cluster_args(w, input),
+    resources:
+        gpu=lambda w: GPU_PER_JOB if w.method in HEAVY_METHODS else 0,
+    log:
+        "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
+    shell:
+        "ia-stages cluster --dataset {input.dataset} {params.args}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
+rule theory:
+    conda:
+        CONDA_ENV
+    input:
+        dataset="results/data/{dataset}.zarr",
+        kmax=lambda w: ia_stores(w.dataset)[0],
+        features=lambda w: ia_stores(w.dataset)[1],
+    output:
+        "results/{dataset}/theory.csv",
+    params:
+        settings=settings("theory"),
+    log:
+        "results/logs/{dataset}/theory.log",
+    shell:
+        "ia-stages theory --dataset {input.dataset} --features {input.features}"
+        " --kmax {input.kmax} --settings {params.settings} --out {output} 2> {log}"
+
+
+rule table_clustering:
+    conda:
+        CONDA_ENV
+    input:
+        runs=cluster_runs(),
+        datasets=expand("results/data/{dataset}.zarr", dataset=BENCH_DATASETS),
+    output:
+        csv=report(
+            "results/tables/clustering.csv",
+            caption="../report/clustering.rst",
+            category="Tables",
+        ),
+        md="results/tables/clustering.md",
+        tex="results/tables/clustering.tex",
+    log:
+        "results/logs/tables/clustering.log",
+    shell:
+        "ia-stages bench-table clustering --inputs {input.runs} --datasets {input.datasets}"
+        " --out-stem results/tables/clustering 2> {log}"
+
+
+rule table_theory:
+    conda:
+        CONDA_ENV
+    input:
+        expand("results/{dataset}/theory.csv", dataset=BENCH_DATASETS),
+    output:
+        csv=report(
+            "results/tables/theory.csv",
+            caption="../report/theory.rst",
+            category="Tables",
+        ),
+        md="results/tables/theory.md",
+        tex="results/tables/theory.tex",
+    log:
+        "results/logs/tables/theory.log",
+    shell:
+        "ia-stages bench-table theory --inputs {input} --out-stem results/tables/theory 2> {log}"
+
+
+rule table_cost:
+    conda:
+        CONDA_ENV
+    input:
+        cost_stores,
+    output:
+        csv=report(
+            "results/tables/cost.csv",
+            caption="../report/cost.rst",
+            category="Tables",
+        ),
+        md="results/tables/cost.md",
+        tex="results/tables/cost.tex",
+    log:
+        "results/logs/tables/cost.log",
+    shell:
+        "ia-stages bench-table cost --inputs {input} --out-stem results/tables/cost 2> {log}"
+
+
+rule figure_benchmark:
+    conda:
+        CONDA_ENV
+    input:
+        "results/tables/clustering.csv",
+    output:
+        report(
+            "results/figures/benchmark_acc.png",
+            caption="../report/benchmark_acc.rst",
+            category="Figures",
+        ),
+    log:
+        "results/logs/figures/benchmark_acc.log",
+    shell:
+        "ia-stages figure benchmark --inputs {input} --out {output} 2> {log}"
