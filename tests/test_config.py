@@ -63,7 +63,7 @@ def test_default_config_is_valid_and_defaults_are_filled(
     assert "search" not in default_config["ia"]  # so all of ia.search comes from the schema
     search_schema = schema["properties"]["ia"]["properties"]["search"]["properties"]
     assert cfg["ia"]["search"] == _defaults(search_schema)
-    mean_keys = {"steps", "step_size", "sigmas", "preconditioner", "weight_floor"}
+    mean_keys = {"steps", "step_size", "sigmas", "preconditioner", "weight_floor", "max_images"}
     assert set(cfg["ia"]["mean"]) == mean_keys
     assert cfg["readout"]["linkage"] == "average"
     # per-kind defaults come from the matching if/then branch; values in the file are kept
@@ -189,7 +189,7 @@ BAD = {
         _set("datasets", "mnist", "n", 6000),
         ["datasets.mnist.n", "6000", "5000"],
     ),
-    "K larger than n": (_set("benchmark", "n_clusters", 61), ["benchmark.n_clusters", "61"]),
+    "K larger than n": (_set("benchmark", "n_clusters", 5001), ["benchmark.n_clusters", "5001"]),
     "benchmark dataset not in ia.datasets": (
         _set("ia", "datasets", ["shapes3", "mnist3"]),
         ["benchmark.datasets.0", "ia.datasets"],

@@ -94,3 +94,16 @@ def test_objective_helper_is_the_weighted_squared_distance():
     w = np.array([0.1, 0.2, 0.3, 0.4])
     expected = sum(w[i] * ((W[i] - mu) ** 2).sum() for i in range(4))
     assert _objective(w, W, mu) == pytest.approx(expected)
+
+
+def test_max_images_keeps_the_heaviest_and_reports_the_rest():
+    from ia_stages.invariant_mean import MeanSettings, invariant_mean
+
+    rng = np.random.default_rng(0)
+    V = rng.random((6, 12, 12))
+    w = np.array([0.5, 0.1, 0.3, 0.05, 0.02, 0.03])
+    capped = invariant_mean(V, w, settings=MeanSettings(steps=0, max_images=2))
+    # steps=0: mu is the weighted mean of the kept images at the identity
+    expected = (0.5 * V[0] + 0.3 * V[2]) / 0.8
+    np.testing.assert_allclose(capped.mean, expected, atol=1e-12)
+    assert capped.dropped_weight == pytest.approx(0.2 / 1.0)

@@ -105,12 +105,13 @@ def group_kernel(
     rot_params = xp.zeros((angles.size, group.n_params))
     rot_params[:, 0] = xp.asarray(angles)
     log_value = xp.empty((n_i, n_j))
-    best = xp.empty((n_i, n_j), dtype=np.int64)
+    best = xp.zeros((n_i, n_j), dtype=np.int64)
     for j in range(n_j):
         rotated = warp(xp.broadcast_to(Vn[j], (angles.size, H, W)), rot_params, group)
         F_w = fft.rfft2(rotated, s=fshape)
-        for start in range(0, n_i, grid.row_chunk):
-            sl = slice(start, min(start + grid.row_chunk, n_i))
+        last = j + 1 if symmetric else n_i  # symmetric: rows i <= j; the rest is mirrored
+        for start in range(0, last, grid.row_chunk):
+            sl = slice(start, min(start + grid.row_chunk, last))
             cross = fft.irfft2(xp.conj(F_u[sl])[:, None] * F_w[None], s=fshape)
             cross = cross[:, :, rows[:, None], cols[None, :]].reshape(cross.shape[0], -1)
             d2 = xp.maximum((u_sq[sl] + v_sq[j])[:, None] - 2 * cross, 0.0)

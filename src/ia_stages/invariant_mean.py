@@ -36,6 +36,9 @@ class MeanSettings:
         Gauss-Newton step); 'none' is the paper's plain gradient step
     weight_floor : images with w_i below weight_floor * max(w) are left out (their share of
         mu is negligible); 0 keeps every image
+    max_images : None, or keep only the images with the largest weights, at most this many
+        (the cost of a mean is linear in the images it aligns; the weight left out is
+        reported as ``dropped_weight``)
     """
 
     steps: int = 20
@@ -43,6 +46,7 @@ class MeanSettings:
     sigmas: tuple[float, ...] = (3.0, 1.5, 0.0)
     preconditioner: str = "gauss-newton"
     weight_floor: float = 1e-4
+    max_images: int | None = None
 
 
 @dataclass
@@ -94,6 +98,9 @@ def invariant_mean(
     if float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):
         raise ValueError("weights must be non-negative with a positive sum")
     active = xp.flatnonzero(w_all >= settings.weight_floor * w_all.max())
+    if settings.max_images is not None and active.size > settings.max_images:
+        heaviest = xp.argsort(-w_all[active], kind="stable")[: settings.max_images]
+        active = xp.sort(active[heaviest])
     dropped = 1.0 - float(w_all[active].sum() / w_all.sum())
     w = w_all[active] / w_all[active].sum()
     Va = V[active]
