@@ -120,6 +120,8 @@ def predict(
         ti = settings["ti_kmeans"]
         mean = dict(settings["mean"])
         mean["sigmas"] = tuple(mean["sigmas"])
+        # a prototype is the mean of all its members (equal weights): no top-k cap
+        mean["max_images"] = None
         Vx, _ = on_backend(V, settings["backend"])
         res = B.ti_kmeans(
             Vx,
