@@ -8,7 +8,6 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,7 @@ from ia_stages.stages import bench_tables, cluster
 from ia_stages.stages.bench_tables import NOT_RUN, REPORTED
 from ia_stages.store import read_store, write_store
 
-from .test_workflow import ROOT, mtimes
+from .test_workflow import ROOT, mtimes, run_workflow
 
 N = 10
 BENCH_TINY = {
@@ -56,36 +55,12 @@ TABLES = [f"results/tables/{t}.csv" for t in ("clustering", "theory", "cost")]
 FIGURE = "results/figures/benchmark_acc.png"
 
 
-def run_targets(workdir: Path, configfile: Path, targets: list[str]) -> None:
-    """Run the workflow up to ``targets`` through the Snakemake API."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        ExecutionSettings,
-        OutputSettings,
-        ResourceSettings,
-        StorageSettings,
-    )
-
-    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
-        wf = api.workflow(
-            resource_settings=ResourceSettings(cores=2),
-            config_settings=ConfigSettings(configfiles=[configfile]),
-            storage_settings=StorageSettings(),
-            snakefile=ROOT / "Snakefile",
-            workdir=workdir,
-        )
-        dag = wf.dag(DAGSettings(targets=targets))
-        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
-
-
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     cfg = work / "bench.yaml"
     cfg.write_text(yaml.safe_dump(BENCH_TINY))
-    run_targets(work, cfg, [*TABLES, FIGURE])
+    run_workflow(work, cfg, [*TABLES, FIGURE])
     return work, cfg
 
 

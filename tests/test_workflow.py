@@ -51,8 +51,8 @@ FIGURES = [
 ]
 
 
-def run_workflow(workdir: Path, configfile: Path) -> None:
-    """Run the workflow through the Snakemake API."""
+def run_workflow(workdir: Path, configfile: Path, targets: list[str] | None = None) -> None:
+    """Run the workflow (up to ``targets``, default all) through the Snakemake API."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -71,7 +71,7 @@ def run_workflow(workdir: Path, configfile: Path) -> None:
             snakefile=ROOT / "Snakefile",
             workdir=workdir,
         )
-        dag = wf.dag(DAGSettings())
+        dag = wf.dag(DAGSettings(targets=targets or []))
         dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from .. import metrics as M
 from ..methods import METHODS
 from ..store import read_store, store_attrs, write_text_atomic
+from .tables import read_csvs
 
 DTI = "Monnier et al., Deep Transformation-Invariant Clustering, NeurIPS 2020"
 NOT_RUN = "reported in [DTI paper], not run here"
@@ -189,13 +190,7 @@ def clustering(
 
 def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
     """Table 2: concatenate the per-dataset theory rows."""
-    frames = []
-    for path in csvs:
-        try:
-            frames.append(pd.read_csv(path))
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-            raise ValueError(f"{path}: unreadable theory file ({err})") from None
-    df = pd.concat(frames, ignore_index=True)
+    df = read_csvs(csvs, "theory")
     shown = df.assign(
         restart_same=[
             "-" if pd.isna(v) else ("yes" if str(v) in ("True", "1", "1.0") else "no")

@@ -9,15 +9,20 @@ import pandas as pd
 from ..store import write_text_atomic
 
 
-def run(metrics: list[str | Path], out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
-    """Concatenate per-dataset metrics and write the table."""
+def read_csvs(paths: list[str | Path], what: str) -> pd.DataFrame:
+    """Concatenate CSV files; an unreadable one raises ValueError naming it and ``what`` it is."""
     frames = []
-    for path in metrics:
+    for path in paths:
         try:
             frames.append(pd.read_csv(path))
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-            raise ValueError(f"{path}: unreadable metrics file ({err})") from None
-    df = pd.concat(frames, ignore_index=True)
+            raise ValueError(f"{path}: unreadable {what} file ({err})") from None
+    return pd.concat(frames, ignore_index=True)
+
+
+def run(metrics: list[str | Path], out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
+    """Concatenate per-dataset metrics and write the table."""
+    df = read_csvs(metrics, "metrics")
     write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out_csv)
     shown = df.rename(
         columns={
