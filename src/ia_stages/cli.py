@@ -10,7 +10,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from . import __version__
@@ -61,24 +61,30 @@ def _cmd_dataset(a: argparse.Namespace) -> None:
     log.info("wrote %s: %d samples", a.out, ds.sizes["sample"])
 
 
-def _use_threads(n: int | None) -> None:
-    """Run compiled kernels on at most ``n`` threads (None: all cores numba sees)."""
+@contextmanager
+def _use_threads(n: int | None) -> Iterator[None]:
+    """Run compiled kernels and scipy FFTs on at most ``n`` threads (None: numba's default,
+    one FFT thread)."""
     if n is None:
+        yield
         return
     if n < 1:
         raise ConfigError(f"--threads must be >= 1, got {n}")
     import numba
+    import scipy.fft
 
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    with scipy.fft.set_workers(n):
+        yield
 
 
 def _cmd_kmax_block(a: argparse.Namespace) -> None:
     from .stages import kmax_block
 
-    _use_threads(a.threads)
     n = store_sizes(a.features).get("sample", 0)
     total = kmax_block.n_pairs(a.block[0], a.block[1], a.block_size, n)
-    with _progress(total, f"kappa^max block {a.block[0]},{a.block[1]}") as tick:
+    label = f"kappa^max block {a.block[0]},{a.block[1]}"
+    with _use_threads(a.threads), _progress(total, label) as tick:
         ds = kmax_block.run(
             a.features, a.out, a.block[0], a.block[1], a.block_size, _settings(a.settings), tick
         )
@@ -102,11 +108,11 @@ def _cmd_means(a: argparse.Namespace) -> None:
     from .stages import means
     from .stages.kmax_block import block_range
 
-    _use_threads(a.threads)
     n = store_sizes(a.features).get("sample", 0)
     size = a.block_size or max(n, 1)
     total = len(block_range(a.block, size, n))
-    with _progress(total, f"invariant means, column block {a.block}") as tick:
+    label = f"invariant means, column block {a.block}"
+    with _use_threads(a.threads), _progress(total, label) as tick:
         ds = means.run(
             a.features, a.kmax, a.out, _settings(a.settings), a.block, a.block_size, tick
         )
@@ -156,7 +162,8 @@ def _cmd_tables(a: argparse.Namespace) -> None:
 def _cmd_cluster(a: argparse.Namespace) -> None:
     from .stages import cluster
 
-    ds = cluster.run(a.dataset, a.out, _settings(a.settings), a.kmax, a.upstream)
+    with _use_threads(a.threads):
+        ds = cluster.run(a.dataset, a.out, _settings(a.settings), a.kmax, a.upstream)
     log.info(
         "wrote %s: %s found %d clusters in %.1f s",
         a.out,
@@ -169,7 +176,8 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
 def _cmd_theory(a: argparse.Namespace) -> None:
     from .stages import theory
 
-    df = theory.run(a.dataset, a.features, a.kmax, a.out, _settings(a.settings))
+    with _use_threads(a.threads):
+        df = theory.run(a.dataset, a.features, a.kmax, a.out, _settings(a.settings))
     log.info("wrote %s: %d rows", a.out, len(df))
 
 
@@ -273,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dataset", required=True)
     sp.add_argument("--kmax", help="kappa^max store the method reads")
     sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
@@ -280,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dataset", required=True)
     sp.add_argument("--features", nargs="*", default=[], help="IA features, iterations 1..T")
     sp.add_argument("--kmax", nargs="+", required=True, help="kappa^max, iterations 0..T")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 

@@ -93,29 +93,36 @@ def group_kernel(
     s = grid.max_shift if grid.max_shift is not None else max(H, W) // 3
     offs = np.arange(-s, s + 1, grid.shift_step)
     fshape = (fft.next_fast_len(H + s), fft.next_fast_len(W + s))
-    rows, cols = offs % fshape[0], offs % fshape[1]
     shifts = np.stack(np.meshgrid(offs, offs, indexing="ij"), -1).reshape(-1, 2)
     angles = np.arange(grid.n_angles) * (2 * np.pi / grid.n_angles)
     n_grid = angles.size * shifts.shape[0]
     t = 1.0 if pooling == "avg" else float(temperature)
+    window = slice(0, 2 * s + 1, grid.shift_step)
 
-    F_u = fft.rfft2(Un, s=fshape)
-    u_sq = (Un**2).reshape(n_i, -1).sum(1)
-    v_sq = (Vn**2).reshape(n_j, -1).sum(1)
+    # float32 spectra: the FFTs dominate and d2's rounding (~1e-6) is far below the grid's
+    # own approximation. u is rolled by -s in the padded frame so that shift -s..s of the
+    # circular correlation lands on rows/columns 0..2s: one strided view, no gather.
+    Upad = xp.zeros((n_i, *fshape), dtype=np.float32)
+    Upad[:, :H, :W] = Un
+    F_u = xp.conj(fft.rfft2(xp.roll(Upad, (-s, -s), axis=(1, 2))))
+    u_sq = (Un**2).reshape(n_i, -1).sum(1).astype(np.float32)
+    v_sq = (Vn**2).reshape(n_j, -1).sum(1).astype(np.float32)
     rot_params = xp.zeros((angles.size, group.n_params))
     rot_params[:, 0] = xp.asarray(angles)
     log_value = xp.empty((n_i, n_j))
     best = xp.zeros((n_i, n_j), dtype=np.int64)
     for j in range(n_j):
         rotated = warp(xp.broadcast_to(Vn[j], (angles.size, H, W)), rot_params, group)
-        F_w = fft.rfft2(rotated, s=fshape)
+        F_w = fft.rfft2(rotated.astype(np.float32), s=fshape)
         last = j + 1 if symmetric else n_i  # symmetric: rows i <= j; the rest is mirrored
         for start in range(0, last, grid.row_chunk):
             sl = slice(start, min(start + grid.row_chunk, last))
-            cross = fft.irfft2(xp.conj(F_u[sl])[:, None] * F_w[None], s=fshape)
-            cross = cross[:, :, rows[:, None], cols[None, :]].reshape(cross.shape[0], -1)
-            d2 = xp.maximum((u_sq[sl] + v_sq[j])[:, None] - 2 * cross, 0.0)
-            a = -beta * d2 / t
+            # irfft2 = ifft over rows, then irfft over columns: keep only the window's rows
+            rows = fft.ifft(F_u[sl][:, None] * F_w[None], axis=-2)[..., window, :]
+            cross = fft.irfft(rows, n=fshape[1], axis=-1)[..., window]
+            cross = cross.reshape(cross.shape[0], -1)
+            d2 = xp.maximum((u_sq[sl] + v_sq[j])[:, None] - 2 * cross, np.float32(0))
+            a = np.float32(-beta / t) * d2
             top = a.max(1)
             log_value[sl, j] = t * (top + xp.log(xp.exp(a - top[:, None]).sum(1)) - np.log(n_grid))
             best[sl, j] = xp.argmin(d2, axis=1)

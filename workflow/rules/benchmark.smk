@@ -11,12 +11,13 @@ rule cluster:
     params:
         settings=cluster_settings_arg,
         args=lambda w, input: cluster_args(w, input),
+    threads: lambda w: config["threads"] if w.method in HEAVY_METHODS else 1
     resources:
         gpu=lambda w: GPU_PER_JOB if w.method in HEAVY_METHODS else 0,
     log:
         "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
     shell:
-        "ia-stages cluster --dataset {input.dataset} {params.args}"
+        "ia-stages cluster --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -31,11 +32,13 @@ rule theory:
         "results/{dataset}/theory.csv",
     params:
         settings=settings("theory"),
+    threads: config["threads"]
     log:
         "results/logs/{dataset}/theory.log",
     shell:
         "ia-stages theory --dataset {input.dataset} --features {input.features}"
-        " --kmax {input.kmax} --settings {params.settings} --out {output} 2> {log}"
+        " --kmax {input.kmax} --threads {threads} --settings {params.settings}"
+        " --out {output} 2> {log}"
 
 
 rule table_clustering:
