@@ -181,10 +181,32 @@ def test_array_refinement_equals_the_compiled_one():
     starts = np.concatenate(
         [rng.uniform(-np.pi, np.pi, (ii.size, 2, 1)), rng.uniform(-2, 2, (ii.size, 2, 2))], -1
     )
-    s = SearchSettings()
-    _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=True)
-    _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=False)
-    np.testing.assert_allclose(np.exp(-5.0 * c1), np.exp(-5.0 * c2), atol=1e-9)
+    for coarse in (0, 10):  # ordered by the starts' own cost / by the half-resolution stage
+        s = SearchSettings(coarse_iters=coarse)
+        _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=True)
+        _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, compiled=False)
+        np.testing.assert_allclose(np.exp(-5.0 * c1), np.exp(-5.0 * c2), atol=1e-9)
+
+
+def test_half_resolution_keeps_angles_and_halves_translations():
+    """Block means commute with SE(2) about the centre, translations halved (smooth images)."""
+    from ia_stages.kernels import half_resolution
+    from ia_stages.warp import warp
+
+    X = _shapes(3, seed=4)
+    p = np.array([[0.9, 2.0, -3.0], [-2.5, -1.0, 1.5], [3.0, 0.0, 0.0]])
+    half_of_warped = half_resolution(warp(X, p))
+    q = p.copy()
+    q[:, 1:] /= 2.0
+    warped_half = warp(half_resolution(X), q)
+    scale = np.abs(warped_half).max()
+    err = np.abs(half_of_warped - warped_half).max() / scale
+    assert err < 0.08  # Keys interpolation on a 20 px grid
+    # full-resolution translations on the half grid land twice too far: ~0.8
+    wrong = np.abs(half_of_warped - warp(half_resolution(X), p)).max() / scale
+    assert wrong > 0.5
+    with pytest.raises(ValueError, match="even"):
+        half_resolution(X[:, 1:])
 
 
 def test_exact_hessian_matches_finite_differences_in_array_code():

@@ -89,6 +89,20 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
     return cost, gvec, H
 
 
+def _model_converged(
+    g: Any, H: Any, step: Any, lam: Any, cost: Any, beta: float, kappa_stop: float
+) -> Any:
+    """Mask of pairs whose Newton model (``g``, ``H`` half the gradient and Hessian,
+    positive definite, damping ``lam`` at most its initial 1e-3) promises the kernel value
+    exp(-beta cost) a rise below ``kappa_stop`` for ``step``."""
+    xp = array_module(H)
+    det2 = H[:, 0, 0] * H[:, 1, 1] - H[:, 0, 1] * H[:, 1, 0]
+    pos_def = (H[:, 0, 0] > 0) & (det2 > 0) & (xp.linalg.det(H) > 0)
+    drop = -(2 * (g * step).sum(-1) + xp.einsum("mi,mij,mj->m", step, H, step))
+    small = beta * xp.exp(-beta * cost) * drop < kappa_stop
+    return pos_def & (lam <= 1e-3) & small
+
+
 def refine_alignment(
     target: Any,
     moving: Any,
@@ -98,6 +112,8 @@ def refine_alignment(
     tol: float = 1e-9,
     objective: str = "least-squares",
     hessian: str = "gauss-newton",
+    beta: float = 0.0,
+    kappa_stop: float = 0.0,
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -112,6 +128,9 @@ def refine_alignment(
     hessian : 'gauss-newton' (J^T J) or 'exact' (correlation objective and SE(2) only: Newton
         steps, far fewer of them when target and moving differ; what the compiled
         :mod:`ia_stages.lm_kernel` does)
+    beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the quadratic model at
+        a positive-definite Hessian (damping at most its initial value) promises
+        exp(-beta cost) a rise below ``kappa_stop``
 
     Returns
     -------
@@ -138,6 +157,11 @@ def refine_alignment(
         diag = xp.maximum(xp.abs(H * eye).sum(-1, keepdims=True), 1e-12)
         damp = lam[active, None, None] * diag * eye
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
+        if kappa_stop > 0:
+            done = _model_converged(g, H, step, lam[active], cost[active], beta, kappa_stop)
+            active, g, H, step = active[~done], g[~done], H[~done], step[~done]
+            if active.size == 0:
+                break
         trial = params[active] + step
         cost_t, g_t, H_t = _terms(target[active], moving[active], trial, group, objective, exact)
         better = cost_t < cost[active]

@@ -39,6 +39,22 @@ def normalize(images: Any, mode: str = "unit") -> Any:
     return images / norms.reshape((-1,) + (1,) * (images.ndim - 1))
 
 
+def half_resolution(images: Any) -> Any:
+    """2 x 2 block means of ``(n, H, W)`` images (H, W even), at unit norm: ``(n, H/2, W/2)``.
+
+    Pixel (h, k) of the result covers pixels 2h..2h+1, 2k..2k+1, so a full-resolution
+    coordinate is x = 2 x' + 1/2 and the centres (H - 1) / 2 and (H/2 - 1) / 2 correspond: an
+    SE(2) transform about the centre keeps its angle and halves its translation there.
+    """
+    xp = array_module(images)
+    n, H, W = images.shape
+    if H % 2 or W % 2:
+        raise ValueError(f"half_resolution needs even image sizes, got {H} x {W}")
+    half = images.reshape(n, H // 2, 2, W // 2, 2).mean(axis=(2, 4))
+    norm = xp.sqrt((half**2).reshape(n, -1).sum(1))
+    return half / xp.where(norm > 0, norm, 1.0)[:, None, None]
+
+
 def sq_distances(X: Any, Y: Any) -> Any:
     """Pairwise squared Euclidean distances between flattened samples, ``(n, m)``."""
     xp = array_module(X, Y)

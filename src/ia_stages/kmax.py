@@ -35,7 +35,7 @@ import numpy as np
 from .align import pair_cost, refine_alignment
 from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
-from .kernels import normalize, smooth
+from .kernels import half_resolution, normalize, smooth
 from .lm_kernel import search_pairs
 from .polar import (
     centroid_translation,
@@ -48,6 +48,8 @@ from .polar import (
 from .warp import warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
+# ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
+KAPPA_STOP_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -62,12 +64,17 @@ class SearchSettings:
         see; on top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added,
         and nothing (no smoothed refinement either) when ``sigma >= coarse_sigma``
     n_candidates : distinct rotations refined per pair
+    coarse_iters : > 0 (even image sizes): every candidate is first refined with at most this
+        many Newton-LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a
+        smoother landscape); candidates are then ordered and pruned by that cost and only
+        those that can matter are refined at full resolution. 0: order and prune by the
+        candidates' own cost
     refine_iters : Levenberg-Marquardt iterations per smoothing level
     pair_chunk : pairs processed at once (bounds memory)
     prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
         ``prune_kappa`` nor beat the pair's best candidate, assuming refinement lowers the
-        squared distance by at most ``prune_margin`` from the scan's transform; the reported
-        value then errs by less than ``prune_kappa``. 0 refines every candidate.
+        squared distance by at most ``prune_margin`` from the candidate's (coarse) cost; the
+        reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
     memory_mb : working memory of the scan; chunk sizes follow from it
     centre_offset : 'polar' only; > 0 also scans rotations about 8 points this many pixels
@@ -79,10 +86,11 @@ class SearchSettings:
     max_shift: int | None = None
     coarse_sigma: float = 1.0
     n_candidates: int = 3
+    coarse_iters: int = 10
     refine_iters: int = 30
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
-    prune_margin: float = 0.1
+    prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 3.0
 
@@ -100,9 +108,15 @@ class MemoryBudgetError(ValueError):
 
 
 # The brute-force reference (benchmark and tests only): a 1-degree rotation grid, every integer
-# shift in the window, four candidates refined to convergence.
+# shift in the window, four candidates refined to convergence at full resolution.
 DENSE_REFERENCE = SearchSettings(
-    method="grid", n_angles=360, n_candidates=4, refine_iters=60, pair_chunk=16, prune_kappa=0.0
+    method="grid",
+    n_angles=360,
+    n_candidates=4,
+    coarse_iters=0,
+    refine_iters=60,
+    pair_chunk=16,
+    prune_kappa=0.0,
 )
 
 
@@ -276,41 +290,65 @@ def _refine_candidates(
     Returns params ``(m, n_params)`` and sqdist ``(m,)``.
     """
     xp = array_module(Un)
+    H, W = Un.shape[1:]
+    coarse = settings.coarse_iters if H % 2 == 0 and W % 2 == 0 else 0
     if xp is np and compiled:
         return search_pairs(
             Un, Vn, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
-            settings.prune_kappa, settings.prune_margin,
+            settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k).copy()
     # array code holds ~32 image-sized float64 arrays per candidate while refining
     batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
-    cost = xp.concatenate(
-        [
-            pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
-            for s in _slices(m * c, batch)
-        ]
-    )
+    if coarse:
+        U2 = half_resolution(Un)
+        V2 = U2 if Vn is Un else half_resolution(Vn)
+        p[:, 1:] /= 2.0
+        stop = _kappa_stop(settings)
+        args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, stop)
+        out = [refine_alignment(U2[ti[s]], V2[tj[s]], p[s], *args) for s in _slices(m * c, batch)]
+        p = xp.concatenate([o[0] for o in out])
+        p[:, 1:] *= 2.0
+        cost = xp.concatenate([o[1] for o in out])
+    else:
+        cost = xp.concatenate(
+            [
+                pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
+                for s in _slices(m * c, batch)
+            ]
+        )
     cost = cost.reshape(m, c)
     p = p.reshape(m, c, k)
     rows = xp.arange(m)
-    best = cost.min(axis=1)
-    # refine in order of start cost; skip a start that cannot beat the pair's best so far
-    for cand in xp.argsort(cost, axis=1).T:
-        d0 = cost[rows, cand]
-        todo = np.flatnonzero(to_numpy(_worth_refining(d0, best, beta, settings)))
+    order = xp.argsort(cost, axis=1)
+    best = xp.full(m, np.inf)
+    best_p = p[rows, order[:, 0]].copy()
+    # refine in order of (coarse) cost; skip a start that cannot beat the pair's best so far
+    for cand in order.T:
+        todo = np.flatnonzero(to_numpy(_worth_refining(cost[rows, cand], best, beta, settings)))
         for s in _slices(todo.size, batch):
             r, cc = todo[s], to_numpy(cand)[todo[s]]
             ps, cs = refine_alignment(
                 Un[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
-                "correlation", "exact",
+                "correlation", "exact", beta, _kappa_stop(settings),
             )  # fmt: skip
-            p[r, cc] = ps
-            cost[r, cc] = cs
-            best[r] = xp.minimum(best[r], cs)
-    winner = xp.argmin(cost, axis=1)
-    return p[rows, winner], cost[rows, winner]
+            better = to_numpy(cs < best[r])
+            rb, bx = r[better], xp.asarray(better)
+            best_p[rb] = ps[bx]
+            best[rb] = cs[bx]
+    left = np.flatnonzero(to_numpy(xp.isinf(best)))  # no start could matter: its own cost
+    if left.size:
+        best[left] = pair_cost(
+            Un[i[left]], Vn[j[left]], best_p[left], group, objective="correlation"
+        )
+    return best_p, best
+
+
+def _kappa_stop(settings: SearchSettings) -> float:
+    """Refinements stop where the Newton model promises the kernel value less than this."""
+    return KAPPA_STOP_FRACTION * settings.prune_kappa
 
 
 def _slices(n: int, size: int) -> list[slice]:

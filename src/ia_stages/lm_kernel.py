@@ -7,7 +7,7 @@ when u and v differ, and Gauss-Newton then needs ~15 steps per pair where Newton
 One pass over the target's non-zero pixels computes the Keys-interpolated warp with its first
 and second derivatives, the cost, gradient and Hessian, without storing any image-sized array.
 Pairs run in parallel over numba's threads. Only used for numpy arrays; cupy arrays take the
-vectorised Gauss-Newton path in :mod:`ia_stages.align`.
+same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`, ``hessian='exact'``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .kernels import half_resolution
+
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 _PAD = 3  # zero border of the moving image: taps of points up to 2 px outside stay inside
+LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
 
 
 @njit(cache=True, inline="always")
@@ -180,7 +183,31 @@ def _solve3(M, r, out):
 
 
 @njit(cache=True)
-def _refine_one(u, v, uu, vv, p, iters, tol):
+def _converged(g, Hm, step, lam, cost, beta, kappa_stop):
+    """True when the Newton model at a positive-definite Hessian promises the kernel value
+    exp(-beta cost) a rise below ``kappa_stop``: the start is at its local optimum."""
+    if kappa_stop <= 0.0 or lam > LAM0:
+        return False
+    h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
+    det2 = h00 * h11 - h01 * h01
+    det3 = (
+        h00 * (h11 * h22 - h12 * h12)
+        - h01 * (h01 * h22 - h12 * h02)
+        + h02 * (h01 * h12 - h11 * h02)
+    )
+    if h00 <= 0.0 or det2 <= 0.0 or det3 <= 0.0:
+        return False
+    quad = 0.0
+    for a in range(3):
+        for b in range(3):
+            quad += step[a] * Hm[a, b] * step[b]
+    # cost(p + s) ~ cost + 2 g.s + s.H.s (g, H are half the gradient and Hessian)
+    drop = -(2.0 * (g[0] * step[0] + g[1] * step[1] + g[2] * step[2]) + quad)
+    return beta * np.exp(-beta * cost) * drop < kappa_stop
+
+
+@njit(cache=True)
+def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_stop):
     g = np.empty(3)
     Hm = np.empty((3, 3))
     g_t = np.empty(3)
@@ -188,13 +215,15 @@ def _refine_one(u, v, uu, vv, p, iters, tol):
     step = np.empty(3)
     M = np.empty((3, 3))
     cost = _evaluate(u, v, uu, vv, p[0], p[1], p[2], g, Hm, True)
-    lam = 1e-3
+    lam = LAM0
     for _ in range(iters):
         for a in range(3):
             for b in range(3):
                 M[a, b] = Hm[a, b]
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
         _solve3(M, -g, step)
+        if _converged(g, Hm, step, lam, cost, beta, kappa_stop):
+            break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
         cost_t = _evaluate(u, v, uu, vv, t0, t1, t2, g_t, H_t, True)
         if cost_t < cost:
@@ -214,38 +243,47 @@ def _refine_one(u, v, uu, vv, p, iters, tol):
 
 
 @njit(cache=True, parallel=True)
-def _search(U, V, uu, vv, ii, jj, starts, iters, tol, beta, prune_kappa, margin, out_p, out_c):
+def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_iters, beta,
+            prune_kappa, margin, kappa_stop, out_p, out_c):  # fmt: skip
     m, n_c = starts.shape[0], starts.shape[1]
+    coarse = coarse_iters > 0
     for k in prange(m):
         i, j = ii[k], jj[k]
         costs = np.empty(n_c)
+        p_c = starts[k].copy()
         g = np.empty(3)
         Hm = np.empty((3, 3))
         for c in range(n_c):
-            costs[c] = _evaluate(
-                U[i],
-                V[j],
-                uu[i],
-                vv[j],
-                starts[k, c, 0],
-                starts[k, c, 1],
-                starts[k, c, 2],
-                g,
-                Hm,
-                False,
-            )
-        # refine in order of start cost; skip a start that cannot beat the best so far
-        best = costs.min()
-        p_best = starts[k, costs.argmin()].copy()
-        for c in np.argsort(costs):
+            if coarse:
+                # the start refined on the half-resolution pair: translations halve there
+                q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
+                costs[c] = _refine_one(
+                    U2[i], V2[j], uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop
+                )
+                p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
+            else:
+                costs[c] = _evaluate(
+                    U[i], V[j], uu[i], vv[j], p_c[c, 0], p_c[c, 1], p_c[c, 2], g, Hm, False
+                )
+        # refine in order of (coarse) cost; skip a start that cannot beat the best so far
+        order = np.argsort(costs)
+        best = np.inf
+        p_best = p_c[order[0]].copy()
+        for c in order:
             reach = costs[c] - margin
-            if prune_kappa > 0.0 and (np.exp(-beta * reach) < prune_kappa or reach > best):
+            if prune_kappa > 0.0 and (
+                np.exp(-beta * reach) < prune_kappa or (best < np.inf and reach > best)
+            ):
                 continue
-            p = starts[k, c].copy()
-            cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol)
+            p = p_c[c].copy()
+            cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol, beta, kappa_stop)
             if cost < best:
                 best = cost
                 p_best[:] = p
+        if best == np.inf:  # no start can matter: report the best start's own (fine) cost
+            best = _evaluate(
+                U[i], V[j], uu[i], vv[j], p_best[0], p_best[1], p_best[2], g, Hm, False
+            )
         out_p[k] = p_best
         out_c[k] = best
 
@@ -261,6 +299,8 @@ def search_pairs(
     beta: float,
     prune_kappa: float,
     prune_margin: float,
+    coarse_iters: int = 0,
+    kappa_stop: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best refined transform of each pair (U[ii[k]], V[jj[k]]) over its starting candidates.
 
@@ -273,6 +313,11 @@ def search_pairs(
     beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
         only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
         found so far for the pair (prune_kappa 0 refines every candidate)
+    coarse_iters : > 0 (H, W even): every start is first refined with at most this many
+        steps on the :func:`ia_stages.kernels.half_resolution` pair, then ordered and pruned
+        by that cost; the winner is refined at full resolution
+    kappa_stop : > 0: a refinement also stops where the Newton model (positive-definite
+        Hessian, little damping) promises exp(-beta cost) a rise below ``kappa_stop``
 
     Returns
     -------
@@ -280,16 +325,21 @@ def search_pairs(
     """
     U = np.ascontiguousarray(U, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)
-    uu = (U * U).reshape(len(U), -1).sum(1)
-    vv = (V * V).reshape(len(V), -1).sum(1)
+    if coarse_iters > 0 and (U.shape[1] % 2 or U.shape[2] % 2):
+        coarse_iters = 0
+    U2, V2 = (half_resolution(X) if coarse_iters > 0 else X[:, :2, :2] for X in (U, V))
+    uu, uu2 = ((X * X).reshape(len(X), -1).sum(1) for X in (U, U2))
+    vv, vv2 = ((X * X).reshape(len(X), -1).sum(1) for X in (V, V2))
     V = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
+    V2 = np.pad(V2, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
     m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
     _search(
-        U, V, uu, vv, np.asarray(ii, np.int64), np.asarray(jj, np.int64),
-        np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol), float(beta),
-        float(prune_kappa), float(prune_margin), out_p, out_c,
+        U, V, np.ascontiguousarray(U2), V2, uu, vv, uu2, vv2, np.asarray(ii, np.int64),
+        np.asarray(jj, np.int64), np.ascontiguousarray(starts, dtype=np.float64), int(iters),
+        float(tol), int(coarse_iters), float(beta), float(prune_kappa), float(prune_margin),
+        float(kappa_stop), out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
 
