@@ -10,6 +10,7 @@ from ia_stages import metrics as M
 from ia_stages.baselines import kmeans_pixels, kmedoids, spectral_affinity, ti_kmeans
 from ia_stages.group_kernels import GridSettings, group_kernel
 from ia_stages.invariant_mean import MeanSettings
+from ia_stages.kernels import normalize
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.theory import invariance_error, random_transforms, restart_inits, restart_spread
 
@@ -132,3 +133,28 @@ def test_invariant_mean_restarts_of_one_class_land_on_one_manifold(rotated_shape
     other = restart_spread(X[y == 1], W, inits[:1], dist, MEAN).means[0]
     between = np.sqrt(dist(np.stack([res.means[0], other])).sqdist[0, 1])
     assert res.max_distance < 0.1 and res.max_distance < 0.25 * between
+
+
+def test_group_kernel_equals_its_definition_on_a_small_grid():
+    """kappa^avg / kappa^soft against explicit warps: every rotation of v, every shift k in the
+    window, d2 = |u|^2 + |v|^2 - 2 sum_x u(x) v_r(x + k) (zero outside the image)."""
+    from ia_stages.warp import warp
+
+    rng = np.random.default_rng(2)
+    X = rng.random((2, 12, 12)) * (rng.random((2, 12, 12)) > 0.6)
+    grid = GridSettings(n_angles=4, max_shift=3)
+    beta, T = 4.0, 0.3
+    u, v = normalize(X)
+    rots = warp(np.stack([v] * 4), np.array([[a * np.pi / 2, 0.0, 0.0] for a in range(4)]))
+    pad = np.pad(rots, ((0, 0), (3, 3), (3, 3)))
+    d2 = []
+    for r in range(4):
+        for dy in range(-3, 4):
+            for dx in range(-3, 4):
+                w = pad[r, 3 + dy : 15 + dy, 3 + dx : 15 + dx]  # w(x) = v_r(x + k)
+                d2.append((u**2).sum() + (v**2).sum() - 2 * (u * w).sum())
+    k = np.exp(-beta * np.maximum(np.array(d2), 0.0))
+    avg = group_kernel(X[:1], X[1:], beta=beta, pooling="avg", grid=grid)
+    soft = group_kernel(X[:1], X[1:], beta=beta, pooling="soft", temperature=T, grid=grid)
+    np.testing.assert_allclose(avg.value[0, 0], k.mean(), rtol=1e-5)  # float32 FFTs
+    np.testing.assert_allclose(soft.value[0, 0], np.mean(k ** (1 / T)) ** T, rtol=1e-5)
