@@ -7,7 +7,9 @@
   squared distance -log(kernel) / beta between ``samples`` iteration-t features when each is
   rotated (uniformly on the circle) and shifted at random; 0 for an exactly invariant kernel
   (unit-norm images: distances lie in [0, 4]). ``kmax_inv_err_value``: the change of the
-  kappa^max value itself.
+  kappa^max value itself. The kappa^max of this check refines every candidate (prune_kappa 0):
+  a pruned pair reports its start's distance, which is not invariant (its value is < prune_kappa
+  either way).
 - ``restart_max_distance``: for ``columns`` weight columns j of iteration t, the invariant mean
   is restarted from ``restarts`` different initial transforms (theory.restart_inits); the
   largest kappa^max distance between two restarts' unit-norm means. ``restart_same`` = it is
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -65,7 +68,7 @@ def run(
         "sigma": settings["sigma"],
     }
     search = SearchSettings(**settings["search"])
-    kmax_fn = partial(kappa_max, settings=search, **kw)
+    kmax_fn = partial(kappa_max, settings=replace(search, prune_kappa=0.0), **kw)
     abl = settings["ablation"]
     grid = GridSettings(
         n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
