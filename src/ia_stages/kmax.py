@@ -69,6 +69,10 @@ class SearchSettings:
         smoother landscape); candidates are then ordered and pruned by that cost and only
         those that can matter are refined at full resolution. 0: order and prune by the
         candidates' own cost
+    half_sigma : total Gaussian smoothing (px, full resolution) of the images before the 2 x 2
+        block means of the half-resolution stage (kappa^max's own ``sigma`` included): below
+        ~2 px the half-resolution images alias and their interpolation error (~0.1 in d2 for
+        1 px digits) hides the right candidate
     refine_iters : Levenberg-Marquardt iterations per smoothing level
     pair_chunk : pairs processed at once (bounds memory)
     prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
@@ -87,6 +91,7 @@ class SearchSettings:
     coarse_sigma: float = 1.0
     n_candidates: int = 3
     coarse_iters: int = 10
+    half_sigma: float = 2.0
     refine_iters: int = 30
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
@@ -187,8 +192,9 @@ def kappa_max(
         chunks = _polar_chunks(Un, Vn, ii, jj, group, settings)
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
+    half = _half_resolution_pair(Un, Vn, sigma, settings)
     for i, j, starts in chunks:
-        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta)
+        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta, half)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -198,6 +204,19 @@ def kappa_max(
         sqdist[jj, ii] = sqdist[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+
+
+def _half_resolution_pair(
+    Un: Any, Vn: Any, sigma: float, settings: SearchSettings
+) -> tuple[Any, Any] | None:
+    """The images of the half-resolution stage (``half_sigma`` smoothing, 2 x 2 block means,
+    unit norm), or None when that stage is off or the image sizes are odd."""
+    H, W = Un.shape[1:]
+    if settings.coarse_iters <= 0 or H % 2 or W % 2:
+        return None
+    extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
+    U2 = half_resolution(smooth(Un, extra))
+    return U2, U2 if Vn is Un else half_resolution(smooth(Vn, extra))
 
 
 def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
@@ -280,9 +299,13 @@ def _refine_candidates(
     group: SE2,
     settings: SearchSettings,
     beta: float,
+    half: tuple[Any, Any] | None = None,
     compiled: bool = True,
 ) -> tuple[Any, Any]:
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
+
+    ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
+    on them (``coarse_iters`` steps) and ordered and pruned by that cost.
 
     numpy arrays go to the compiled kernel (unless ``compiled`` is False); other arrays (cupy)
     take the same Newton-LM refinement in array code.
@@ -290,12 +313,11 @@ def _refine_candidates(
     Returns params ``(m, n_params)`` and sqdist ``(m,)``.
     """
     xp = array_module(Un)
-    H, W = Un.shape[1:]
-    coarse = settings.coarse_iters if H % 2 == 0 and W % 2 == 0 else 0
+    coarse = settings.coarse_iters if half is not None else 0
     if xp is np and compiled:
         return search_pairs(
             Un, Vn, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
-            settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
+            settings.prune_kappa, settings.prune_margin, half, coarse, _kappa_stop(settings),
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
@@ -303,8 +325,7 @@ def _refine_candidates(
     # array code holds ~32 image-sized float64 arrays per candidate while refining
     batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
     if coarse:
-        U2 = half_resolution(Un)
-        V2 = U2 if Vn is Un else half_resolution(Vn)
+        U2, V2 = half
         p[:, 1:] /= 2.0
         stop = _kappa_stop(settings)
         args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, stop)

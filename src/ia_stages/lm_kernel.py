@@ -15,8 +15,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .kernels import half_resolution
-
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 _PAD = 3  # zero border of the moving image: taps of points up to 2 px outside stay inside
 LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
@@ -299,6 +297,7 @@ def search_pairs(
     beta: float,
     prune_kappa: float,
     prune_margin: float,
+    half: tuple[np.ndarray, np.ndarray] | None = None,
     coarse_iters: int = 0,
     kappa_stop: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -313,9 +312,11 @@ def search_pairs(
     beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
         only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
         found so far for the pair (prune_kappa 0 refines every candidate)
-    coarse_iters : > 0 (H, W even): every start is first refined with at most this many
-        steps on the :func:`ia_stages.kernels.half_resolution` pair, then ordered and pruned
-        by that cost; the winner is refined at full resolution
+    half : ``(U2, V2)`` half-resolution versions of U and V (e.g. by
+        :func:`ia_stages.kernels.half_resolution`; translations there are half as long)
+    coarse_iters : > 0 (with ``half``): every start is first refined with at most this many
+        steps on the half-resolution pair, then ordered and pruned by that cost; the winners
+        are refined at full resolution
     kappa_stop : > 0: a refinement also stops where the Newton model (positive-definite
         Hessian, little damping) promises exp(-beta cost) a rise below ``kappa_stop``
 
@@ -325,9 +326,10 @@ def search_pairs(
     """
     U = np.ascontiguousarray(U, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)
-    if coarse_iters > 0 and (U.shape[1] % 2 or U.shape[2] % 2):
+    if half is None:
         coarse_iters = 0
-    U2, V2 = (half_resolution(X) if coarse_iters > 0 else X[:, :2, :2] for X in (U, V))
+        half = (U[:, :2, :2], V[:, :2, :2])  # unused placeholders of the right dtype
+    U2, V2 = (np.asarray(X, dtype=np.float64) for X in half)
     uu, uu2 = ((X * X).reshape(len(X), -1).sum(1) for X in (U, U2))
     vv, vv2 = ((X * X).reshape(len(X), -1).sum(1) for X in (V, V2))
     V = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
