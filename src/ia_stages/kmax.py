@@ -66,18 +66,17 @@ class SearchSettings:
     n_candidates : distinct rotations refined per pair
     coarse_iters : > 0 (even image sizes): every candidate is first refined with at most this
         many Newton-LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a
-        smoother landscape); candidates are then ordered and pruned by that cost and only
-        those that can matter are refined at full resolution. 0: order and prune by the
-        candidates' own cost
+        smoother landscape); candidates are then ordered and pruned by their full-resolution
+        cost where that stage ended, and only those that can matter are refined at full
+        resolution. 0: order and prune by the scan's starts as they are
     half_sigma : total Gaussian smoothing (px, full resolution) of the images before the 2 x 2
-        block means of the half-resolution stage (kappa^max's own ``sigma`` included): below
-        ~2 px the half-resolution images alias and their interpolation error (~0.1 in d2 for
-        1 px digits) hides the right candidate
+        block means of the half-resolution stage (kappa^max's own ``sigma`` included), so that
+        they do not alias badly; candidates are ranked by full-resolution cost either way
     refine_iters : Levenberg-Marquardt iterations per smoothing level
     pair_chunk : pairs processed at once (bounds memory)
     prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
         ``prune_kappa`` nor beat the pair's best candidate, assuming refinement lowers the
-        squared distance by at most ``prune_margin`` from the candidate's (coarse) cost; the
+        squared distance by at most ``prune_margin`` from the candidate's cost; the
         reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
     memory_mb : working memory of the scan; chunk sizes follow from it
@@ -91,7 +90,7 @@ class SearchSettings:
     coarse_sigma: float = 1.0
     n_candidates: int = 3
     coarse_iters: int = 10
-    half_sigma: float = 2.0
+    half_sigma: float = 1.0
     refine_iters: int = 30
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
@@ -305,7 +304,7 @@ def _refine_candidates(
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
 
     ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
-    on them (``coarse_iters`` steps) and ordered and pruned by that cost.
+    on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
 
     numpy arrays go to the compiled kernel (unless ``compiled`` is False); other arrays (cupy)
     take the same Newton-LM refinement in array code.
@@ -332,14 +331,13 @@ def _refine_candidates(
         out = [refine_alignment(U2[ti[s]], V2[tj[s]], p[s], *args) for s in _slices(m * c, batch)]
         p = xp.concatenate([o[0] for o in out])
         p[:, 1:] *= 2.0
-        cost = xp.concatenate([o[1] for o in out])
-    else:
-        cost = xp.concatenate(
-            [
-                pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
-                for s in _slices(m * c, batch)
-            ]
-        )
+    # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
+    cost = xp.concatenate(
+        [
+            pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
+            for s in _slices(m * c, batch)
+        ]
+    )
     cost = cost.reshape(m, c)
     p = p.reshape(m, c, k)
     rows = xp.arange(m)
@@ -359,11 +357,8 @@ def _refine_candidates(
             rb, bx = r[better], xp.asarray(better)
             best_p[rb] = ps[bx]
             best[rb] = cs[bx]
-    left = np.flatnonzero(to_numpy(xp.isinf(best)))  # no start could matter: its own cost
-    if left.size:
-        best[left] = pair_cost(
-            Un[i[left]], Vn[j[left]], best_p[left], group, objective="correlation"
-        )
+    left = xp.isinf(best)  # no start could matter: the best start's own cost
+    best[left] = cost[rows, order[:, 0]][left]
     return best_p, best
 
 

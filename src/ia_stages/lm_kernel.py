@@ -255,15 +255,13 @@ def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_i
             if coarse:
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
-                costs[c] = _refine_one(
-                    U2[i], V2[j], uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop
-                )
+                _refine_one(U2[i], V2[j], uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop)
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
-            else:
-                costs[c] = _evaluate(
-                    U[i], V[j], uu[i], vv[j], p_c[c, 0], p_c[c, 1], p_c[c, 2], g, Hm, False
-                )
-        # refine in order of (coarse) cost; skip a start that cannot beat the best so far
+            # full-resolution cost: the half-resolution one is biased by its extra smoothing
+            costs[c] = _evaluate(
+                U[i], V[j], uu[i], vv[j], p_c[c, 0], p_c[c, 1], p_c[c, 2], g, Hm, False
+            )
+        # refine in order of cost; skip a start that cannot beat the best so far
         order = np.argsort(costs)
         best = np.inf
         p_best = p_c[order[0]].copy()
@@ -278,10 +276,8 @@ def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_i
             if cost < best:
                 best = cost
                 p_best[:] = p
-        if best == np.inf:  # no start can matter: report the best start's own (fine) cost
-            best = _evaluate(
-                U[i], V[j], uu[i], vv[j], p_best[0], p_best[1], p_best[2], g, Hm, False
-            )
+        if best == np.inf:  # no start can matter: report the best start's own cost
+            best = costs[order[0]]
         out_p[k] = p_best
         out_c[k] = best
 
@@ -315,8 +311,8 @@ def search_pairs(
     half : ``(U2, V2)`` half-resolution versions of U and V (e.g. by
         :func:`ia_stages.kernels.half_resolution`; translations there are half as long)
     coarse_iters : > 0 (with ``half``): every start is first refined with at most this many
-        steps on the half-resolution pair, then ordered and pruned by that cost; the winners
-        are refined at full resolution
+        steps on the half-resolution pair, then ordered and pruned by the full-resolution cost
+        where it ended
     kappa_stop : > 0: a refinement also stops where the Newton model (positive-definite
         Hessian, little damping) promises exp(-beta cost) a rise below ``kappa_stop``
 
