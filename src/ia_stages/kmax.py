@@ -60,9 +60,9 @@ class SearchSettings:
         times every integer shift, by FFT; the brute-force reference)
     n_angles : rotations in the coarse scan (evenly spaced over 360 degrees)
     max_shift : 'grid' only: largest |shift| per axis in pixels; None = a third of the image size
-    coarse_sigma : total Gaussian smoothing (px) of the images the scan and the first refinement
-        see; on top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added,
-        and nothing (no smoothed refinement either) when ``sigma >= coarse_sigma``
+    coarse_sigma : 'grid' only: total Gaussian smoothing (px) of the images the scan sees; on
+        top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added, and
+        nothing when ``sigma >= coarse_sigma``
     n_candidates : distinct rotations refined per pair
     coarse_iters : > 0 (even image sizes): every candidate is first refined with at most this
         many Newton-LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a
