@@ -9,7 +9,7 @@ from ia_stages.align import pair_cost, refine_alignment
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
-from ia_stages.lm_kernel import _evaluate, search_pairs
+from ia_stages.lm_kernel import _evaluate, pair_images, search_pairs
 from ia_stages.polar import (
     centroid_translation,
     centroids,
@@ -121,7 +121,7 @@ def test_newton_refinement_reaches_the_optimum_the_array_code_reaches():
     X = _shapes(6, seed=2)
     ii, jj = np.array([0, 1, 2]), np.array([3, 4, 5])
     start = np.zeros((3, 1, 3))
-    p, cost = search_pairs(X, X, ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
+    p, cost = search_pairs(pair_images(X, X), ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
     _, cost_ref = refine_alignment(
         X[ii], X[jj], start[:, 0], iters=200, tol=1e-14, objective="correlation"
     )
@@ -185,8 +185,9 @@ def test_array_refinement_equals_the_compiled_one():
         s = SearchSettings(coarse_iters=coarse)
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
-        _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, compiled=True)
-        _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, compiled=False)
+        compiled = pair_images(X, X, half)
+        _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, compiled)
+        _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, None)
         np.testing.assert_allclose(np.exp(-5.0 * c1), np.exp(-5.0 * c2), atol=1e-9)
 
 

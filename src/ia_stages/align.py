@@ -23,6 +23,7 @@ from .warp import centred_grid, interpolate, sampling_field, warp, warp_with_jac
 
 OBJECTIVES = ("least-squares", "correlation")
 HESSIANS = ("gauss-newton", "exact")
+LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
 
 
 def _sumsq(a: Any) -> Any:
@@ -93,14 +94,14 @@ def _model_converged(
     g: Any, H: Any, step: Any, lam: Any, cost: Any, beta: float, kappa_stop: float
 ) -> Any:
     """Mask of pairs whose Newton model (``g``, ``H`` half the gradient and Hessian,
-    positive definite, damping ``lam`` at most its initial 1e-3) promises the kernel value
+    positive definite, damping ``lam`` at most its initial ``LAM0``) promises the kernel value
     exp(-beta cost) a rise below ``kappa_stop`` for ``step``."""
     xp = array_module(H)
     det2 = H[:, 0, 0] * H[:, 1, 1] - H[:, 0, 1] * H[:, 1, 0]
     pos_def = (H[:, 0, 0] > 0) & (det2 > 0) & (xp.linalg.det(H) > 0)
     drop = -(2 * (g * step).sum(-1) + xp.einsum("mi,mij,mj->m", step, H, step))
     small = beta * xp.exp(-beta * cost) * drop < kappa_stop
-    return pos_def & (lam <= 1e-3) & small
+    return pos_def & (lam <= LAM0) & small
 
 
 def refine_alignment(
@@ -147,7 +148,7 @@ def refine_alignment(
     xp = array_module(target, moving)
     params = xp.array(params, dtype=float, copy=True)
     m, k = params.shape
-    lam = xp.full(m, 1e-3)
+    lam = xp.full(m, LAM0)
     active = xp.arange(m)
     cost, g, H = _terms(target, moving, params, group, objective, exact)
     eye = xp.eye(k)

@@ -46,13 +46,10 @@ def half_resolution(images: Any) -> Any:
     coordinate is x = 2 x' + 1/2 and the centres (H - 1) / 2 and (H/2 - 1) / 2 correspond: an
     SE(2) transform about the centre keeps its angle and halves its translation there.
     """
-    xp = array_module(images)
     n, H, W = images.shape
     if H % 2 or W % 2:
         raise ValueError(f"half_resolution needs even image sizes, got {H} x {W}")
-    half = images.reshape(n, H // 2, 2, W // 2, 2).mean(axis=(2, 4))
-    norm = xp.sqrt((half**2).reshape(n, -1).sum(1))
-    return half / xp.where(norm > 0, norm, 1.0)[:, None, None]
+    return normalize(images.reshape(n, H // 2, 2, W // 2, 2).mean(axis=(2, 4)))
 
 
 def sq_distances(X: Any, Y: Any) -> Any:

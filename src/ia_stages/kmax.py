@@ -36,7 +36,7 @@ from .align import pair_cost, refine_alignment
 from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import half_resolution, normalize, smooth
-from .lm_kernel import search_pairs
+from .lm_kernel import PairImages, pair_images, search_pairs
 from .polar import (
     centroid_translation,
     centroids,
@@ -192,8 +192,9 @@ def kappa_max(
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
     half = _half_resolution_pair(Un, Vn, sigma, settings)
+    compiled = pair_images(Un, Vn, half) if xp is np else None
     for i, j, starts in chunks:
-        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta, half)
+        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta, half, compiled)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -299,24 +300,25 @@ def _refine_candidates(
     settings: SearchSettings,
     beta: float,
     half: tuple[Any, Any] | None = None,
-    compiled: bool = True,
+    compiled: PairImages | None = None,
 ) -> tuple[Any, Any]:
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
 
     ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
     on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
 
-    numpy arrays go to the compiled kernel (unless ``compiled`` is False); other arrays (cupy)
-    take the same Newton-LM refinement in array code.
+    With ``compiled`` (:func:`ia_stages.lm_kernel.pair_images` of numpy ``Un``, ``Vn`` and
+    ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
+    code.
 
     Returns params ``(m, n_params)`` and sqdist ``(m,)``.
     """
     xp = array_module(Un)
     coarse = settings.coarse_iters if half is not None else 0
-    if xp is np and compiled:
+    if compiled is not None:
         return search_pairs(
-            Un, Vn, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
-            settings.prune_kappa, settings.prune_margin, half, coarse, _kappa_stop(settings),
+            compiled, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
+            settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)

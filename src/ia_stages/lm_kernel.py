@@ -12,12 +12,15 @@ same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`, ``hessia
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit, prange
 
+from .align import LAM0
+
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 _PAD = 3  # zero border of the moving image: taps of points up to 2 px outside stay inside
-LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
 
 
 @njit(cache=True, inline="always")
@@ -282,9 +285,47 @@ def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_i
         out_c[k] = best
 
 
+@dataclass(frozen=True)
+class PairImages:
+    """The images :func:`search_pairs` reads, laid out once per kappa^max call: targets U,
+    moving images V zero-padded by ``_PAD``, their half-resolution versions (or 2 x 2
+    placeholders when there are none) and squared norms; float64, contiguous."""
+
+    U: np.ndarray
+    V: np.ndarray
+    U2: np.ndarray
+    V2: np.ndarray
+    uu: np.ndarray
+    vv: np.ndarray
+    uu2: np.ndarray
+    vv2: np.ndarray
+    has_half: bool
+
+
+def pair_images(
+    U: np.ndarray, V: np.ndarray, half: tuple[np.ndarray, np.ndarray] | None = None
+) -> PairImages:
+    """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)`` and optionally their
+    half-resolution versions ``half = (U2, V2)`` (e.g. by
+    :func:`ia_stages.kernels.half_resolution`) for :func:`search_pairs`."""
+    U = np.ascontiguousarray(U, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    has_half = half is not None
+    U2, V2 = (U[:, :2, :2], V[:, :2, :2]) if half is None else half
+    U2 = np.ascontiguousarray(U2, dtype=np.float64)
+    V2 = np.asarray(V2, dtype=np.float64)
+
+    def sq(X: np.ndarray) -> np.ndarray:
+        return (X * X).reshape(len(X), -1).sum(1)
+
+    def pad(X: np.ndarray) -> np.ndarray:
+        return np.pad(X, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
+
+    return PairImages(U, pad(V), U2, pad(V2), sq(U), sq(V), sq(U2), sq(V2), has_half)
+
+
 def search_pairs(
-    U: np.ndarray,
-    V: np.ndarray,
+    images: PairImages,
     ii: np.ndarray,
     jj: np.ndarray,
     starts: np.ndarray,
@@ -293,7 +334,6 @@ def search_pairs(
     beta: float,
     prune_kappa: float,
     prune_margin: float,
-    half: tuple[np.ndarray, np.ndarray] | None = None,
     coarse_iters: int = 0,
     kappa_stop: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -301,18 +341,16 @@ def search_pairs(
 
     Parameters
     ----------
-    U : ``(n_i, H, W)`` targets; V : ``(n_j, H, W)`` moving images (float64)
+    images : the targets U and moving images V (:func:`pair_images`)
     ii, jj : ``(m,)`` pair indices
     starts : ``(m, c, 3)`` candidate SE(2) parameters per pair
     iters, tol : Levenberg-Marquardt limits as in :func:`ia_stages.align.refine_alignment`
     beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
         only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
         found so far for the pair (prune_kappa 0 refines every candidate)
-    half : ``(U2, V2)`` half-resolution versions of U and V (e.g. by
-        :func:`ia_stages.kernels.half_resolution`; translations there are half as long)
-    coarse_iters : > 0 (with ``half``): every start is first refined with at most this many
-        steps on the half-resolution pair, then ordered and pruned by the full-resolution cost
-        where it ended
+    coarse_iters : > 0 (with half-resolution images): every start is first refined with at
+        most this many steps on the half-resolution pair (translations there are half as
+        long), then ordered and pruned by the full-resolution cost where it ended
     kappa_stop : > 0: a refinement also stops where the Newton model (positive-definite
         Hessian, little damping) promises exp(-beta cost) a rise below ``kappa_stop``
 
@@ -320,24 +358,15 @@ def search_pairs(
     -------
     params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii], cost the correlation-form d2.
     """
-    U = np.ascontiguousarray(U, dtype=np.float64)
-    V = np.asarray(V, dtype=np.float64)
-    if half is None:
-        coarse_iters = 0
-        half = (U[:, :2, :2], V[:, :2, :2])  # unused placeholders of the right dtype
-    U2, V2 = (np.asarray(X, dtype=np.float64) for X in half)
-    uu, uu2 = ((X * X).reshape(len(X), -1).sum(1) for X in (U, U2))
-    vv, vv2 = ((X * X).reshape(len(X), -1).sum(1) for X in (V, V2))
-    V = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
-    V2 = np.pad(V2, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
+    im = images
     m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
     _search(
-        U, V, np.ascontiguousarray(U2), V2, uu, vv, uu2, vv2, np.asarray(ii, np.int64),
+        im.U, im.V, im.U2, im.V2, im.uu, im.vv, im.uu2, im.vv2, np.asarray(ii, np.int64),
         np.asarray(jj, np.int64), np.ascontiguousarray(starts, dtype=np.float64), int(iters),
-        float(tol), int(coarse_iters), float(beta), float(prune_kappa), float(prune_margin),
-        float(kappa_stop), out_p, out_c,
+        float(tol), int(coarse_iters) if im.has_half else 0, float(beta), float(prune_kappa),
+        float(prune_margin), float(kappa_stop), out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
 
