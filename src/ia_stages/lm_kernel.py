@@ -20,7 +20,9 @@ from numba import njit, prange
 from .align import LAM0
 
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
-_PAD = 3  # zero border of the moving image: taps of points up to 2 px outside stay inside
+# zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
+# to floor + 2, the point clamped to [-2, H + 1]) stay inside
+_PAD = 4
 
 
 @njit(cache=True, inline="always")
@@ -69,87 +71,103 @@ def _dot4(w, v, r, i):
     return w[0] * v[r, i] + w[1] * v[r, i + 1] + w[2] * v[r, i + 2] + w[3] * v[r, i + 3]
 
 
-@njit(cache=True)
-def _evaluate(u, v, uu, vv, th, b0, b1, g, Hm, want):
-    """Cost d2 at (th, b0, b1); with ``want`` also its gradient / 2 in ``g`` and its Hessian / 2
-    in ``Hm`` (exact: d2 = const - 2 sum_p u[p] w[p], so both only need pixels where u != 0).
+@njit(cache=True, inline="always")
+def _flat4(w0, w1, w2, w3, v, b):
+    """w . v[b : b + 4] of a flat image."""
+    return w0 * v[b] + w1 * v[b + 1] + w2 * v[b + 2] + w3 * v[b + 3]
 
-    ``v`` is zero-padded by ``_PAD`` pixels on every side, so that taps need no bounds checks.
+
+@njit(cache=True, inline="always")
+def _position(gy, gx, c, s, cy, cx, b0, b1, H, W):
+    """tau(p) of centred pixel coordinates (gy, gx), clamped so that its taps stay inside the
+    padded image; ``ok`` is False where the point has no tap inside the image (value 0)."""
+    y = c * gy + s * gx + cy + b0
+    x = -s * gy + c * gx + cx + b1
+    ok = (y > -2.0) & (y < H + 1.0) & (x > -2.0) & (x < W + 1.0)
+    return min(max(y, -2.0), H + 1.0), min(max(x, -2.0), W + 1.0), ok
+
+
+# The two evaluation loops below are written for the compiler to vectorise them over pixels
+# (gathers for the 16 taps, no branches, reductions reassociated by fastmath): 2-3x faster
+# than a loop over the image that skips zero pixels and out-of-range points.
+@njit(cache=True, fastmath=True, error_model="numpy")
+def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
+    """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
+
+    ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
+    (:class:`PixelLists`); ``v``: the moving image zero-padded by ``_PAD``, flattened, row
+    length ``Wp``; ``H, W``: the unpadded image shape.
     """
-    H, W = u.shape
-    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     c, s = np.cos(th), np.sin(th)
+    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
+    cross = 0.0
+    for n in range(t.size):
+        y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
+        y0, x0 = np.floor(y), np.floor(x)
+        wy, wx = _weights(y - y0), _weights(x - x0)
+        b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
+        val = wy[0] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b)
+        val += wy[1] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + Wp)
+        val += wy[2] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 2 * Wp)
+        val += wy[3] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 3 * Wp)
+        cross += t[n] * val if ok else 0.0
+    return max(uu + vv - 2.0 * cross, 0.0)
+
+
+@njit(cache=True, fastmath=True, error_model="numpy")
+def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
+    """:func:`_cost`, and its gradient / 2 in ``g (3,)`` and exact Hessian / 2 in ``Hm (3, 3)``
+    (d2 = const - 2 sum_p t[p] w[p]: both only need the target's non-zero pixels)."""
+    c, s = np.cos(th), np.sin(th)
+    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     cross = 0.0
     g0 = g1 = g2 = 0.0
     h00 = h01 = h02 = h11 = h12 = h22 = 0.0
-    for h in range(H):
-        gy = h - cy
-        for k in range(W):
-            t = u[h, k]
-            if t == 0.0:
-                continue
-            gx = k - cx
-            y = c * gy + s * gx + cy + b0
-            x = -s * gy + c * gx + cx + b1
-            if y <= -2.0 or y >= H + 1.0 or x <= -2.0 or x >= W + 1.0:
-                continue
-            y0 = np.floor(y)
-            x0 = np.floor(x)
-            wy = _weights(y - y0)
-            wx = _weights(x - x0)
-            iy = int(y0) + _PAD - 1  # first tap (floor - 1) in the padded image
-            ix = int(x0) + _PAD - 1
-            r0, r1, r2, r3 = iy, iy + 1, iy + 2, iy + 3
-            q0, q1, q2, q3 = (
-                _dot4(wx, v, r0, ix),
-                _dot4(wx, v, r1, ix),
-                _dot4(wx, v, r2, ix),
-                _dot4(wx, v, r3, ix),
-            )
-            val = wy[0] * q0 + wy[1] * q1 + wy[2] * q2 + wy[3] * q3
-            if want:
-                dy, ddy = _first(y - y0), _second(y - y0)
-                dx, ddx = _first(x - x0), _second(x - x0)
-                e0, e1, e2, e3 = (
-                    _dot4(dx, v, r0, ix),
-                    _dot4(dx, v, r1, ix),
-                    _dot4(dx, v, r2, ix),
-                    _dot4(dx, v, r3, ix),
-                )
-                f0, f1, f2, f3 = (
-                    _dot4(ddx, v, r0, ix),
-                    _dot4(ddx, v, r1, ix),
-                    _dot4(ddx, v, r2, ix),
-                    _dot4(ddx, v, r3, ix),
-                )
-                vy = dy[0] * q0 + dy[1] * q1 + dy[2] * q2 + dy[3] * q3
-                vx = wy[0] * e0 + wy[1] * e1 + wy[2] * e2 + wy[3] * e3
-                vyy = ddy[0] * q0 + ddy[1] * q1 + ddy[2] * q2 + ddy[3] * q3
-                vxx = wy[0] * f0 + wy[1] * f1 + wy[2] * f2 + wy[3] * f3
-                vxy = dy[0] * e0 + dy[1] * e1 + dy[2] * e2 + dy[3] * e3
-            cross += t * val
-            if want:
-                yt = -s * gy + c * gx  # d y / d theta
-                xt = -c * gy - s * gx
-                ytt = -c * gy - s * gx
-                xtt = s * gy - c * gx
-                jt = vy * yt + vx * xt
-                g0 -= t * jt
-                g1 -= t * vy
-                g2 -= t * vx
-                h00 -= t * (
-                    yt * yt * vyy + 2.0 * yt * xt * vxy + xt * xt * vxx + vy * ytt + vx * xtt
-                )
-                h01 -= t * (yt * vyy + xt * vxy)
-                h02 -= t * (yt * vxy + xt * vxx)
-                h11 -= t * vyy
-                h12 -= t * vxy
-                h22 -= t * vxx
-    if want:
-        g[0], g[1], g[2] = g0, g1, g2
-        Hm[0, 0], Hm[0, 1], Hm[0, 2] = h00, h01, h02
-        Hm[1, 0], Hm[1, 1], Hm[1, 2] = h01, h11, h12
-        Hm[2, 0], Hm[2, 1], Hm[2, 2] = h02, h12, h22
+    for n in range(t.size):
+        y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
+        y0, x0 = np.floor(y), np.floor(x)
+        fy, fx = y - y0, x - x0
+        wy, dy, ddy = _weights(fy), _first(fy), _second(fy)
+        wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
+        b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
+        # rows of taps, interpolated along x with the weights and their derivatives
+        q0 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b)
+        q1 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + Wp)
+        q2 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 2 * Wp)
+        q3 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 3 * Wp)
+        e0 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b)
+        e1 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + Wp)
+        e2 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + 2 * Wp)
+        e3 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + 3 * Wp)
+        f0 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b)
+        f1 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + Wp)
+        f2 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + 2 * Wp)
+        f3 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + 3 * Wp)
+        tn = t[n] if ok else 0.0
+        val = wy[0] * q0 + wy[1] * q1 + wy[2] * q2 + wy[3] * q3
+        vy = dy[0] * q0 + dy[1] * q1 + dy[2] * q2 + dy[3] * q3
+        vx = wy[0] * e0 + wy[1] * e1 + wy[2] * e2 + wy[3] * e3
+        vyy = ddy[0] * q0 + ddy[1] * q1 + ddy[2] * q2 + ddy[3] * q3
+        vxx = wy[0] * f0 + wy[1] * f1 + wy[2] * f2 + wy[3] * f3
+        vxy = dy[0] * e0 + dy[1] * e1 + dy[2] * e2 + dy[3] * e3
+        yt = -s * gy[n] + c * gx[n]  # d y / d theta
+        xt = -c * gy[n] - s * gx[n]  # = d2 y / d theta2
+        xtt = -yt
+        cross += tn * val
+        jt = vy * yt + vx * xt
+        g0 -= tn * jt
+        g1 -= tn * vy
+        g2 -= tn * vx
+        h00 -= tn * (yt * yt * vyy + 2.0 * yt * xt * vxy + xt * xt * vxx + vy * xt + vx * xtt)
+        h01 -= tn * (yt * vyy + xt * vxy)
+        h02 -= tn * (yt * vxy + xt * vxx)
+        h11 -= tn * vyy
+        h12 -= tn * vxy
+        h22 -= tn * vxx
+    g[0], g[1], g[2] = g0, g1, g2
+    Hm[0, 0], Hm[0, 1], Hm[0, 2] = h00, h01, h02
+    Hm[1, 0], Hm[1, 1], Hm[1, 2] = h01, h11, h12
+    Hm[2, 0], Hm[2, 1], Hm[2, 2] = h02, h12, h22
     return max(uu + vv - 2.0 * cross, 0.0)
 
 
@@ -208,14 +226,16 @@ def _converged(g, Hm, step, lam, cost, beta, kappa_stop):
 
 
 @njit(cache=True)
-def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_stop):
+def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop):
+    """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments);
+    returns the cost at the final ``p``."""
     g = np.empty(3)
     Hm = np.empty((3, 3))
     g_t = np.empty(3)
     H_t = np.empty((3, 3))
     step = np.empty(3)
     M = np.empty((3, 3))
-    cost = _evaluate(u, v, uu, vv, p[0], p[1], p[2], g, Hm, True)
+    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     lam = LAM0
     for _ in range(iters):
         for a in range(3):
@@ -226,7 +246,7 @@ def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_stop):
         if _converged(g, Hm, step, lam, cost, beta, kappa_stop):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
-        cost_t = _evaluate(u, v, uu, vv, t0, t1, t2, g_t, H_t, True)
+        cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
         if cost_t < cost:
             gain = cost - cost_t
             p[0], p[1], p[2] = t0, t1, t2
@@ -244,26 +264,31 @@ def _refine_one(u, v, uu, vv, p, iters, tol, beta, kappa_stop):
 
 
 @njit(cache=True, parallel=True)
-def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_iters, beta,
-            prune_kappa, margin, kappa_stop, out_p, out_c):  # fmt: skip
+def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_kappa, margin,
+            kappa_stop, out_p, out_c):  # fmt: skip
+    """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`."""
+    off, gy, gx, t, V, uu, vv, shape = full
+    off2, gy2, gx2, t2, V2, uu2, vv2, shape2 = half
+    H, W, Wp = shape[0], shape[1], shape[1] + 2 * _PAD
+    H2, W2, Wp2 = shape2[0], shape2[1], shape2[1] + 2 * _PAD
     m, n_c = starts.shape[0], starts.shape[1]
     coarse = coarse_iters > 0
     for k in prange(m):
         i, j = ii[k], jj[k]
+        a, b = off[i], off[i + 1]
+        a2, b2 = off2[i], off2[i + 1]
         costs = np.empty(n_c)
         p_c = starts[k].copy()
-        g = np.empty(3)
-        Hm = np.empty((3, 3))
         for c in range(n_c):
             if coarse:
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
-                _refine_one(U2[i], V2[j], uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop)
+                _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2, uu2[i],
+                            vv2[j], q, coarse_iters, tol, beta, kappa_stop)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
             # full-resolution cost: the half-resolution one is biased by its extra smoothing
-            costs[c] = _evaluate(
-                U[i], V[j], uu[i], vv[j], p_c[c, 0], p_c[c, 1], p_c[c, 2], g, Hm, False
-            )
+            costs[c] = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
+                             p_c[c, 0], p_c[c, 1], p_c[c, 2])  # fmt: skip
         # refine in order of cost; skip a start that cannot beat the best so far
         order = np.argsort(costs)
         best = np.inf
@@ -275,7 +300,8 @@ def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_i
             ):
                 continue
             p = p_c[c].copy()
-            cost = _refine_one(U[i], V[j], uu[i], vv[j], p, iters, tol, beta, kappa_stop)
+            cost = _refine_one(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
+                               iters, tol, beta, kappa_stop)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
@@ -286,20 +312,57 @@ def _search(U, V, U2, V2, uu, vv, uu2, vv2, ii, jj, starts, iters, tol, coarse_i
 
 
 @dataclass(frozen=True)
-class PairImages:
-    """The images :func:`search_pairs` reads, laid out once per kappa^max call: targets U,
-    moving images V zero-padded by ``_PAD``, their half-resolution versions (or 2 x 2
-    placeholders when there are none) and squared norms; float64, contiguous."""
+class Resolution:
+    """One resolution of a block of pairs, laid out for the compiled kernels.
 
-    U: np.ndarray
+    off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
+    gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
+    V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` moving images, zero-padded and flattened
+    uu, vv : squared norms of the targets and of the moving images
+    shape : ``(H, W)`` of the unpadded images
+    """
+
+    off: np.ndarray
+    gy: np.ndarray
+    gx: np.ndarray
+    t: np.ndarray
     V: np.ndarray
-    U2: np.ndarray
-    V2: np.ndarray
     uu: np.ndarray
     vv: np.ndarray
-    uu2: np.ndarray
-    vv2: np.ndarray
-    has_half: bool
+    shape: np.ndarray
+
+    @classmethod
+    def of(cls, U: np.ndarray, V: np.ndarray) -> Resolution:
+        """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``."""
+        U = np.asarray(U, dtype=np.float64)
+        V = np.asarray(V, dtype=np.float64)
+        n, H, W = U.shape
+        k, r, c = np.nonzero(U)  # row-major: grouped by image
+        off = np.zeros(n + 1, dtype=np.int64)
+        off[1:] = np.cumsum(np.bincount(k, minlength=n))
+        padded = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
+        return cls(
+            off,
+            r - (H - 1) / 2.0,
+            c - (W - 1) / 2.0,
+            U[k, r, c],
+            np.ascontiguousarray(padded),
+            (U * U).reshape(n, -1).sum(1),
+            (V * V).reshape(len(V), -1).sum(1),
+            np.array([H, W], dtype=np.int64),
+        )
+
+    def arrays(self) -> tuple:
+        return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
+
+
+@dataclass(frozen=True)
+class PairImages:
+    """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
+    pairs and, optionally, their half-resolution versions."""
+
+    full: Resolution
+    half: Resolution | None
 
 
 def pair_images(
@@ -308,20 +371,7 @@ def pair_images(
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)`` and optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
     :func:`ia_stages.kernels.half_resolution`) for :func:`search_pairs`."""
-    U = np.ascontiguousarray(U, dtype=np.float64)
-    V = np.asarray(V, dtype=np.float64)
-    has_half = half is not None
-    U2, V2 = (U[:, :2, :2], V[:, :2, :2]) if half is None else half
-    U2 = np.ascontiguousarray(U2, dtype=np.float64)
-    V2 = np.asarray(V2, dtype=np.float64)
-
-    def sq(X: np.ndarray) -> np.ndarray:
-        return (X * X).reshape(len(X), -1).sum(1)
-
-    def pad(X: np.ndarray) -> np.ndarray:
-        return np.pad(X, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
-
-    return PairImages(U, pad(V), U2, pad(V2), sq(U), sq(V), sq(U2), sq(V2), has_half)
+    return PairImages(Resolution.of(U, V), None if half is None else Resolution.of(*half))
 
 
 def search_pairs(
@@ -358,14 +408,15 @@ def search_pairs(
     -------
     params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii], cost the correlation-form d2.
     """
-    im = images
     m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
+    full = images.full
+    half = images.half if images.half is not None else full
     _search(
-        im.U, im.V, im.U2, im.V2, im.uu, im.vv, im.uu2, im.vv2, np.asarray(ii, np.int64),
-        np.asarray(jj, np.int64), np.ascontiguousarray(starts, dtype=np.float64), int(iters),
-        float(tol), int(coarse_iters) if im.has_half else 0, float(beta), float(prune_kappa),
+        full.arrays(), half.arrays(), np.asarray(ii, np.int64), np.asarray(jj, np.int64),
+        np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
+        int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
         float(prune_margin), float(kappa_stop), out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
