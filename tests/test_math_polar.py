@@ -9,14 +9,27 @@ from ia_stages.align import pair_cost, refine_alignment
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
-from ia_stages.lm_kernel import _PAD, Resolution, _cost, _cost_derivs, pair_images, search_pairs
+from ia_stages.lm_kernel import (
+    _PAD,
+    Resolution,
+    _cost,
+    _cost_derivs,
+    _lift_damping,
+    _min_eig3,
+    pair_images,
+    search_pairs,
+)
 from ia_stages.polar import (
+    angle_synthesis,
+    block_scores,
     centroid_translation,
     centroids,
     peak_angles,
     polar_spectra,
     rotation_scores,
+    split_spectra,
 )
+from ia_stages.scan_kernel import pair_peaks
 from ia_stages.warp import warp
 
 SIZE = 40
@@ -86,6 +99,53 @@ def test_scan_values_are_the_area_correlation():
         b = centroid_translation(np.array([[theta]]), m[i : i + 1], m[j : j + 1], X.shape[1:])
         direct = float((X[i] * warp(X[j], np.array([theta, *b[0, 0]]))).sum())
         assert scores[i, j, k] * 2 * np.pi / M == pytest.approx(direct, rel=0.02, abs=2e-3)
+
+
+@pytest.mark.parametrize("M", [72, 15])
+def test_block_scores_by_real_products_equal_the_inverse_fft_of_the_cross_spectra(M):
+    X = _shapes(5, seed=4)
+    S = polar_spectra(X, centroids(X), M)
+    fft = rotation_scores(S[:, :2], S, M)
+    real = block_scores(split_spectra(S[:, :2]), split_spectra(S), angle_synthesis(M))
+    assert real.shape == fft.shape == (2, 5, M)
+    np.testing.assert_allclose(real, fft, atol=1e-5 * np.abs(fft).max())
+
+
+def test_compiled_peaks_equal_the_array_code_and_pick_the_best_centre():
+    from ia_stages.kmax import _pair_peaks_array
+
+    rng = np.random.default_rng(3)
+    M, n_o = 36, 4
+    angles = np.arange(M) * 2 * np.pi / M
+    # smooth random scores (a few harmonics), one row of centres per pair
+    coef = rng.normal(size=(3, 5, n_o, 4, 2))
+    k = np.arange(1, 5)[:, None]
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
+    ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
+    t1, o1 = pair_peaks(scores, ii, jj, 3)
+    t2, o2 = _pair_peaks_array(scores, ii, jj, 3)
+    np.testing.assert_allclose(t1, t2, atol=1e-6)
+    np.testing.assert_array_equal(o1, o2)
+    # the first peak is the global maximum of the envelope, to within its sub-sample shift
+    env = scores[ii, jj].max(1)
+    best = np.argmax(env, 1) * 2 * np.pi / M
+    assert np.all(np.abs(wrap_angle(t1[:, 0] - best)) <= np.pi / M + 1e-9)
+    nearest = np.rint(t1 * M / (2 * np.pi)).astype(int) % M
+    np.testing.assert_array_equal(o1, np.argmax(scores[ii, jj], 1)[np.arange(15)[:, None], nearest])
+
+
+def test_damping_lift_makes_an_indefinite_newton_model_definite():
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        A = rng.normal(size=(3, 3))
+        A = A @ A.T - 0.5 * rng.random() * np.eye(3)  # sometimes definite
+        assert _min_eig3(A) == pytest.approx(np.linalg.eigvalsh(A)[0], abs=1e-12)
+        lam = _lift_damping(A, 1e-3)
+        D = np.diag(np.maximum(np.abs(np.diag(A)), 1e-12))
+        assert np.linalg.eigvalsh(A + lam * D)[0] > 0
+        if np.linalg.eigvalsh(A)[0] > 0:
+            assert lam == 1e-3  # a definite model keeps its damping
 
 
 def test_compiled_cost_gradient_and_hessian_match_the_array_code():

@@ -91,17 +91,29 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
 
 
 def _model_converged(
-    g: Any, H: Any, step: Any, lam: Any, cost: Any, beta: float, kappa_stop: float
+    g: Any, H: Any, cost: Any, beta: float, kappa_stop: float, d2_stop: float
 ) -> Any:
-    """Mask of pairs whose Newton model (``g``, ``H`` half the gradient and Hessian,
-    positive definite, damping ``lam`` at most its initial ``LAM0``) promises the kernel value
-    exp(-beta cost) a rise below ``kappa_stop`` for ``step``."""
+    """Mask of pairs whose Hessian is positive definite and whose full Newton step promises
+    the kernel value exp(-beta cost) a rise below ``kappa_stop`` or the cost a drop below
+    ``d2_stop`` (``g``, ``H``: half the gradient and Hessian; that step lowers the cost by
+    g^T H^-1 g)."""
     xp = array_module(H)
     det2 = H[:, 0, 0] * H[:, 1, 1] - H[:, 0, 1] * H[:, 1, 0]
     pos_def = (H[:, 0, 0] > 0) & (det2 > 0) & (xp.linalg.det(H) > 0)
-    drop = -(2 * (g * step).sum(-1) + xp.einsum("mi,mij,mj->m", step, H, step))
-    small = beta * xp.exp(-beta * cost) * drop < kappa_stop
-    return pos_def & (lam <= LAM0) & small
+    safe = xp.where(pos_def[:, None, None], H, xp.eye(H.shape[-1]))
+    drop = (g * xp.linalg.solve(safe, g[..., None])[..., 0]).sum(-1)
+    return pos_def & ((beta * xp.exp(-beta * cost) * drop < kappa_stop) | (drop < d2_stop))
+
+
+def lift_damping(H: Any, lam: Any) -> Any:
+    """Damping ``lam (m,)`` raised where needed so that H + lam diag|H| is positive definite:
+    to twice the most negative eigenvalue of ``H (m, k, k)`` scaled to a unit diagonal. An
+    indefinite Newton model gives no descent step; this finds the damping that does without
+    spending evaluations of the objective on rejected steps."""
+    xp = array_module(H)
+    d = xp.sqrt(xp.maximum(xp.abs(xp.diagonal(H, axis1=1, axis2=2)), 1e-12))
+    low = xp.linalg.eigvalsh(H / (d[:, :, None] * d[:, None, :]))[:, 0]
+    return xp.maximum(lam, -2.0 * low)
 
 
 def refine_alignment(
@@ -115,6 +127,7 @@ def refine_alignment(
     hessian: str = "gauss-newton",
     beta: float = 0.0,
     kappa_stop: float = 0.0,
+    d2_stop: float = 0.0,
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -129,9 +142,9 @@ def refine_alignment(
     hessian : 'gauss-newton' (J^T J) or 'exact' (correlation objective and SE(2) only: Newton
         steps, far fewer of them when target and moving differ; what the compiled
         :mod:`ia_stages.lm_kernel` does)
-    beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the quadratic model at
-        a positive-definite Hessian (damping at most its initial value) promises
-        exp(-beta cost) a rise below ``kappa_stop``
+    beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the Hessian is positive
+        definite and the full Newton step promises exp(-beta cost) a rise below ``kappa_stop``
+    d2_stop : > 0: ... or promises the cost a drop below ``d2_stop``
 
     Returns
     -------
@@ -156,10 +169,12 @@ def refine_alignment(
         if active.size == 0:
             break
         diag = xp.maximum(xp.abs(H * eye).sum(-1, keepdims=True), 1e-12)
+        if exact:
+            lam[active] = lift_damping(H, lam[active])
         damp = lam[active, None, None] * diag * eye
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
-        if kappa_stop > 0:
-            done = _model_converged(g, H, step, lam[active], cost[active], beta, kappa_stop)
+        if kappa_stop > 0 or d2_stop > 0:
+            done = _model_converged(g, H, cost[active], beta, kappa_stop, d2_stop)
             active, g, H, step = active[~done], g[~done], H[~done], step[~done]
             if active.size == 0:
                 break

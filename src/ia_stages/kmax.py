@@ -38,18 +38,22 @@ from .groups import SE2, wrap_angle
 from .kernels import half_resolution, normalize, smooth
 from .lm_kernel import PairImages, pair_images, search_pairs
 from .polar import (
+    angle_synthesis,
+    block_scores,
     centroid_translation,
     centroids,
     peak_angles,
     polar_spectra,
-    rotation_products,
-    scores_from_products,
+    split_spectra,
 )
+from .scan_kernel import pair_peaks
 from .warp import warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
 # ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
 KAPPA_STOP_FRACTION = 0.1
+# ... and the half-resolution stage also where it promises the squared distance less than this
+COARSE_D2_STOP = 1e-3
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class SearchSettings:
 
 SEARCH_METHODS = ("polar", "grid")
 MB = 2**20
+SCAN_CHUNK_MB = 128  # working set of one chunk of the polar scan (products + scores)
 
 
 class MemoryBudgetError(ValueError):
@@ -246,12 +251,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
 
     With ``centre_offset > 0`` the rings of v are also centred at the 8 points of a 3 x 3 grid
     of that spacing around its centroid; the starts are the peaks over angle of the best score
-    over centres, each with the centre that gave it.
+    over centres, each with the centre that gave it. For ``V = U`` a chunk of rows only scores
+    the columns right of its first row (the pairs i < j).
     """
     xp = array_module(Un)
     M = settings.n_angles
     m_u = centroids(Un)
-    S_u = polar_spectra(Un, m_u, M)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
     d = settings.centre_offset
@@ -259,10 +264,15 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     if d > 0:
         offs += [(a * d, b * d) for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b]
     offs = xp.asarray(offs)
-    S_v = polar_spectra(Vn, m_v[None] + offs[:, None], M)  # (K, n_o * n_j, R)
     n_j, n_o = Vn.shape[0], len(offs)
-    per_row = n_o * n_j * (4 * M + 8 * S_u.shape[0]) * 2  # scores + products, with headroom
-    fixed = S_u.nbytes + S_v.nbytes + Un.nbytes + (0 if same else Vn.nbytes)
+    B_v = split_spectra(polar_spectra(Vn, m_v[None] + offs[:, None], M))  # (K, n_o n_j, 2R)
+    K, R2 = B_v.shape[0], B_v.shape[2]
+    # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
+    B_v = xp.ascontiguousarray(B_v.reshape(K, n_o, n_j, R2).transpose(0, 2, 1, 3))
+    A_u = B_v[:, :, 0] if same else split_spectra(polar_spectra(Un, m_u, M))  # (K, n_i, 2R)
+    synthesis = xp.asarray(angle_synthesis(M))
+    per_row = n_o * n_j * (2 * K + M) * 4 * 2  # products and scores (float32), with headroom
+    fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
     rows = int((settings.memory_mb * MB - fixed) // per_row)
     if rows < 1:
         raise MemoryBudgetError(
@@ -270,24 +280,36 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
             f"{Un.shape[0]} x {n_j} images of {Un.shape[1]} x {Un.shape[2]} px "
             f"(needs {(fixed + per_row) / MB:.1f} MB): raise it or lower block_size"
         )
+    # chunks of ~SCAN_CHUNK_MB: fewer columns per row when V = U, and cache-sized products
+    rows = min(rows, max(4, int(SCAN_CHUNK_MB * MB // per_row)))
     c = settings.n_candidates
     for r0 in range(0, Un.shape[0], rows):
         sel = (ii >= r0) & (ii < r0 + rows)
         if not sel.any():
             continue
         i, j = ii[sel], jj[sel]
-        G = rotation_products(S_u[:, r0 : r0 + rows], S_v)
-        G = G.reshape(G.shape[0], n_o, n_j, -1)
+        j0 = r0 + 1 if same else 0
+        B = B_v[:, j0:].reshape(K, -1, R2)
+        scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
+        scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
+        peaks = pair_peaks if xp is np else _pair_peaks_array
+        theta, best_o = peaks(scores, i - r0, j - j0, c)
         ix, jx = xp.asarray(i), xp.asarray(j)
-        pair_scores = scores_from_products(G[ix - r0, :, jx], M)  # (m, n_o, M)
-        # per angle the best centre; peaks of that envelope, each with its centre
-        best_o = xp.argmax(pair_scores, axis=1)  # (m, M)
-        theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
-        k = xp.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
-        centre = m_v[jx][:, None, :] + offs[xp.take_along_axis(best_o, k, 1)]
+        centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
         b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
         starts = xp.concatenate([theta[..., None], b], -1)
         yield i, j, starts.astype(float)
+
+
+def _pair_peaks_array(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
+    """:func:`ia_stages.scan_kernel.pair_peaks` in array code (cupy): per angle the best
+    centre; the ``c`` peaks of that envelope, each with its centre."""
+    xp = array_module(scores)
+    M = scores.shape[-1]
+    pair_scores = scores[xp.asarray(i), xp.asarray(j)]  # (m, n_o, M)
+    theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
+    k = xp.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
+    return theta, xp.take_along_axis(xp.argmax(pair_scores, axis=1), k, 1)
 
 
 def _refine_candidates(
@@ -319,6 +341,7 @@ def _refine_candidates(
         return search_pairs(
             compiled, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
             settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
+            COARSE_D2_STOP,
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
@@ -328,8 +351,8 @@ def _refine_candidates(
     if coarse:
         U2, V2 = half
         p[:, 1:] /= 2.0
-        stop = _kappa_stop(settings)
-        args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, stop)
+        stop = (_kappa_stop(settings), COARSE_D2_STOP)
+        args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, *stop)
         out = [refine_alignment(U2[ti[s]], V2[tj[s]], p[s], *args) for s in _slices(m * c, batch)]
         p = xp.concatenate([o[0] for o in out])
         p[:, 1:] *= 2.0

@@ -202,10 +202,12 @@ def _solve3(M, r, out):
 
 
 @njit(cache=True)
-def _converged(g, Hm, step, lam, cost, beta, kappa_stop):
-    """True when the Newton model at a positive-definite Hessian promises the kernel value
-    exp(-beta cost) a rise below ``kappa_stop``: the start is at its local optimum."""
-    if kappa_stop <= 0.0 or lam > LAM0:
+def _converged(g, Hm, cost, beta, kappa_stop, d2_stop):
+    """True when the Hessian is positive definite and the full Newton step promises the
+    kernel value exp(-beta cost) a rise below ``kappa_stop``, or the cost a drop below
+    ``d2_stop``: the start is at its local optimum. (``g``, ``Hm``: half the gradient and
+    Hessian; the Newton step lowers the cost by g^T H^-1 g.)"""
+    if kappa_stop <= 0.0 and d2_stop <= 0.0:
         return False
     h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
     det2 = h00 * h11 - h01 * h01
@@ -216,19 +218,46 @@ def _converged(g, Hm, step, lam, cost, beta, kappa_stop):
     )
     if h00 <= 0.0 or det2 <= 0.0 or det3 <= 0.0:
         return False
-    quad = 0.0
-    for a in range(3):
-        for b in range(3):
-            quad += step[a] * Hm[a, b] * step[b]
-    # cost(p + s) ~ cost + 2 g.s + s.H.s (g, H are half the gradient and Hessian)
-    drop = -(2.0 * (g[0] * step[0] + g[1] * step[1] + g[2] * step[2]) + quad)
-    return beta * np.exp(-beta * cost) * drop < kappa_stop
+    newton = np.empty(3)
+    _solve3(Hm, g, newton)
+    drop = g[0] * newton[0] + g[1] * newton[1] + g[2] * newton[2]
+    return beta * np.exp(-beta * cost) * drop < kappa_stop or drop < d2_stop
 
 
 @njit(cache=True)
-def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop):
-    """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments);
-    returns the cost at the final ``p``."""
+def _min_eig3(A):
+    """Smallest eigenvalue of the symmetric 3 x 3 matrix ``A`` (closed form)."""
+    p1 = A[0, 1] ** 2 + A[0, 2] ** 2 + A[1, 2] ** 2
+    q = (A[0, 0] + A[1, 1] + A[2, 2]) / 3.0
+    p2 = (A[0, 0] - q) ** 2 + (A[1, 1] - q) ** 2 + (A[2, 2] - q) ** 2 + 2.0 * p1
+    if p2 <= 0.0:
+        return q
+    p = np.sqrt(p2 / 6.0)
+    b00, b11, b22 = (A[0, 0] - q) / p, (A[1, 1] - q) / p, (A[2, 2] - q) / p
+    b01, b02, b12 = A[0, 1] / p, A[0, 2] / p, A[1, 2] / p
+    r = 0.5 * (b00 * (b11 * b22 - b12 * b12) - b01 * (b01 * b22 - b12 * b02)
+               + b02 * (b01 * b12 - b11 * b02))  # fmt: skip
+    phi = np.arccos(min(max(r, -1.0), 1.0)) / 3.0
+    return q + 2.0 * p * np.cos(phi + 2.0 * np.pi / 3.0)
+
+
+@njit(cache=True)
+def _lift_damping(Hm, lam):
+    """``lam``, raised where needed so that H + lam diag|H| is positive definite: to twice
+    the most negative eigenvalue of H scaled to a unit diagonal (as
+    :func:`ia_stages.align.lift_damping`)."""
+    S = np.empty((3, 3))
+    for a in range(3):
+        for b in range(3):
+            S[a, b] = Hm[a, b] / np.sqrt(max(abs(Hm[a, a]), 1e-12) * max(abs(Hm[b, b]), 1e-12))
+    return max(lam, -2.0 * _min_eig3(S))
+
+
+@njit(cache=True)
+def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop):
+    """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
+    until ``iters`` evaluations, a gain below ``tol`` or :func:`_converged`; returns the cost
+    at the final ``p``."""
     g = np.empty(3)
     Hm = np.empty((3, 3))
     g_t = np.empty(3)
@@ -238,12 +267,14 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop)
     cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     lam = LAM0
     for _ in range(iters):
+        # an indefinite Newton model gives no descent step: damp until it is definite
+        lam = _lift_damping(Hm, lam)
         for a in range(3):
             for b in range(3):
                 M[a, b] = Hm[a, b]
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
         _solve3(M, -g, step)
-        if _converged(g, Hm, step, lam, cost, beta, kappa_stop):
+        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
         cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
@@ -265,7 +296,7 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop)
 
 @njit(cache=True, parallel=True)
 def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_kappa, margin,
-            kappa_stop, out_p, out_c):  # fmt: skip
+            kappa_stop, coarse_stop, out_p, out_c):  # fmt: skip
     """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`."""
     off, gy, gx, t, V, uu, vv, shape = full
     off2, gy2, gx2, t2, V2, uu2, vv2, shape2 = half
@@ -284,7 +315,8 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
                 _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2, uu2[i],
-                            vv2[j], q, coarse_iters, tol, beta, kappa_stop)  # fmt: skip
+                            vv2[j], q, coarse_iters, tol, beta, kappa_stop,
+                            coarse_stop)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
             # full-resolution cost: the half-resolution one is biased by its extra smoothing
             costs[c] = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
@@ -301,7 +333,7 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
                 continue
             p = p_c[c].copy()
             cost = _refine_one(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
-                               iters, tol, beta, kappa_stop)  # fmt: skip
+                               iters, tol, beta, kappa_stop, 0.0)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
@@ -386,6 +418,7 @@ def search_pairs(
     prune_margin: float,
     coarse_iters: int = 0,
     kappa_stop: float = 0.0,
+    coarse_stop: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best refined transform of each pair (U[ii[k]], V[jj[k]]) over its starting candidates.
 
@@ -401,8 +434,10 @@ def search_pairs(
     coarse_iters : > 0 (with half-resolution images): every start is first refined with at
         most this many steps on the half-resolution pair (translations there are half as
         long), then ordered and pruned by the full-resolution cost where it ended
-    kappa_stop : > 0: a refinement also stops where the Newton model (positive-definite
-        Hessian, little damping) promises exp(-beta cost) a rise below ``kappa_stop``
+    kappa_stop : > 0: a refinement also stops where the Newton step (at a positive-definite
+        Hessian) promises exp(-beta cost) a rise below ``kappa_stop``
+    coarse_stop : the half-resolution stage, whose optimum only seeds the full-resolution
+        one, also stops where the Newton step promises the cost a drop below this
 
     Returns
     -------
@@ -417,7 +452,7 @@ def search_pairs(
         full.arrays(), half.arrays(), np.asarray(ii, np.int64), np.asarray(jj, np.int64),
         np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
         int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
-        float(prune_margin), float(kappa_stop), out_p, out_c,
+        float(prune_margin), float(kappa_stop), float(coarse_stop), out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
 

@@ -112,6 +112,55 @@ def scores_from_products(products: Any, n_angles: int) -> Any:
     return fft_module(xp).irfft(products, n=n_angles, axis=-1)
 
 
+def split_spectra(spec: Any) -> Any:
+    """Real and imaginary parts side by side: ``(K, n, R)`` complex to ``(K, n, 2 R)`` float32."""
+    xp = array_module(spec)
+    return xp.ascontiguousarray(xp.concatenate([spec.real, spec.imag], -1), dtype=np.float32)
+
+
+def angle_synthesis(n_angles: int) -> np.ndarray:
+    """``(2 K, n_angles)`` float32 matrix E with scores = [Re G_0, Im G_0, Re G_1, ...] @ E.
+
+    Row 2k holds w_k cos(k theta_m), row 2k + 1 holds -w_k sin(k theta_m), with the weights of
+    numpy's ``irfft(G, n=n_angles)``: w_k = 1 / M at k = 0 (and k = M / 2 for even M), 2 / M
+    otherwise. Multiplying by E is that inverse FFT, done as one matrix product for all pairs.
+    """
+    M = n_angles
+    k = np.arange(M // 2 + 1)
+    w = np.where((k == 0) | (2 * k == M), 1.0 / M, 2.0 / M)
+    phase = np.outer(k, np.arange(M)) * (2 * np.pi / M)
+    E = np.empty((2 * k.size, M))
+    E[0::2] = w[:, None] * np.cos(phase)
+    E[1::2] = -w[:, None] * np.sin(phase)
+    return E.astype(np.float32)
+
+
+def block_scores(real_u: Any, real_v: Any, synthesis: Any) -> Any:
+    """Rotation scores of every u against every v, by two real matrix products.
+
+    Parameters
+    ----------
+    real_u : ``(K, n_i, 2 R)`` :func:`split_spectra` of the targets
+    real_v : ``(K, n_j, 2 R)`` of the moving images
+    synthesis : ``(2 K, M)`` :func:`angle_synthesis` (array of the same backend)
+
+    Returns
+    -------
+    ``(n_i, n_j, M)`` float32, equal to :func:`rotation_scores`: per angular frequency k,
+    Re G = [u_re, u_im] . [v_re, v_im] and Im G = [u_im, -u_re] . [v_re, v_im], stacked so that
+    one batched product gives both; then one product with ``synthesis`` over (k, part).
+    """
+    xp = array_module(real_u)
+    K, n_i, R2 = real_u.shape
+    n_j = real_v.shape[1]
+    R = R2 // 2
+    turned = xp.concatenate([real_u[..., R:], -real_u[..., :R]], -1)
+    both = xp.concatenate([real_u, turned], 1)  # (K, 2 n_i, 2R): rows give Re, then Im
+    G = xp.matmul(both, real_v.transpose(0, 2, 1))  # (K, 2 n_i, n_j)
+    G = G.reshape(2 * K, n_i * n_j)  # row 2k + part, as the rows of synthesis
+    return (G.T @ synthesis).reshape(n_i, n_j, -1)
+
+
 def peak_angles(scores: Any, n_peaks: int) -> tuple[Any, Any]:
     """The ``n_peaks`` highest circular local maxima along the last axis, sub-sample refined.
 

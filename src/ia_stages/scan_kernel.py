@@ -1,0 +1,85 @@
+"""Compiled peak picking of the polar rotation scan, for numpy arrays.
+
+For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
+circular local maxima refined by a parabola through their neighbours (as
+:func:`ia_stages.polar.peak_angles`), and the centre that gave the envelope at each peak. One
+pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays; pairs run in parallel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, parallel=True)
+def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
+    m = ii.size
+    n_o, M = scores.shape[2], scores.shape[3]
+    for k in prange(m):
+        i, j = ii[k], jj[k]
+        env = np.empty(M)
+        arg = np.empty(M, dtype=np.int64)
+        for a in range(M):
+            env[a] = scores[i, j, 0, a]
+            arg[a] = 0
+        for o in range(1, n_o):
+            for a in range(M):
+                x = scores[i, j, o, a]
+                if x > env[a]:
+                    env[a] = x
+                    arg[a] = o
+        taken = np.zeros(M, dtype=np.bool_)
+        first = -1
+        for c in range(n_peaks):
+            best = -1
+            for a in range(M):
+                e = env[a]
+                if taken[a] or e < env[(a - 1) % M] or e < env[(a + 1) % M]:
+                    continue
+                if best < 0 or e > env[best]:
+                    best = a
+            if best < 0:  # fewer local maxima than peaks: repeat the best one
+                best = first
+            else:
+                taken[best] = True
+            if first < 0:
+                first = best
+            lo, mid, hi = env[(best - 1) % M], env[best], env[(best + 1) % M]
+            curv = lo - 2.0 * mid + hi
+            frac = 0.5 * (lo - hi) / curv if curv < 0.0 else 0.0
+            frac = min(max(frac, -0.5), 0.5)
+            theta[k, c] = (best + frac) * (2.0 * np.pi / M)
+            near = int(np.rint(best + frac)) % M
+            centre[k, c] = arg[near]
+
+
+def pair_peaks(
+    scores: np.ndarray, ii: np.ndarray, jj: np.ndarray, n_peaks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Peak rotations of the pairs (ii[k], jj[k]) of a block of scores.
+
+    Parameters
+    ----------
+    scores : ``(n_i, n_j, n_centres, M)`` rotation scores of every target against every
+        moving image about each of its centres (:func:`ia_stages.polar.block_scores`)
+    ii, jj : ``(m,)`` pairs, indices into the first and second axes
+    n_peaks : peaks per pair
+
+    Returns
+    -------
+    theta ``(m, n_peaks)`` radians, best first; centre ``(m, n_peaks)`` index of the centre
+    with the highest score at the sample nearest to each peak.
+    """
+    m = ii.size
+    theta = np.empty((m, n_peaks))
+    centre = np.empty((m, n_peaks), dtype=np.int64)
+    _pair_peaks(
+        np.ascontiguousarray(scores, dtype=np.float32),
+        np.asarray(ii, np.int64),
+        np.asarray(jj, np.int64),
+        int(n_peaks),
+        theta,
+        centre,
+    )
+    return theta, centre
