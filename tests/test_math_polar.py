@@ -325,3 +325,21 @@ def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
         found = np.diagonal(km.params, axis1=0, axis2=1).T  # copies[k] o tau ~ base[k]
         truth = SE2().inverse(params[idx])
         assert np.rad2deg(np.abs(wrap_angle(found[:, 0] - truth[:, 0]))).max() < 1.0
+
+
+def test_candidates_that_converge_together_are_refined_once():
+    from ia_stages.kmax import _repeats
+    from ia_stages.lm_kernel import _repeats as compiled_repeats
+
+    p = np.array(
+        [
+            [
+                [np.pi - 1e-3, 1.0, 2.0],
+                [-np.pi + 1e-3, 1.01, 2.0],  # the same point across the +-pi seam
+                [np.pi - 0.2, 1.0, 2.0],  # another rotation
+                [np.pi - 1e-3, 1.5, 2.0],  # another shift
+            ]
+        ]
+    )
+    np.testing.assert_array_equal(_repeats(p)[0], [False, True, False, False])
+    assert [compiled_repeats(p[0], c) for c in range(4)] == [False, True, False, False]

@@ -36,7 +36,7 @@ from .align import pair_cost, refine_alignment
 from .backend import array_module, fft_module, to_numpy
 from .groups import SE2, wrap_angle
 from .kernels import half_resolution, normalize, smooth
-from .lm_kernel import PairImages, pair_images, search_pairs
+from .lm_kernel import SAME_ANGLE, SAME_SHIFT, PairImages, pair_images, search_pairs
 from .polar import (
     angle_synthesis,
     block_scores,
@@ -365,6 +365,8 @@ def _refine_candidates(
     )
     cost = cost.reshape(m, c)
     p = p.reshape(m, c, k)
+    if coarse:  # candidates that converged where an earlier one did are dropped
+        cost = xp.where(_repeats(p), xp.inf, cost)
     rows = xp.arange(m)
     order = xp.argsort(cost, axis=1)
     best = xp.full(m, np.inf)
@@ -392,6 +394,17 @@ def _kappa_stop(settings: SearchSettings) -> float:
     return KAPPA_STOP_FRACTION * settings.prune_kappa
 
 
+def _repeats(p: Any) -> Any:
+    """Mask ``(m, c)`` of candidates ``p (m, c, k)`` within ``SAME_ANGLE`` radians and
+    ``SAME_SHIFT`` pixels of an earlier candidate of their pair."""
+    xp = array_module(p)
+    turn = xp.abs(wrap_angle(p[:, :, None, 0] - p[:, None, :, 0]))
+    shift = xp.abs(p[:, :, None, 1:] - p[:, None, :, 1:]).max(-1)
+    close = (turn < SAME_ANGLE) & (shift < SAME_SHIFT)
+    earlier = xp.tril(xp.ones(close.shape[1:], dtype=bool), -1)  # [c, e]: e < c
+    return (close & earlier).any(-1)
+
+
 def _slices(n: int, size: int) -> list[slice]:
     return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
@@ -400,7 +413,7 @@ def _worth_refining(d0: Any, best: Any, beta: float, settings: SearchSettings) -
     """Mask of starts (start cost ``d0``) worth refining given the pair's ``best`` so far."""
     xp = array_module(d0)
     if settings.prune_kappa <= 0:
-        return xp.ones(d0.shape, dtype=bool)
+        return xp.isfinite(d0)  # all but dropped repeats
     reachable = d0 - settings.prune_margin
     can_matter = xp.exp(-beta * reachable) >= settings.prune_kappa
     return can_matter & (reachable <= best)

@@ -23,6 +23,8 @@ _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 # zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
 # to floor + 2, the point clamped to [-2, H + 1]) stay inside
 _PAD = 4
+# candidates that the half-resolution stage ends this close together are one (radians, px)
+SAME_ANGLE, SAME_SHIFT = 1e-2, 5e-2
 
 
 @njit(cache=True, inline="always")
@@ -294,6 +296,21 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
     return cost
 
 
+@njit(cache=True)
+def _repeats(p, c):
+    """True when candidate ``c`` of ``p (n_c, 3)`` lies within ``SAME_ANGLE`` radians and
+    ``SAME_SHIFT`` pixels of an earlier candidate."""
+    for e in range(c):
+        turn = abs((p[c, 0] - p[e, 0] + np.pi) % (2.0 * np.pi) - np.pi)
+        if (
+            turn < SAME_ANGLE
+            and abs(p[c, 1] - p[e, 1]) < SAME_SHIFT
+            and abs(p[c, 2] - p[e, 2]) < SAME_SHIFT
+        ):
+            return True
+    return False
+
+
 @njit(cache=True, parallel=True)
 def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_kappa, margin,
             kappa_stop, coarse_stop, out_p, out_c):  # fmt: skip
@@ -318,6 +335,9 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
                             vv2[j], q, coarse_iters, tol, beta, kappa_stop,
                             coarse_stop)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
+            if coarse and _repeats(p_c, c):
+                costs[c] = np.inf  # converged where an earlier candidate did: drop it
+                continue
             # full-resolution cost: the half-resolution one is biased by its extra smoothing
             costs[c] = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
                              p_c[c, 0], p_c[c, 1], p_c[c, 2])  # fmt: skip
@@ -326,6 +346,8 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         best = np.inf
         p_best = p_c[order[0]].copy()
         for c in order:
+            if costs[c] == np.inf:
+                break
             reach = costs[c] - margin
             if prune_kappa > 0.0 and (
                 np.exp(-beta * reach) < prune_kappa or (best < np.inf and reach > best)
