@@ -1,7 +1,7 @@
 """GPU check for kappa^max: cupy against numpy on the same block, and the time for all pairs.
 
 Usage (on a machine with a CUDA GPU and `pip install -e '.[gpu]'`):
-    python bench/gpu_check.py [--block 64] [--n 10000] [--time-block 1024] [--full]
+    python bench/gpu_check.py [--block 64] [--n 10000] [--time-block 1024] [--full] [--sigma 1]
 
 Prints the largest |kappa_cupy - kappa_numpy| over one block of MNIST digit pairs (40 px, as
 bench/kmax.py pads them; numpy runs the compiled kernel, cupy the array code), then times one
@@ -17,7 +17,7 @@ import sys
 import time
 
 import numpy as np
-from kmax import BETA, SIGMA, digits  # bench/kmax.py, beside this script
+from kmax import BETA, digits  # bench/kmax.py, beside this script
 
 from ia_stages.backend import BackendError, resolve_backend, to_numpy
 from ia_stages.kmax import kappa_max
@@ -29,7 +29,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--time-block", type=int, default=1024)
     ap.add_argument("--full", action="store_true", help="time all pairs of --n digits")
+    ap.add_argument(
+        "--sigma", type=float, default=1.0, help="kernel smoothing (px); 1 = the pipeline's digits"
+    )
     args = ap.parse_args()
+    sigma = args.sigma
     try:
         resolve_backend("cupy")
     except BackendError as err:
@@ -39,8 +43,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images, _, _ = digits(max(args.block, args.time_block), rng)
     block = images[: args.block]
-    ref = kappa_max(block, beta=BETA, sigma=SIGMA)
-    got = kappa_max(cupy.asarray(block), beta=BETA, sigma=SIGMA)
+    ref = kappa_max(block, beta=BETA, sigma=sigma)
+    got = kappa_max(cupy.asarray(block), beta=BETA, sigma=sigma)
     diff = np.abs(to_numpy(got.value) - ref.value).max()
     print(
         f"cupy vs numpy, {args.block} images: max |kappa difference| = {diff:.2e} "
@@ -48,10 +52,10 @@ def main() -> None:
     )
 
     gpu = cupy.asarray(images[: args.time_block])
-    kappa_max(gpu[:8], beta=BETA, sigma=SIGMA)  # warm-up: kernels compile on first use
+    kappa_max(gpu[:8], beta=BETA, sigma=sigma)  # warm-up: kernels compile on first use
     cupy.cuda.Device().synchronize()
     t = time.perf_counter()
-    kappa_max(gpu, beta=BETA, sigma=SIGMA)
+    kappa_max(gpu, beta=BETA, sigma=sigma)
     cupy.cuda.Device().synchronize()
     seconds = time.perf_counter() - t
     pairs = args.time_block * (args.time_block - 1) / 2
@@ -65,7 +69,7 @@ def main() -> None:
     if args.full:
         gpu = cupy.asarray(digits(args.n, rng)[0])
         t = time.perf_counter()
-        kappa_max(gpu, beta=BETA, sigma=SIGMA)
+        kappa_max(gpu, beta=BETA, sigma=sigma)
         cupy.cuda.Device().synchronize()
         print(f"all pairs of n = {args.n}: measured {time.perf_counter() - t:.0f} s on one GPU")
 

@@ -56,3 +56,21 @@ def test_device_names_follow_cuda_visible_devices(monkeypatch):
     assert device_names(2) == ["3", "5"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert device_names(3) == ["0", "1", "2"]
+
+
+def test_gpu_check_script_without_cupy_says_so_in_one_line():
+    """bench/gpu_check.py loads (its imports resolve) and refuses cleanly where cupy is absent."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is installed here: the script would run the GPU check")
+    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--block", "4"], capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().startswith("gpu_check:"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

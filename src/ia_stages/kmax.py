@@ -12,8 +12,9 @@ The search is global over the full circle of rotations, in two steps:
 
 1. a coarse scan that proposes ``n_candidates`` starting transforms per pair. ``method='polar'``
    (default): every pair's correlation over ``n_angles`` rotations about the image centroids,
-   translation fixed by matching the centroids, for a whole block of pairs by one complex matrix
-   product per angular frequency (:mod:`ia_stages.polar`); cost per pair ~ n_angles * rings.
+   translation fixed by matching the centroids, for a whole block of pairs by two real matrix
+   products (:func:`ia_stages.polar.block_scores`), peaks picked by a compiled kernel
+   (:mod:`ia_stages.scan_kernel`); cost per pair ~ n_angles * rings.
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
 2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated

@@ -4,7 +4,8 @@ Rotating an image about its centroid shifts its polar samples u(r, phi) along ph
 correlation of u with every rotation of v about the centroids is, per ring r, a circular
 correlation over phi: C(theta) = sum_r r sum_k u_hat_k(r) conj(v_hat_k(r)) e^{i k theta}. For a
 block of pairs that is one complex matrix product per angular frequency k (all rings summed),
-then an inverse FFT over k for each pair. The scan fixes the translation by matching centroids;
+then an inverse FFT over k for each pair; :func:`block_scores` does both as real matrix
+products, which BLAS and cuBLAS run fastest. The scan fixes the translation by matching centroids;
 the refinement that follows frees it.
 
 Polar convention: u_pol(r, phi) = u(m + r (cos phi, sin phi)) in (row, column) coordinates, m the
