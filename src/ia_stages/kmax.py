@@ -272,7 +272,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     B_v = xp.ascontiguousarray(B_v.reshape(K, n_o, n_j, R2).transpose(0, 2, 1, 3))
     A_u = B_v[:, :, 0] if same else split_spectra(polar_spectra(Un, m_u, M))  # (K, n_i, 2R)
     synthesis = xp.asarray(angle_synthesis(M))
-    per_row = n_o * n_j * (2 * K + M) * 4 * 2  # products and scores (float32), with headroom
+    per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
     fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
     rows = int((settings.memory_mb * MB - fixed) // per_row)
     if rows < 1:

@@ -114,13 +114,15 @@ def scores_from_products(products: Any, n_angles: int) -> Any:
 
 
 def split_spectra(spec: Any) -> Any:
-    """Real and imaginary parts side by side: ``(K, n, R)`` complex to ``(K, n, 2 R)`` float32."""
+    """Real and imaginary parts side by side: ``(K, n, R)`` complex to ``(K, n, 2 R)`` float64
+    (so that :func:`block_scores` sums in float64: its float32 result is then the same
+    whatever the block shapes, and a sharded kappa^max equals an unsharded one)."""
     xp = array_module(spec)
-    return xp.ascontiguousarray(xp.concatenate([spec.real, spec.imag], -1), dtype=np.float32)
+    return xp.ascontiguousarray(xp.concatenate([spec.real, spec.imag], -1), dtype=np.float64)
 
 
 def angle_synthesis(n_angles: int) -> np.ndarray:
-    """``(2 K, n_angles)`` float32 matrix E with scores = [Re G_0, Im G_0, Re G_1, ...] @ E.
+    """``(2 K, n_angles)`` float64 matrix E with scores = [Re G_0, Im G_0, Re G_1, ...] @ E.
 
     Row 2k holds w_k cos(k theta_m), row 2k + 1 holds -w_k sin(k theta_m), with the weights of
     numpy's ``irfft(G, n=n_angles)``: w_k = 1 / M at k = 0 (and k = M / 2 for even M), 2 / M
@@ -133,7 +135,7 @@ def angle_synthesis(n_angles: int) -> np.ndarray:
     E = np.empty((2 * k.size, M))
     E[0::2] = w[:, None] * np.cos(phase)
     E[1::2] = -w[:, None] * np.sin(phase)
-    return E.astype(np.float32)
+    return E
 
 
 def block_scores(real_u: Any, real_v: Any, synthesis: Any) -> Any:
@@ -141,7 +143,7 @@ def block_scores(real_u: Any, real_v: Any, synthesis: Any) -> Any:
 
     Parameters
     ----------
-    real_u : ``(K, n_i, 2 R)`` :func:`split_spectra` of the targets
+    real_u : ``(K, n_i, 2 R)`` :func:`split_spectra` of the targets (float64)
     real_v : ``(K, n_j, 2 R)`` of the moving images
     synthesis : ``(2 K, M)`` :func:`angle_synthesis` (array of the same backend)
 
@@ -159,7 +161,8 @@ def block_scores(real_u: Any, real_v: Any, synthesis: Any) -> Any:
     both = xp.concatenate([real_u, turned], 1)  # (K, 2 n_i, 2R): rows give Re, then Im
     G = xp.matmul(both, real_v.transpose(0, 2, 1))  # (K, 2 n_i, n_j)
     G = G.reshape(2 * K, n_i * n_j)  # row 2k + part, as the rows of synthesis
-    return (G.T @ synthesis).reshape(n_i, n_j, -1)
+    scores = G.T @ synthesis
+    return scores.astype(np.float32).reshape(n_i, n_j, -1)
 
 
 def peak_angles(scores: Any, n_peaks: int) -> tuple[Any, Any]:
