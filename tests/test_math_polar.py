@@ -343,3 +343,32 @@ def test_candidates_that_converge_together_are_refined_once():
     )
     np.testing.assert_array_equal(_repeats(p)[0], [False, True, False, False])
     assert [compiled_repeats(p[0], c) for c in range(4)] == [False, True, False, False]
+
+
+def test_compiled_ring_samples_equal_the_array_interpolation():
+    from ia_stages.scan_kernel import polar_samples
+    from ia_stages.warp import interpolate
+
+    rng = np.random.default_rng(6)
+    X = rng.random((3, 20, 24))
+    centres = rng.uniform(-4, 26, (2, 3, 2))  # some rings run off the image
+    r = np.arange(16) + 0.5
+    phi = np.arange(12) * 2 * np.pi / 12
+    dy, dx = r[:, None] * np.cos(phi), r[:, None] * np.sin(phi)
+    got = polar_samples(X, centres, dy, dx)
+    field = np.stack([centres[..., 0, None, None] + dy, centres[..., 1, None, None] + dx])
+    field = field.transpose(2, 0, 1, 3, 4).reshape(3, 2, 2 * 16, 12)
+    ref = interpolate(X, field).reshape(3, 2, 16, 12).transpose(1, 0, 2, 3)
+    np.testing.assert_allclose(got, ref, atol=1e-6)  # float32 output
+
+
+def test_scan_spectra_are_the_polar_spectra_split_and_image_major():
+    from ia_stages.polar import scan_spectra
+
+    X = _shapes(4, seed=8)
+    centres = centroids(X)[None] + np.array([[[0.0, 0.0]], [[1.5, -2.0]]])
+    S = polar_spectra(X, centres, 24)  # (K, 2 * 4, R), centre-major
+    K, _, R = S.shape
+    got = scan_spectra(X, centres, 24)  # (K, 4, 2, 2R)
+    want = split_spectra(S).reshape(K, 2, 4, 2 * R).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(got, want)

@@ -44,8 +44,7 @@ from .polar import (
     centroid_translation,
     centroids,
     peak_angles,
-    polar_spectra,
-    split_spectra,
+    scan_spectra,
 )
 from .scan_kernel import pair_peaks
 from .warp import warp
@@ -266,11 +265,10 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         offs += [(a * d, b * d) for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b]
     offs = xp.asarray(offs)
     n_j, n_o = Vn.shape[0], len(offs)
-    B_v = split_spectra(polar_spectra(Vn, m_v[None] + offs[:, None], M))  # (K, n_o n_j, 2R)
-    K, R2 = B_v.shape[0], B_v.shape[2]
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
-    B_v = xp.ascontiguousarray(B_v.reshape(K, n_o, n_j, R2).transpose(0, 2, 1, 3))
-    A_u = B_v[:, :, 0] if same else split_spectra(polar_spectra(Un, m_u, M))  # (K, n_i, 2R)
+    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
+    K, R2 = B_v.shape[0], B_v.shape[3]
+    A_u = B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M)[:, :, 0]  # (K, n_i, 2R)
     synthesis = xp.asarray(angle_synthesis(M))
     per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
     fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)

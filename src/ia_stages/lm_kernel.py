@@ -258,15 +258,24 @@ def _lift_damping(Hm, lam):
 @njit(cache=True)
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop):
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
-    until ``iters`` evaluations, a gain below ``tol`` or :func:`_converged`; returns the cost
-    at the final ``p``."""
+    for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
+    :func:`_converged`; returns the cost at the final ``p``."""
     g = np.empty(3)
     Hm = np.empty((3, 3))
+    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
+    return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
+                        kappa_stop, d2_stop)  # fmt: skip
+
+
+@njit(cache=True)
+def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
+                 d2_stop):  # fmt: skip
+    """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
+    are known (``p``, ``g``, ``Hm`` are updated in place)."""
     g_t = np.empty(3)
     H_t = np.empty((3, 3))
     step = np.empty(3)
     M = np.empty((3, 3))
-    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     lam = LAM0
     for _ in range(iters):
         # an indefinite Newton model gives no descent step: damp until it is definite
@@ -326,6 +335,8 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         a, b = off[i], off[i + 1]
         a2, b2 = off2[i], off2[i + 1]
         costs = np.empty(n_c)
+        g_c = np.empty((n_c, 3))
+        H_c = np.empty((n_c, 3, 3))
         p_c = starts[k].copy()
         for c in range(n_c):
             if coarse:
@@ -338,9 +349,10 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             if coarse and _repeats(p_c, c):
                 costs[c] = np.inf  # converged where an earlier candidate did: drop it
                 continue
-            # full-resolution cost: the half-resolution one is biased by its extra smoothing
-            costs[c] = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
-                             p_c[c, 0], p_c[c, 1], p_c[c, 2])  # fmt: skip
+            # full-resolution cost (the half-resolution one is biased by its extra smoothing),
+            # with the derivatives that a refinement from here starts with
+            costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
+                                    p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c])  # fmt: skip
         # refine in order of cost; skip a start that cannot beat the best so far
         order = np.argsort(costs)
         best = np.inf
@@ -354,8 +366,9 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             ):
                 continue
             p = p_c[c].copy()
-            cost = _refine_one(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
-                               iters, tol, beta, kappa_stop, 0.0)  # fmt: skip
+            cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
+                                costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
+                                0.0)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p

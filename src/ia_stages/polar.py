@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .backend import array_module, fft_module, ndimage_module
+from .backend import array_module, fft_module
+from .scan_kernel import polar_samples
+from .warp import interpolate
 
 
 def centroids(images: Any) -> Any:
@@ -41,8 +43,36 @@ def centroids(images: Any) -> Any:
     return xp.where((mass > 0)[:, None], out, centre)
 
 
+def _ring_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None) -> Any:
+    """``(n_c, n, R, K)`` complex64: sqrt(r) * rfft over phi of the rings about every centre
+    ``(n_c, n, 2)`` (see :func:`polar_spectra`)."""
+    xp = array_module(images)
+    n, H, W = images.shape
+    n_c = centres.shape[0]
+    if n_radii is None:
+        n_radii = int(np.ceil(np.hypot(H, W) / 2))
+    r = xp.arange(n_radii, dtype=float) + 0.5
+    phi = xp.arange(n_angles, dtype=float) * (2 * np.pi / n_angles)
+    dy = r[:, None] * xp.cos(phi)[None]  # (R, M)
+    dx = r[:, None] * xp.sin(phi)[None]
+    if xp is np:
+        out = polar_samples(images, centres, dy, dx)  # (n_c, n, R, M)
+    else:
+        # (n, 2, n_c R, M) sampling field for the array code
+        field = xp.stack([centres[..., 0, None, None] + dy, centres[..., 1, None, None] + dx])
+        field = field.transpose(2, 0, 1, 3, 4).reshape(n, 2, n_c * n_radii, n_angles)
+        out = interpolate(images, field).reshape(n, n_c, n_radii, n_angles).transpose(1, 0, 2, 3)
+        out = out.astype(np.float32)
+    spec = fft_module(xp).rfft(out, axis=3)
+    spec *= xp.sqrt(r)[:, None].astype(np.float32)
+    return spec
+
+
 def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None = None) -> Any:
     """Angular Fourier coefficients of every ring, weighted for the polar area element.
+
+    Rings are sampled by Keys interpolation (zero outside the image), as every warp here is:
+    compiled for numpy arrays, :func:`ia_stages.warp.interpolate` for cupy.
 
     Parameters
     ----------
@@ -58,24 +88,28 @@ def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None 
     a * conj(b) is the area-weighted correlation.
     """
     xp = array_module(images)
-    nd = ndimage_module(xp)
-    n, H, W = images.shape
-    many = centres.ndim == 3
-    centres = centres if many else centres[None]
-    n_c = centres.shape[0]
-    if n_radii is None:
-        n_radii = int(np.ceil(np.hypot(H, W) / 2))
-    r = xp.arange(n_radii, dtype=float) + 0.5
-    phi = xp.arange(n_angles, dtype=float) * (2 * np.pi / n_angles)
-    dy = r[:, None] * xp.cos(phi)[None]  # (R, M)
-    dx = r[:, None] * xp.sin(phi)[None]
-    out = xp.empty((n_c, n, n_radii, n_angles), dtype=np.float32)
-    for k in range(n):
-        coords = xp.stack([centres[:, k, 0, None, None] + dy, centres[:, k, 1, None, None] + dx])
-        out[:, k] = nd.map_coordinates(images[k], coords, order=3, mode="constant", cval=0.0)
-    spec = fft_module(xp).rfft(out.reshape(n_c * n, n_radii, n_angles), axis=2)
-    spec *= xp.sqrt(r)[None, :, None].astype(np.float32)
-    return xp.ascontiguousarray(spec.transpose(2, 0, 1)).astype(np.complex64)
+    centres = centres if centres.ndim == 3 else centres[None]
+    spec = _ring_spectra(images, centres, n_angles, n_radii)
+    n_c, n, R, K = spec.shape
+    return xp.ascontiguousarray(spec.transpose(3, 0, 1, 2).reshape(K, n_c * n, R))
+
+
+def scan_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None = None) -> Any:
+    """The spectra :func:`block_scores` takes, laid out image-major in one pass.
+
+    Returns ``(K, n, n_c, 2 R)`` float64 for ``centres (n_c, n, 2)``: [..., :R] the real,
+    [..., R:] the imaginary parts of :func:`polar_spectra`'s coefficients, so that
+    ``out.reshape(K, n * n_c, 2 R)`` and any slice of images are views. float64, so that
+    :func:`block_scores` sums in float64: its float32 result is then the same whatever the
+    block shapes, and a sharded kappa^max equals an unsharded one.
+    """
+    xp = array_module(images)
+    spec = _ring_spectra(images, centres, n_angles, n_radii)
+    n_c, n, R, K = spec.shape
+    out = xp.empty((K, n, n_c, 2 * R))
+    out[..., :R] = spec.real.transpose(3, 1, 0, 2)
+    out[..., R:] = spec.imag.transpose(3, 1, 0, 2)
+    return out
 
 
 def rotation_products(spec_u: Any, spec_v: Any) -> Any:

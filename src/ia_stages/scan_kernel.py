@@ -1,4 +1,4 @@
-"""Compiled peak picking of the polar rotation scan, for numpy arrays.
+"""Compiled parts of the polar rotation scan, for numpy arrays: ring sampling and peak picking.
 
 For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
 circular local maxima refined by a parabola through their neighbours (as
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+
+from .lm_kernel import _weights
 
 
 @njit(cache=True, parallel=True)
@@ -83,3 +85,54 @@ def pair_peaks(
         centre,
     )
     return theta, centre
+
+
+@njit(cache=True, parallel=True)
+def _polar_samples(padded, pad, H, W, centres, dy, dx, out):
+    n_c, n = centres.shape[0], centres.shape[1]
+    R, M = dy.shape
+    for k in prange(n):
+        v = padded[k]
+        for o in range(n_c):
+            for r in range(R):
+                for a in range(M):
+                    # clipped 2.5 px outside the image, a point's taps read only the zero border
+                    y = min(max(centres[o, k, 0] + dy[r, a], -2.5), H + 1.5)
+                    x = min(max(centres[o, k, 1] + dx[r, a], -2.5), W + 1.5)
+                    y0, x0 = np.floor(y), np.floor(x)
+                    wy, wx = _weights(y - y0), _weights(x - x0)
+                    iy, ix = int(y0) + pad - 1, int(x0) + pad - 1
+                    acc = 0.0
+                    for b in range(4):
+                        row = v[iy + b]
+                        acc += wy[b] * (
+                            wx[0] * row[ix] + wx[1] * row[ix + 1] + wx[2] * row[ix + 2]
+                            + wx[3] * row[ix + 3]
+                        )  # fmt: skip
+                    out[o, k, r, a] = acc
+
+
+def polar_samples(images: np.ndarray, centres: np.ndarray, dy: np.ndarray, dx: np.ndarray):
+    """Keys-interpolated samples of every image on rings about each of its centres.
+
+    Parameters
+    ----------
+    images : ``(n, H, W)``, zero outside
+    centres : ``(n_c, n, 2)`` (row, column)
+    dy, dx : ``(R, M)`` offsets of the samples from a centre
+
+    Returns
+    -------
+    ``(n_c, n, R, M)`` float32: images[k] at centres[o, k] + (dy, dx), as
+    :func:`ia_stages.warp.interpolate` samples.
+    """
+    n, H, W = images.shape
+    pad = 4
+    padded = np.pad(np.asarray(images, dtype=np.float64), ((0, 0), (pad, pad), (pad, pad)))
+    out = np.empty((centres.shape[0], n, *dy.shape), dtype=np.float32)
+    _polar_samples(
+        padded, pad, H, W, np.ascontiguousarray(centres, dtype=np.float64),
+        np.ascontiguousarray(dy, dtype=np.float64), np.ascontiguousarray(dx, dtype=np.float64),
+        out,
+    )  # fmt: skip
+    return out
