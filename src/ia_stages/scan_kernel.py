@@ -3,7 +3,9 @@
 For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
 circular local maxima refined by a parabola through their neighbours (as
 :func:`ia_stages.polar.peak_angles`), and the centre that gave the envelope at each peak. One
-pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays; pairs run in parallel.
+pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays. It runs on one thread:
+it comes right after the scan's BLAS products, whose worker threads keep spinning for a while,
+and numba's threads competing with them made it 2.5x slower than serial.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from numba import njit, prange
 from .lm_kernel import _weights
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
     m = ii.size
     n_o, M = scores.shape[2], scores.shape[3]
-    for k in prange(m):
+    for k in range(m):
         i, j = ii[k], jj[k]
         env = np.empty(M)
         arg = np.empty(M, dtype=np.int64)
