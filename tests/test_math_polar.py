@@ -233,7 +233,8 @@ def test_unknown_search_method_is_refused():
         SearchSettings(method="exhaustive")
 
 
-def test_array_refinement_equals_the_compiled_one():
+@pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
+def test_array_refinement_equals_the_compiled_one(beta):
     """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
     from ia_stages.kmax import _half_resolution_pair, _refine_candidates
 
@@ -248,9 +249,12 @@ def test_array_refinement_equals_the_compiled_one():
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
         compiled = pair_images(X, X, half)
-        _, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, compiled)
-        _, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, 5.0, half, None)
-        np.testing.assert_allclose(np.exp(-5.0 * c1), np.exp(-5.0 * c2), atol=1e-9)
+        p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
+        p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None)
+        np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=1e-9)
+        # every reported cost is the full-resolution cost at the reported transform
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p1), c1, atol=1e-9)
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p2), c2, atol=1e-9)
 
 
 def test_half_resolution_keeps_angles_and_halves_translations():

@@ -380,6 +380,7 @@ def _refine_candidates(
         out = [refine_alignment(U2[ti[s]], V2[tj[s]], p[s], *args) for s in _slices(m * c, batch)]
         p = xp.concatenate([o[0] for o in out])
         p[:, 1:] *= 2.0
+        half_cost = xp.concatenate([o[1] for o in out]).reshape(m, c)
     # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
     cost = xp.concatenate(
         [
@@ -387,10 +388,18 @@ def _refine_candidates(
             for s in _slices(m * c, batch)
         ]
     )
-    cost = cost.reshape(m, c)
+    full = cost.reshape(m, c)
     p = p.reshape(m, c, k)
-    if coarse:  # candidates that converged where an earlier one did are dropped
-        cost = xp.where(_repeats(p), xp.inf, cost)
+    cost = full
+    if coarse:
+        # candidates that converged where an earlier one did are dropped, and those that the
+        # (nearly always lower) half-resolution cost already rules out are not ranked
+        half_cost = xp.where(_repeats(p), xp.inf, half_cost)
+        skip = ~xp.isfinite(half_cost)
+        if settings.prune_kappa > 0:
+            reach = half_cost - settings.prune_margin
+            skip |= xp.exp(-beta * reach) < settings.prune_kappa
+        cost = xp.where(skip, xp.inf, full)
     rows = xp.arange(m)
     order = xp.argsort(cost, axis=1)
     best = xp.full(m, np.inf)
@@ -408,8 +417,14 @@ def _refine_candidates(
             rb, bx = r[better], xp.asarray(better)
             best_p[rb] = ps[bx]
             best[rb] = cs[bx]
-    left = xp.isinf(best)  # no start could matter: the best start's own cost
-    best[left] = cost[rows, order[:, 0]][left]
+    # no start could matter: the best start's own cost, or where none was ranked, the full
+    # cost where the half-resolution stage ended lowest
+    left = xp.isinf(best)
+    first = order[:, 0]
+    if coarse:
+        first = xp.where(xp.isfinite(cost[rows, first]), first, xp.argmin(half_cost, 1))
+    best[left] = full[rows, first][left]
+    best_p[left] = p[rows, first][left]
     return best_p, best
 
 

@@ -335,6 +335,7 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         a, b = off[i], off[i + 1]
         a2, b2 = off2[i], off2[i + 1]
         costs = np.empty(n_c)
+        half_costs = np.full(n_c, np.inf)
         g_c = np.empty((n_c, 3))
         H_c = np.empty((n_c, 3, 3))
         p_c = starts[k].copy()
@@ -342,13 +343,18 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             if coarse:
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
-                _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2, uu2[i],
-                            vv2[j], q, coarse_iters, tol, beta, kappa_stop,
-                            coarse_stop)  # fmt: skip
+                hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
+                                 uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
+                                 coarse_stop)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
-            if coarse and _repeats(p_c, c):
-                costs[c] = np.inf  # converged where an earlier candidate did: drop it
-                continue
+                costs[c] = np.inf
+                if _repeats(p_c, c):
+                    continue  # converged where an earlier candidate did: drop it
+                half_costs[c] = hc
+                # the smoother half-resolution pair has the lower cost (nearly always): a
+                # start it already rules out is not evaluated at full resolution
+                if prune_kappa > 0.0 and np.exp(-beta * (hc - margin)) < prune_kappa:
+                    continue
             # full-resolution cost (the half-resolution one is biased by its extra smoothing),
             # with the derivatives that a refinement from here starts with
             costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
@@ -373,7 +379,13 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
                 best = cost
                 p_best[:] = p
         if best == np.inf:  # no start can matter: report the best start's own cost
-            best = costs[order[0]]
+            if costs[order[0]] < np.inf:
+                best = costs[order[0]]
+            else:  # ... at full resolution, where the half-resolution stage ranked it best
+                c = np.argmin(half_costs)
+                p_best[:] = p_c[c]
+                best = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
+                             p_c[c, 0], p_c[c, 1], p_c[c, 2])  # fmt: skip
         out_p[k] = p_best
         out_c[k] = best
 
