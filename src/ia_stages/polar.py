@@ -23,6 +23,8 @@ from .backend import array_module, fft_module
 from .scan_kernel import polar_samples
 from .warp import interpolate
 
+RING_BATCH = 128  # images sampled at once by the array code (cupy)
+
 
 def centroids(images: Any) -> Any:
     """Intensity centroids ``(n, 2)`` (row, column) of ``(n, H, W)`` images.
@@ -58,11 +60,15 @@ def _ring_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None)
     if xp is np:
         out = polar_samples(images, centres, dy, dx)  # (n_c, n, R, M)
     else:
-        # (n, 2, n_c R, M) sampling field for the array code
-        field = xp.stack([centres[..., 0, None, None] + dy, centres[..., 1, None, None] + dx])
-        field = field.transpose(2, 0, 1, 3, 4).reshape(n, 2, n_c * n_radii, n_angles)
-        out = interpolate(images, field).reshape(n, n_c, n_radii, n_angles).transpose(1, 0, 2, 3)
-        out = out.astype(np.float32)
+        out = xp.empty((n_c, n, n_radii, n_angles), dtype=np.float32)
+        for a in range(0, n, RING_BATCH):  # the array code holds ~20 copies of its field
+            sel = slice(a, a + RING_BATCH)
+            cen = centres[:, sel]
+            field = xp.stack([cen[..., 0, None, None] + dy, cen[..., 1, None, None] + dx])
+            m = cen.shape[1]
+            field = field.transpose(2, 0, 1, 3, 4).reshape(m, 2, n_c * n_radii, n_angles)
+            w = interpolate(images[sel], field).reshape(m, n_c, n_radii, n_angles)
+            out[:, sel] = w.transpose(1, 0, 2, 3)
     spec = fft_module(xp).rfft(out, axis=3)
     spec *= xp.sqrt(r)[:, None].astype(np.float32)
     return spec
