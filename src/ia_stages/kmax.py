@@ -397,8 +397,7 @@ def _refine_candidates(
         half_cost = xp.where(_repeats(p), xp.inf, half_cost)
         skip = ~xp.isfinite(half_cost)
         if settings.prune_kappa > 0:
-            reach = half_cost - settings.prune_margin
-            skip |= xp.exp(-beta * reach) < settings.prune_kappa
+            skip |= ~_can_matter(half_cost, beta, settings)
         cost = xp.where(skip, xp.inf, full)
     rows = xp.arange(m)
     order = xp.argsort(cost, axis=1)
@@ -453,9 +452,14 @@ def _worth_refining(d0: Any, best: Any, beta: float, settings: SearchSettings) -
     xp = array_module(d0)
     if settings.prune_kappa <= 0:
         return xp.isfinite(d0)  # all but dropped repeats
-    reachable = d0 - settings.prune_margin
-    can_matter = xp.exp(-beta * reachable) >= settings.prune_kappa
-    return can_matter & (reachable <= best)
+    return _can_matter(d0, beta, settings) & (d0 - settings.prune_margin <= best)
+
+
+def _can_matter(cost: Any, beta: float, settings: SearchSettings) -> Any:
+    """Mask of starts whose kernel value can reach ``prune_kappa`` if refinement lowers their
+    ``cost`` by ``prune_margin``."""
+    xp = array_module(cost)
+    return xp.exp(-beta * (cost - settings.prune_margin)) >= settings.prune_kappa
 
 
 class _CoarseScan:

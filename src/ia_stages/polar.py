@@ -183,7 +183,8 @@ def block_scores(real_u: Any, real_v: Any, synthesis: Any) -> Any:
 
     Parameters
     ----------
-    real_u : ``(K, n_i, 2 R)`` :func:`split_spectra` of the targets (float64)
+    real_u : ``(K, n_i, 2 R)`` :func:`split_spectra` of the targets (float64; kappa^max
+        takes them from :func:`scan_spectra`, which lays them out image-major)
     real_v : ``(K, n_j, 2 R)`` of the moving images
     synthesis : ``(2 K, M)`` :func:`angle_synthesis` (array of the same backend)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .lm_kernel import _weights
+from .lm_kernel import _PAD, _dot4, _weights
 
 
 @njit(cache=True)
@@ -106,11 +106,7 @@ def _polar_samples(padded, pad, H, W, centres, dy, dx, out):
                     iy, ix = int(y0) + pad - 1, int(x0) + pad - 1
                     acc = 0.0
                     for b in range(4):
-                        row = v[iy + b]
-                        acc += wy[b] * (
-                            wx[0] * row[ix] + wx[1] * row[ix + 1] + wx[2] * row[ix + 2]
-                            + wx[3] * row[ix + 3]
-                        )  # fmt: skip
+                        acc += wy[b] * _dot4(wx, v, iy + b, ix)
                     out[o, k, r, a] = acc
 
 
@@ -129,7 +125,7 @@ def polar_samples(images: np.ndarray, centres: np.ndarray, dy: np.ndarray, dx: n
     :func:`ia_stages.warp.interpolate` samples.
     """
     n, H, W = images.shape
-    pad = 4
+    pad = _PAD  # >= 4: the taps of a point clipped to 2.5 px outside stay inside
     padded = np.pad(np.asarray(images, dtype=np.float64), ((0, 0), (pad, pad), (pad, pad)))
     out = np.empty((centres.shape[0], n, *dy.shape), dtype=np.float32)
     _polar_samples(
