@@ -319,6 +319,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         )
     # chunks of ~SCAN_CHUNK_MB: fewer columns per row when V = U, and cache-sized products
     rows = min(rows, max(4, int(SCAN_CHUNK_MB * MB // per_row)))
+    if same:  # a chunk also scores the ~rows^2 / 2 pairs j <= i of its rows: keep that small
+        rows = min(rows, max(4, Un.shape[0] // 16))
     c = settings.n_candidates
     for r0 in range(0, Un.shape[0], rows):
         sel = (ii >= r0) & (ii < r0 + rows)
