@@ -58,6 +58,11 @@ COARSE_D2_STOP = 1e-3
 # 0: they change that stage's squared distances by < 2e-4 (its start points only seed the
 # full-resolution refinement, whose images are not floored)
 HALF_FLOOR = 1e-4
+# with pruning on, a start whose half-resolution cost exceeds its pair's lowest by more than this
+# is not evaluated at full resolution. For the winning start (the one whose loss would cost
+# the pair > 1e-5 in kappa) that excess was at most 0.013 (sigma 2) and 0.038 (sigma 1) over
+# 2 x 44,850 digit pairs; this skips 14% / 26% of the starts there.
+HALF_GAP = 0.1
 
 
 @dataclass(frozen=True)
@@ -380,7 +385,7 @@ def _refine_candidates(
         return search_pairs(
             compiled, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
             settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
-            COARSE_D2_STOP,
+            COARSE_D2_STOP, HALF_GAP,
         )  # fmt: skip
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
@@ -412,7 +417,8 @@ def _refine_candidates(
         half_cost = xp.where(_repeats(p), xp.inf, half_cost)
         skip = ~xp.isfinite(half_cost)
         if settings.prune_kappa > 0:
-            skip |= ~_can_matter(half_cost, beta, settings)
+            lowest = half_cost.min(1, keepdims=True)
+            skip |= ~_can_matter(half_cost, beta, settings) | (half_cost > lowest + HALF_GAP)
         cost = xp.where(skip, xp.inf, full)
     rows = xp.arange(m)
     order = xp.argsort(cost, axis=1)

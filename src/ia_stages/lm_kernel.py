@@ -322,7 +322,7 @@ def _repeats(p, c):
 
 @njit(cache=True, parallel=True)
 def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_kappa, margin,
-            kappa_stop, coarse_stop, out_p, out_c):  # fmt: skip
+            kappa_stop, coarse_stop, half_gap, out_p, out_c):  # fmt: skip
     """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`."""
     off, gy, gx, t, V, uu, vv, shape = full
     off2, gy2, gx2, t2, V2, uu2, vv2, shape2 = half
@@ -334,26 +334,32 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         i, j = ii[k], jj[k]
         a, b = off[i], off[i + 1]
         a2, b2 = off2[i], off2[i + 1]
-        costs = np.empty(n_c)
+        costs = np.full(n_c, np.inf)
         half_costs = np.full(n_c, np.inf)
         g_c = np.empty((n_c, 3))
         H_c = np.empty((n_c, 3, 3))
         p_c = starts[k].copy()
-        for c in range(n_c):
-            if coarse:
+        if coarse:
+            for c in range(n_c):
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
                 hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
                                  uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
                                  coarse_stop)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
-                costs[c] = np.inf
-                if _repeats(p_c, c):
-                    continue  # converged where an earlier candidate did: drop it
-                half_costs[c] = hc
+                if not _repeats(p_c, c):  # else converged where an earlier one did: dropped
+                    half_costs[c] = hc
+            lowest = half_costs.min()
+        for c in range(n_c):
+            if coarse:
+                hc = half_costs[c]
                 # the smoother half-resolution pair has the lower cost (nearly always): a
-                # start it already rules out is not evaluated at full resolution
-                if prune_kappa > 0.0 and np.exp(-beta * (hc - margin)) < prune_kappa:
+                # start it already rules out, or ranks far behind the pair's best, is not
+                # evaluated at full resolution
+                if hc == np.inf or (
+                    prune_kappa > 0.0
+                    and (np.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
+                ):
                     continue
             # full-resolution cost (the half-resolution one is biased by its extra smoothing),
             # with the derivatives that a refinement from here starts with
@@ -466,6 +472,7 @@ def search_pairs(
     coarse_iters: int = 0,
     kappa_stop: float = 0.0,
     coarse_stop: float = 0.0,
+    half_gap: float = np.inf,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best refined transform of each pair (U[ii[k]], V[jj[k]]) over its starting candidates.
 
@@ -481,10 +488,13 @@ def search_pairs(
     coarse_iters : > 0 (with half-resolution images): every start is first refined with at
         most this many steps on the half-resolution pair (translations there are half as
         long), then ordered and pruned by the full-resolution cost where it ended
+        (skipped where the half-resolution cost already rules them out)
     kappa_stop : > 0: a refinement also stops where the Newton step (at a positive-definite
         Hessian) promises exp(-beta cost) a rise below ``kappa_stop``
     coarse_stop : the half-resolution stage, whose optimum only seeds the full-resolution
         one, also stops where the Newton step promises the cost a drop below this
+    half_gap : with prune_kappa > 0, a start whose half-resolution cost exceeds the pair's
+        lowest by more than this is not evaluated at full resolution
 
     Returns
     -------
@@ -499,7 +509,8 @@ def search_pairs(
         full.arrays(), half.arrays(), np.asarray(ii, np.int64), np.asarray(jj, np.int64),
         np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
         int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
-        float(prune_margin), float(kappa_stop), float(coarse_stop), out_p, out_c,
+        float(prune_margin), float(kappa_stop), float(coarse_stop), float(half_gap), out_p,
+        out_c,
     )  # fmt: skip
     return out_p, out_c
 
