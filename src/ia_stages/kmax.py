@@ -93,8 +93,9 @@ class SearchSettings:
         reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
     memory_mb : working memory of the scan; chunk sizes follow from it
-    centre_offset : 'polar' only; > 0 also scans rotations about 8 points this many pixels
-        around each centroid (a 3 x 3 grid), for pairs whose best match is not centroid-aligned
+    centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
+        from each centroid along the image axes, for pairs whose best match is not
+        centroid-aligned (5x the scan of the centroids alone)
     """
 
     method: str = "polar"
@@ -292,8 +293,9 @@ def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
 def _polar_chunks(Un, Vn, ii, jj, group, settings):
     """Yield (i, j, starts) from the polar rotation scan, a chunk of rows of U at a time.
 
-    With ``centre_offset > 0`` the rings of v are also centred at the 8 points of a 3 x 3 grid
-    of that spacing around its centroid; the starts are the peaks over angle of the best score
+    With ``centre_offset > 0`` the rings of v are also centred at the 4 points that far from its
+    centroid along the axes (the 4 diagonal points of a 3 x 3 grid as well cost 80% more scan
+    for ~0.05% of digit pairs); the starts are the peaks over angle of the best score
     over centres, each with the centre that gave it. For ``V = U`` a chunk of rows only scores
     the columns right of its first row (the pairs i < j).
     """
@@ -305,7 +307,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     d = settings.centre_offset
     offs = [(0.0, 0.0)]
     if d > 0:
-        offs += [(a * d, b * d) for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b]
+        offs += [(-d, 0.0), (0.0, -d), (0.0, d), (d, 0.0)]
     offs = xp.asarray(offs)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
