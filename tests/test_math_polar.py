@@ -141,7 +141,7 @@ def test_damping_lift_makes_an_indefinite_newton_model_definite():
         A = rng.normal(size=(3, 3))
         A = A @ A.T - 0.5 * rng.random() * np.eye(3)  # sometimes definite
         assert _min_eig3(A) == pytest.approx(np.linalg.eigvalsh(A)[0], abs=1e-12)
-        lam = _lift_damping(A, 1e-3)
+        lam = _lift_damping(A, 1e-3, np.empty((3, 3)))
         D = np.diag(np.maximum(np.abs(np.diag(A)), 1e-12))
         assert np.linalg.eigvalsh(A + lam * D)[0] > 0
         if np.linalg.eigvalsh(A)[0] > 0:

@@ -174,10 +174,11 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
 
 
 @njit(cache=True)
-def _solve3(M, r, out):
-    """Solve the 3x3 system M x = r by Gaussian elimination with partial pivoting."""
-    A = M.copy()
-    y = r.copy()
+def _solve3(M, r, out, A, y):
+    """Solve the 3x3 system M x = r by Gaussian elimination with partial pivoting (``A (3, 3)``,
+    ``y (3,)``: scratch)."""
+    A[:, :] = M
+    y[:] = r
     for col in range(3):
         piv = col
         for row in range(col + 1, 3):
@@ -204,11 +205,11 @@ def _solve3(M, r, out):
 
 
 @njit(cache=True)
-def _converged(g, Hm, cost, beta, kappa_stop, d2_stop):
+def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, ws):
     """True when the Hessian is positive definite and the full Newton step promises the
     kernel value exp(-beta cost) a rise below ``kappa_stop``, or the cost a drop below
     ``d2_stop``: the start is at its local optimum. (``g``, ``Hm``: half the gradient and
-    Hessian; the Newton step lowers the cost by g^T H^-1 g.)"""
+    Hessian; the Newton step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
     if kappa_stop <= 0.0 and d2_stop <= 0.0:
         return False
     h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
@@ -220,8 +221,8 @@ def _converged(g, Hm, cost, beta, kappa_stop, d2_stop):
     )
     if h00 <= 0.0 or det2 <= 0.0 or det3 <= 0.0:
         return False
-    newton = np.empty(3)
-    _solve3(Hm, g, newton)
+    newton = ws[6, 0]
+    _solve3(Hm, g, newton, ws[4], ws[6, 1])
     drop = g[0] * newton[0] + g[1] * newton[1] + g[2] * newton[2]
     return beta * np.exp(-beta * cost) * drop < kappa_stop or drop < d2_stop
 
@@ -244,11 +245,10 @@ def _min_eig3(A):
 
 
 @njit(cache=True)
-def _lift_damping(Hm, lam):
+def _lift_damping(Hm, lam, S):
     """``lam``, raised where needed so that H + lam diag|H| is positive definite: to twice
     the most negative eigenvalue of H scaled to a unit diagonal (as
-    :func:`ia_stages.align.lift_damping`)."""
-    S = np.empty((3, 3))
+    :func:`ia_stages.align.lift_damping`; ``S (3, 3)``: scratch)."""
     for a in range(3):
         for b in range(3):
             S[a, b] = Hm[a, b] / np.sqrt(max(abs(Hm[a, a]), 1e-12) * max(abs(Hm[b, b]), 1e-12))
@@ -256,36 +256,43 @@ def _lift_damping(Hm, lam):
 
 
 @njit(cache=True)
-def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop):
+def _workspace():
+    """Scratch for one thread's refinements (:func:`_refine_from`), allocated once per pair:
+    the 3 x 3 algebra of every step then allocates nothing."""
+    return np.empty((7, 3, 3))
+
+
+@njit(cache=True)
+def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, ws):
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
-    :func:`_converged`; returns the cost at the final ``p``."""
-    g = np.empty(3)
-    Hm = np.empty((3, 3))
+    :func:`_converged`; returns the cost at the final ``p``. ``ws``: :func:`_workspace`."""
+    g = ws[0, 0]
+    Hm = ws[1]
     cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop)  # fmt: skip
+                        kappa_stop, d2_stop, ws)  # fmt: skip
 
 
 @njit(cache=True)
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
-                 d2_stop):  # fmt: skip
+                 d2_stop, ws):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
-    are known (``p``, ``g``, ``Hm`` are updated in place)."""
-    g_t = np.empty(3)
-    H_t = np.empty((3, 3))
-    step = np.empty(3)
-    M = np.empty((3, 3))
+    are known (``p``, ``g``, ``Hm`` are updated in place; they may be ``ws[0, 0]`` and
+    ``ws[1]``)."""
+    g_t, step, rhs = ws[0, 1], ws[0, 2], ws[6, 2]
+    H_t, M, S = ws[2], ws[3], ws[5]
     lam = LAM0
     for _ in range(iters):
         # an indefinite Newton model gives no descent step: damp until it is definite
-        lam = _lift_damping(Hm, lam)
+        lam = _lift_damping(Hm, lam, S)
         for a in range(3):
             for b in range(3):
                 M[a, b] = Hm[a, b]
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
-        _solve3(M, -g, step)
-        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop):
+            rhs[a] = -g[a]
+        _solve3(M, rhs, step, ws[4], ws[6, 1])
+        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
         cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
@@ -339,13 +346,14 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         g_c = np.empty((n_c, 3))
         H_c = np.empty((n_c, 3, 3))
         p_c = starts[k].copy()
+        ws = _workspace()
         if coarse:
             for c in range(n_c):
                 # the start refined on the half-resolution pair: translations halve there
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
                 hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
                                  uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
-                                 coarse_stop)  # fmt: skip
+                                 coarse_stop, ws)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
                 if not _repeats(p_c, c):  # else converged where an earlier one did: dropped
                     half_costs[c] = hc
@@ -380,7 +388,7 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             p = p_c[c].copy()
             cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
                                 costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
-                                0.0)  # fmt: skip
+                                0.0, ws)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
