@@ -24,6 +24,10 @@ from .warp import centred_grid, interpolate, sampling_field, warp, warp_with_jac
 OBJECTIVES = ("least-squares", "correlation")
 HESSIANS = ("gauss-newton", "exact")
 LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
+# after a rejected step the damping rises 5x, and to at least this: from a small damping, a
+# step 5x more damped is nearly the step just rejected (digit pairs then spent ~1 evaluation
+# in 5 on rejected steps; with this floor, ~1 in 8)
+LAM_REJECT = 0.3
 
 
 def _sumsq(a: Any) -> Any:
@@ -186,7 +190,7 @@ def refine_alignment(
         params[idx] = trial[better]
         cost[idx] = cost_t[better]
         lam[idx] /= 3.0
-        lam[active[~better]] *= 5.0
+        lam[active[~better]] = xp.maximum(5.0 * lam[active[~better]], LAM_REJECT)
         g = xp.where(better[:, None], g_t, g)
         H = xp.where(better[:, None, None], H_t, H)
         keep = ~((better & (gain < tol)) | (lam[active] > 1e8))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from .align import LAM0
+from .align import LAM0, LAM_REJECT
 
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 # zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
@@ -306,7 +306,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
             if gain < tol:
                 break
         else:
-            lam *= 5.0
+            lam = max(5.0 * lam, LAM_REJECT)
             if lam > 1e8:
                 break
     return cost
