@@ -424,3 +424,38 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     floored = pair_cost(U2[:-1], U2[1:], params, SE2(), objective="correlation")
     exact = pair_cost(raw[:-1], raw[1:], params, SE2(), objective="correlation")
     assert np.abs(floored - exact).max() < 2e-4
+
+
+def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
+    """Compiled and array code: with a bound its Newton model cannot reach, a start stops where
+    it is; with a bound it can reach (or none), it is refined to the same optimum."""
+    from ia_stages.lm_kernel import _refine_from, _workspace
+
+    v = _shapes(2, seed=4)
+    truth = np.array([[0.4, 1.0, -0.5], [-1.2, -0.5, 1.5]])
+    u = warp(v, truth)  # v o truth = u
+    start = truth + np.array([0.06, 0.8, -0.6])
+    args = (SE2(), 30, 1e-9, "correlation", "exact", 20.0, 1e-7)
+    p_free, c_free = refine_alignment(u, v, start, *args)
+    c_start = pair_cost(u, v, start, SE2(), objective="correlation")
+    assert (c_free < c_start - 0.01).all()
+    p_far, c_far = refine_alignment(u, v, start, *args, 0.0, np.full(2, -1.0))
+    np.testing.assert_array_equal(c_far, c_start)
+    np.testing.assert_array_equal(p_far, start)
+    p_near, c_near = refine_alignment(u, v, start, *args, 0.0, c_start)
+    np.testing.assert_allclose(c_near, c_free, atol=1e-12)
+    np.testing.assert_allclose(p_near, p_free, atol=1e-9)
+
+    images = pair_images(u, v)
+    R = images.full
+    H, W = R.shape
+    for k in range(2):
+        a, b = R.off[k], R.off[k + 1]
+        pixels = (R.gy[a:b], R.gx[a:b], R.t[a:b], R.V[k], W + 2 * _PAD, H, W, R.uu[k], R.vv[k])
+        for bound, want in ((-1.0, c_start[k]), (np.inf, c_free[k])):
+            p = start[k].copy()
+            g, Hm = np.empty(3), np.empty((3, 3))
+            cost = _cost_derivs(*pixels, *p, g, Hm)
+            got = _refine_from(*pixels, p, cost, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0, bound,
+                               _workspace())  # fmt: skip
+            assert got == pytest.approx(want, abs=1e-9)

@@ -28,6 +28,9 @@ LAM0 = 1e-3  # initial Levenberg-Marquardt damping, relative to the Hessian's di
 # step 5x more damped is nearly the step just rejected (digit pairs then spent ~1 evaluation
 # in 5 on rejected steps; with this floor, ~1 in 8)
 LAM_REJECT = 0.3
+# a refinement given a bound stops where a positive-definite Newton model puts the local
+# optimum above the bound by a margin: cost - ABANDON * (the Newton step's promised drop)
+ABANDON = 4.0
 
 
 def _sumsq(a: Any) -> Any:
@@ -95,18 +98,22 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
 
 
 def _model_converged(
-    g: Any, H: Any, cost: Any, beta: float, kappa_stop: float, d2_stop: float
+    g: Any, H: Any, cost: Any, beta: float, kappa_stop: float, d2_stop: float, bound: Any = None
 ) -> Any:
     """Mask of pairs whose Hessian is positive definite and whose full Newton step promises
     the kernel value exp(-beta cost) a rise below ``kappa_stop`` or the cost a drop below
-    ``d2_stop`` (``g``, ``H``: half the gradient and Hessian; that step lowers the cost by
+    ``d2_stop``, or cannot bring it below ``bound`` (``(m,)`` or None) even ``ABANDON`` times
+    over (``g``, ``H``: half the gradient and Hessian; that step lowers the cost by
     g^T H^-1 g)."""
     xp = array_module(H)
     det2 = H[:, 0, 0] * H[:, 1, 1] - H[:, 0, 1] * H[:, 1, 0]
     pos_def = (H[:, 0, 0] > 0) & (det2 > 0) & (xp.linalg.det(H) > 0)
     safe = xp.where(pos_def[:, None, None], H, xp.eye(H.shape[-1]))
     drop = (g * xp.linalg.solve(safe, g[..., None])[..., 0]).sum(-1)
-    return pos_def & ((beta * xp.exp(-beta * cost) * drop < kappa_stop) | (drop < d2_stop))
+    done = (beta * xp.exp(-beta * cost) * drop < kappa_stop) | (drop < d2_stop)
+    if bound is not None:
+        done |= cost - ABANDON * drop > bound
+    return pos_def & done
 
 
 def lift_damping(H: Any, lam: Any) -> Any:
@@ -132,6 +139,7 @@ def refine_alignment(
     beta: float = 0.0,
     kappa_stop: float = 0.0,
     d2_stop: float = 0.0,
+    bound: Any = None,
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -149,6 +157,9 @@ def refine_alignment(
     beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the Hessian is positive
         definite and the full Newton step promises exp(-beta cost) a rise below ``kappa_stop``
     d2_stop : > 0: ... or promises the cost a drop below ``d2_stop``
+    bound : ``(m,)`` or None: ... or promises the cost less than a ``1 / ABANDON`` share of
+        the drop to ``bound``: a start that cannot beat the best that its pair has elsewhere
+        is not refined to the end
 
     Returns
     -------
@@ -177,8 +188,9 @@ def refine_alignment(
             lam[active] = lift_damping(H, lam[active])
         damp = lam[active, None, None] * diag * eye
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
-        if kappa_stop > 0 or d2_stop > 0:
-            done = _model_converged(g, H, cost[active], beta, kappa_stop, d2_stop)
+        if kappa_stop > 0 or d2_stop > 0 or bound is not None:
+            below = None if bound is None else bound[active]
+            done = _model_converged(g, H, cost[active], beta, kappa_stop, d2_stop, below)
             active, g, H, step = active[~done], g[~done], H[~done], step[~done]
             if active.size == 0:
                 break

@@ -433,7 +433,8 @@ def _refine_candidates(
             r, cc = todo[s], to_numpy(cand)[todo[s]]
             ps, cs = refine_alignment(
                 Un[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
-                "correlation", "exact", beta, _kappa_stop(settings),
+                "correlation", "exact", beta, _kappa_stop(settings), 0.0,
+                best[r] if settings.prune_kappa > 0 else None,
             )  # fmt: skip
             better = to_numpy(cs < best[r])
             rb, bx = r[better], xp.asarray(better)

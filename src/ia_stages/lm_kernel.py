@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from .align import LAM0, LAM_REJECT
+from .align import ABANDON, LAM0, LAM_REJECT
 
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 # zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
@@ -205,12 +205,13 @@ def _solve3(M, r, out, A, y):
 
 
 @njit(cache=True)
-def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, ws):
+def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
     """True when the Hessian is positive definite and the full Newton step promises the
     kernel value exp(-beta cost) a rise below ``kappa_stop``, or the cost a drop below
-    ``d2_stop``: the start is at its local optimum. (``g``, ``Hm``: half the gradient and
-    Hessian; the Newton step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
-    if kappa_stop <= 0.0 and d2_stop <= 0.0:
+    ``d2_stop`` (the start is at its local optimum), or cannot bring the cost below ``bound``
+    even ``ABANDON`` times over. (``g``, ``Hm``: half the gradient and Hessian; the Newton
+    step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
+    if kappa_stop <= 0.0 and d2_stop <= 0.0 and bound == np.inf:
         return False
     h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
     det2 = h00 * h11 - h01 * h01
@@ -224,7 +225,11 @@ def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, ws):
     newton = ws[6, 0]
     _solve3(Hm, g, newton, ws[4], ws[6, 1])
     drop = g[0] * newton[0] + g[1] * newton[1] + g[2] * newton[2]
-    return beta * np.exp(-beta * cost) * drop < kappa_stop or drop < d2_stop
+    return (
+        beta * np.exp(-beta * cost) * drop < kappa_stop
+        or drop < d2_stop
+        or cost - ABANDON * drop > bound
+    )
 
 
 @njit(cache=True)
@@ -271,15 +276,15 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
     Hm = ws[1]
     cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop, ws)  # fmt: skip
+                        kappa_stop, d2_stop, np.inf, ws)  # fmt: skip
 
 
 @njit(cache=True)
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
-                 d2_stop, ws):  # fmt: skip
+                 d2_stop, bound, ws):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
     are known (``p``, ``g``, ``Hm`` are updated in place; they may be ``ws[0, 0]`` and
-    ``ws[1]``)."""
+    ``ws[1]``), also stopping where the start cannot beat ``bound`` (:func:`_converged`)."""
     g_t, step, rhs = ws[0, 1], ws[0, 2], ws[6, 2]
     H_t, M, S = ws[2], ws[3], ws[5]
     lam = LAM0
@@ -292,7 +297,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
             rhs[a] = -g[a]
         _solve3(M, rhs, step, ws[4], ws[6, 1])
-        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, ws):
+        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
         cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
@@ -388,7 +393,7 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             p = p_c[c].copy()
             cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
                                 costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
-                                0.0, ws)  # fmt: skip
+                                0.0, best if prune_kappa > 0.0 else np.inf, ws)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
@@ -492,7 +497,9 @@ def search_pairs(
     iters, tol : Levenberg-Marquardt limits as in :func:`ia_stages.align.refine_alignment`
     beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
         only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
-        found so far for the pair (prune_kappa 0 refines every candidate)
+        found so far for the pair (prune_kappa 0 refines every candidate); with prune_kappa > 0
+        a later candidate's refinement also stops where it cannot beat that best
+        (:func:`_converged`)
     coarse_iters : > 0 (with half-resolution images): every start is first refined with at
         most this many steps on the half-resolution pair (translations there are half as
         long), then ordered and pruned by the full-resolution cost where it ended
