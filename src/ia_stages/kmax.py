@@ -396,13 +396,23 @@ def _refine_candidates(
     batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
     if coarse:
         U2, V2 = half
-        p[:, 1:] /= 2.0
+        p = p.reshape(m, c, k)
+        p[..., 1:] /= 2.0
         stop = (_kappa_stop(settings), COARSE_D2_STOP)
         args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, *stop)
-        out = [refine_alignment(U2[ti[s]], V2[tj[s]], p[s], *args) for s in _slices(m * c, batch)]
-        p = xp.concatenate([o[0] for o in out])
-        p[:, 1:] *= 2.0
-        half_cost = xp.concatenate([o[1] for o in out]).reshape(m, c)
+        half_cost = xp.empty((m, c))
+        lowest = xp.full(m, np.inf)
+        # start by start: a later one stops where it cannot come within HALF_GAP of its pair's
+        # lowest half-resolution cost so far (it would not be taken to full resolution)
+        for cc in range(c):
+            bound = lowest + HALF_GAP if settings.prune_kappa > 0 else None
+            for s in _slices(m, batch):
+                p[s, cc], half_cost[s, cc] = refine_alignment(
+                    U2[i[s]], V2[j[s]], p[s, cc], *args, None if bound is None else bound[s]
+                )
+            lowest = xp.minimum(lowest, half_cost[:, cc])
+        p[..., 1:] *= 2.0
+        p = p.reshape(m * c, k)
     # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
     cost = xp.concatenate(
         [

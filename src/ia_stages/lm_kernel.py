@@ -268,7 +268,8 @@ def _workspace():
 
 
 @njit(cache=True)
-def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, ws):
+def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
+                ws):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
     :func:`_converged`; returns the cost at the final ``p``. ``ws``: :func:`_workspace`."""
@@ -276,7 +277,7 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
     Hm = ws[1]
     cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop, np.inf, ws)  # fmt: skip
+                        kappa_stop, d2_stop, bound, ws)  # fmt: skip
 
 
 @njit(cache=True)
@@ -353,13 +354,17 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         p_c = starts[k].copy()
         ws = _workspace()
         if coarse:
+            lowest = np.inf
             for c in range(n_c):
-                # the start refined on the half-resolution pair: translations halve there
+                # the start refined on the half-resolution pair (translations halve there); a
+                # later one stops where it cannot come within half_gap of the lowest so far
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
                 hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
                                  uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
-                                 coarse_stop, ws)  # fmt: skip
+                                 coarse_stop, lowest + half_gap if prune_kappa > 0.0 else np.inf,
+                                 ws)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
+                lowest = min(lowest, hc)
                 if not _repeats(p_c, c):  # else converged where an earlier one did: dropped
                     half_costs[c] = hc
             lowest = half_costs.min()
