@@ -174,34 +174,41 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
 
 
 @njit(cache=True)
-def _solve3(M, r, out, A, y):
-    """Solve the 3x3 system M x = r by Gaussian elimination with partial pivoting (``A (3, 3)``,
-    ``y (3,)``: scratch)."""
-    A[:, :] = M
-    y[:] = r
-    for col in range(3):
-        piv = col
-        for row in range(col + 1, 3):
-            if abs(A[row, col]) > abs(A[piv, col]):
-                piv = row
-        if piv != col:
-            for k in range(3):
-                A[col, k], A[piv, k] = A[piv, k], A[col, k]
-            y[col], y[piv] = y[piv], y[col]
-        d = A[col, col]
-        if d == 0.0:
-            d = 1e-300
-        for row in range(col + 1, 3):
-            f = A[row, col] / d
-            for k in range(col, 3):
-                A[row, k] -= f * A[col, k]
-            y[row] -= f * y[col]
-    for col in range(2, -1, -1):
-        acc = y[col]
-        for k in range(col + 1, 3):
-            acc -= A[col, k] * out[k]
-        d = A[col, col] if A[col, col] != 0.0 else 1e-300
-        out[col] = acc / d
+def _solve3(M, r, out):
+    """Solve M x = r for the symmetric 3 x 3 ``M`` (positive definite where the refinement
+    calls it): scaled to a unit diagonal, then by its adjugate; x = 0 where M is singular."""
+    d0 = 1.0 / np.sqrt(max(abs(M[0, 0]), 1e-300))
+    d1 = 1.0 / np.sqrt(max(abs(M[1, 1]), 1e-300))
+    d2 = 1.0 / np.sqrt(max(abs(M[2, 2]), 1e-300))
+    a00, a11, a22 = M[0, 0] * d0 * d0, M[1, 1] * d1 * d1, M[2, 2] * d2 * d2
+    a01, a02, a12 = M[0, 1] * d0 * d1, M[0, 2] * d0 * d2, M[1, 2] * d1 * d2
+    r0, r1, r2 = r[0] * d0, r[1] * d1, r[2] * d2
+    c00 = a11 * a22 - a12 * a12
+    c01 = a02 * a12 - a01 * a22
+    c02 = a01 * a12 - a02 * a11
+    det = a00 * c00 + a01 * c01 + a02 * c02
+    if det == 0.0:
+        out[0] = out[1] = out[2] = 0.0
+        return
+    c11 = a00 * a22 - a02 * a02
+    c12 = a01 * a02 - a00 * a12
+    c22 = a00 * a11 - a01 * a01
+    out[0] = d0 * (c00 * r0 + c01 * r1 + c02 * r2) / det
+    out[1] = d1 * (c01 * r0 + c11 * r1 + c12 * r2) / det
+    out[2] = d2 * (c02 * r0 + c12 * r1 + c22 * r2) / det
+
+
+@njit(cache=True, inline="always")
+def _positive_definite(Hm):
+    """Sylvester's criterion for the symmetric 3 x 3 ``Hm``."""
+    h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
+    det2 = h00 * h11 - h01 * h01
+    det3 = (
+        h00 * (h11 * h22 - h12 * h12)
+        - h01 * (h01 * h22 - h12 * h02)
+        + h02 * (h01 * h12 - h11 * h02)
+    )
+    return h00 > 0.0 and det2 > 0.0 and det3 > 0.0
 
 
 @njit(cache=True)
@@ -213,17 +220,10 @@ def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
     step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
     if kappa_stop <= 0.0 and d2_stop <= 0.0 and bound == np.inf:
         return False
-    h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
-    det2 = h00 * h11 - h01 * h01
-    det3 = (
-        h00 * (h11 * h22 - h12 * h12)
-        - h01 * (h01 * h22 - h12 * h02)
-        + h02 * (h01 * h12 - h11 * h02)
-    )
-    if h00 <= 0.0 or det2 <= 0.0 or det3 <= 0.0:
+    if not _positive_definite(Hm):
         return False
     newton = ws[6, 0]
-    _solve3(Hm, g, newton, ws[4], ws[6, 1])
+    _solve3(Hm, g, newton)
     drop = g[0] * newton[0] + g[1] * newton[1] + g[2] * newton[2]
     return (
         beta * np.exp(-beta * cost) * drop < kappa_stop
@@ -254,6 +254,8 @@ def _lift_damping(Hm, lam, S):
     """``lam``, raised where needed so that H + lam diag|H| is positive definite: to twice
     the most negative eigenvalue of H scaled to a unit diagonal (as
     :func:`ia_stages.align.lift_damping`; ``S (3, 3)``: scratch)."""
+    if _positive_definite(Hm):
+        return lam  # scaling keeps it so: the lift would be negative
     for a in range(3):
         for b in range(3):
             S[a, b] = Hm[a, b] / np.sqrt(max(abs(Hm[a, a]), 1e-12) * max(abs(Hm[b, b]), 1e-12))
@@ -267,7 +269,7 @@ def _workspace():
     return np.empty((7, 3, 3))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
                 ws):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
@@ -280,7 +282,7 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
                         kappa_stop, d2_stop, bound, ws)  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
                  d2_stop, bound, ws):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
@@ -297,7 +299,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
                 M[a, b] = Hm[a, b]
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
             rhs[a] = -g[a]
-        _solve3(M, rhs, step, ws[4], ws[6, 1])
+        _solve3(M, rhs, step)
         if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
@@ -306,8 +308,10 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
             gain = cost - cost_t
             p[0], p[1], p[2] = t0, t1, t2
             cost = cost_t
-            g[:] = g_t
-            Hm[:, :] = H_t
+            for a in range(3):
+                g[a] = g_t[a]
+                for b in range(3):
+                    Hm[a, b] = H_t[a, b]
             lam /= 3.0
             if gain < tol:
                 break
