@@ -20,42 +20,44 @@ from .lm_kernel import _PAD, _dot4, _weights
 def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
     m = ii.size
     n_o, M = scores.shape[2], scores.shape[3]
+    env = np.empty(M)
+    top = np.empty(n_peaks)
+    at = np.empty(n_peaks, dtype=np.int64)
     for k in range(m):
         i, j = ii[k], jj[k]
-        env = np.empty(M)
-        arg = np.empty(M, dtype=np.int64)
         for a in range(M):
             env[a] = scores[i, j, 0, a]
-            arg[a] = 0
         for o in range(1, n_o):
             for a in range(M):
-                x = scores[i, j, o, a]
-                if x > env[a]:
-                    env[a] = x
-                    arg[a] = o
-        taken = np.zeros(M, dtype=np.bool_)
-        first = -1
+                env[a] = max(env[a], scores[i, j, o, a])
+        # the n_peaks highest circular local maxima, in one pass (ties: the lower angle first)
+        found = 0
+        for a in range(M):
+            e = env[a]
+            if e < env[(a - 1) % M] or e < env[(a + 1) % M]:
+                continue
+            if found == n_peaks and e <= top[n_peaks - 1]:
+                continue
+            slot = min(found, n_peaks - 1)
+            while slot > 0 and top[slot - 1] < e:
+                top[slot], at[slot] = top[slot - 1], at[slot - 1]
+                slot -= 1
+            top[slot], at[slot] = e, a
+            found = min(found + 1, n_peaks)
         for c in range(n_peaks):
-            best = -1
-            for a in range(M):
-                e = env[a]
-                if taken[a] or e < env[(a - 1) % M] or e < env[(a + 1) % M]:
-                    continue
-                if best < 0 or e > env[best]:
-                    best = a
-            if best < 0:  # fewer local maxima than peaks: repeat the best one
-                best = first
-            else:
-                taken[best] = True
-            if first < 0:
-                first = best
+            best = at[c] if c < found else at[0]  # fewer local maxima: repeat the best one
             lo, mid, hi = env[(best - 1) % M], env[best], env[(best + 1) % M]
             curv = lo - 2.0 * mid + hi
             frac = 0.5 * (lo - hi) / curv if curv < 0.0 else 0.0
             frac = min(max(frac, -0.5), 0.5)
             theta[k, c] = (best + frac) * (2.0 * np.pi / M)
+            # the centre that gives the envelope at the sample nearest to the peak
             near = int(np.rint(best + frac)) % M
-            centre[k, c] = arg[near]
+            arg = 0
+            for o in range(1, n_o):
+                if scores[i, j, o, near] > scores[i, j, arg, near]:
+                    arg = o
+            centre[k, c] = arg
 
 
 def pair_peaks(
