@@ -8,7 +8,7 @@ px), so those pairs have a known transform. Methods:
 
 - ``project``: ia_stages.kappa_max with its default search (polar rotation scan about the
   centroids + compiled Newton refinement), timed on all n (n - 1) / 2 pairs;
-- ``grid``: the same refinement after the exhaustive scan of 72 rotations x every integer shift
+- ``grid``: the same refinement after the exhaustive scan of 48 rotations x every integer shift
   (FFT correlation), timed on all pairs of the first images;
 - ``dense``: the reference, 360 rotations x every integer shift in the window, 4 candidates
   refined with 60 iterations, no pruning (timed on the accuracy pairs);

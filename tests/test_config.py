@@ -59,7 +59,7 @@ def test_default_config_is_valid_and_defaults_are_filled(
 ) -> None:
     cfg = validate_config(default_config, schema_path)
     schema = _schema(schema_path)
-    assert cfg["ia"]["search"]["n_angles"] == 72
+    assert cfg["ia"]["search"]["n_angles"] == 48
     assert "search" not in default_config["ia"]  # so all of ia.search comes from the schema
     search_schema = schema["properties"]["ia"]["properties"]["search"]["properties"]
     assert cfg["ia"]["search"] == _defaults(search_schema)

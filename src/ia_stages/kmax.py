@@ -99,7 +99,7 @@ class SearchSettings:
     """
 
     method: str = "polar"
-    n_angles: int = 72
+    n_angles: int = 48
     max_shift: int | None = None
     coarse_sigma: float = 1.0
     n_candidates: int = 3
