@@ -264,8 +264,8 @@ def _lift_damping(Hm, lam, S):
 
 @njit(cache=True)
 def _workspace():
-    """Scratch for one thread's refinements (:func:`_refine_from`), allocated once per pair:
-    the 3 x 3 algebra of every step then allocates nothing."""
+    """Scratch for the refinements of one pair (:func:`_refine_from`; :func:`_search` makes one
+    per pair): the 3 x 3 algebra of every step then allocates nothing."""
     return np.empty((7, 3, 3))
 
 
@@ -518,7 +518,8 @@ def search_pairs(
     coarse_stop : the half-resolution stage, whose optimum only seeds the full-resolution
         one, also stops where the Newton step promises the cost a drop below this
     half_gap : with prune_kappa > 0, a start whose half-resolution cost exceeds the pair's
-        lowest by more than this is not evaluated at full resolution
+        lowest by more than this is not evaluated at full resolution, and a later start's
+        half-resolution refinement stops where it cannot come within this of the lowest so far
 
     Returns
     -------
