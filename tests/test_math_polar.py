@@ -479,3 +479,23 @@ def test_compiled_3x3_solve_matches_lapack_on_badly_scaled_systems():
     out = np.ones(3)
     _solve3(np.zeros((3, 3)), np.ones(3), out)
     np.testing.assert_array_equal(out, 0.0)
+
+
+def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
+    """kappa^max's numpy scan runs its chunks on a few threads, BLAS on one thread each (no
+    spinning BLAS workers left to slow the refinement), in order, at most that many ahead."""
+    from threadpoolctl import threadpool_info
+
+    from ia_stages.kmax import _on_threads
+
+    started = []
+
+    def task(a: int) -> tuple[int, list[int]]:
+        started.append(a)
+        return a, [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    chunks = _on_threads(task, range(10), 2)
+    first, blas = next(chunks)
+    assert first == 0 and blas and all(n == 1 for n in blas)
+    assert len(started) <= 2
+    assert [a for a, _ in chunks] == list(range(1, 10))

@@ -3,9 +3,9 @@
 For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
 circular local maxima refined by a parabola through their neighbours (as
 :func:`ia_stages.polar.peak_angles`), and the centre that gave the envelope at each peak. One
-pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays. It runs on one thread:
-it comes right after the scan's BLAS products, whose worker threads keep spinning for a while,
-and numba's threads competing with them made it 2.5x slower than serial.
+pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays. It runs serially and
+without the GIL: kappa^max scans its chunks of pairs on several Python threads, each with its
+BLAS products on that one thread (numba's threads would compete with BLAS's spinning workers).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from numba import njit, prange
 from .lm_kernel import _PAD, _dot4, _weights
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
     m = ii.size
     n_o, M = scores.shape[2], scores.shape[3]
