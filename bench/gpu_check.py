@@ -33,7 +33,6 @@ def main() -> None:
         "--sigma", type=float, default=1.0, help="kernel smoothing (px); 1 = the pipeline's digits"
     )
     args = ap.parse_args()
-    sigma = args.sigma
     try:
         resolve_backend("cupy")
     except BackendError as err:
@@ -43,8 +42,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images, _, _ = digits(max(args.block, args.time_block), rng)
     block = images[: args.block]
-    ref = kappa_max(block, beta=BETA, sigma=sigma)
-    got = kappa_max(cupy.asarray(block), beta=BETA, sigma=sigma)
+    ref = kappa_max(block, beta=BETA, sigma=args.sigma)
+    got = kappa_max(cupy.asarray(block), beta=BETA, sigma=args.sigma)
     diff = np.abs(to_numpy(got.value) - ref.value).max()
     print(
         f"cupy vs numpy, {args.block} images: max |kappa difference| = {diff:.2e} "
@@ -52,10 +51,10 @@ def main() -> None:
     )
 
     gpu = cupy.asarray(images[: args.time_block])
-    kappa_max(gpu[:8], beta=BETA, sigma=sigma)  # warm-up: kernels compile on first use
+    kappa_max(gpu[:8], beta=BETA, sigma=args.sigma)  # warm-up: kernels compile on first use
     cupy.cuda.Device().synchronize()
     t = time.perf_counter()
-    kappa_max(gpu, beta=BETA, sigma=sigma)
+    kappa_max(gpu, beta=BETA, sigma=args.sigma)
     cupy.cuda.Device().synchronize()
     seconds = time.perf_counter() - t
     pairs = args.time_block * (args.time_block - 1) / 2
@@ -69,7 +68,7 @@ def main() -> None:
     if args.full:
         gpu = cupy.asarray(digits(args.n, rng)[0])
         t = time.perf_counter()
-        kappa_max(gpu, beta=BETA, sigma=sigma)
+        kappa_max(gpu, beta=BETA, sigma=args.sigma)
         cupy.cuda.Device().synchronize()
         print(f"all pairs of n = {args.n}: measured {time.perf_counter() - t:.0f} s on one GPU")
 
