@@ -336,10 +336,14 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     if same:  # a chunk also scores the ~rows^2 / 2 pairs j <= i of its rows: keep that small
         rows = min(rows, max(4, Un.shape[0] // 16))
     c = settings.n_candidates
+    # the pairs of each chunk of rows, found once (a stable sort keeps their order)
+    chunk_of = ii // rows
+    by_chunk = np.argsort(chunk_of, kind="stable")
+    bounds = np.searchsorted(chunk_of[by_chunk], np.arange(-(-Un.shape[0] // rows) + 1))
 
     def scan(r0: int) -> tuple[np.ndarray, np.ndarray, Any] | None:
-        sel = (ii >= r0) & (ii < r0 + rows)
-        if not sel.any():
+        sel = by_chunk[bounds[r0 // rows] : bounds[r0 // rows + 1]]
+        if sel.size == 0:
             return None
         i, j = ii[sel], jj[sel]
         j0 = r0 + 1 if same else 0
