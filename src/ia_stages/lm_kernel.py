@@ -12,7 +12,7 @@ same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`, ``hessia
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit, prange
@@ -338,10 +338,15 @@ def _repeats(p, c):
 
 
 @njit(cache=True, parallel=True)
-def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_kappa, margin,
-            kappa_stop, coarse_stop, half_gap, out_p, out_c):  # fmt: skip
-    """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`."""
+def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
+            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, polish, out_p,
+            out_c):  # fmt: skip
+    """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full`` ranks and
+    refines at full resolution; with ``polish`` the winner is refined again on ``exact``,
+    whose target pixels are those of ``full`` and ``tail``."""
     off, gy, gx, t, V, uu, vv, shape = full
+    offe, gye, gxe, te, uue = exact[0], exact[1], exact[2], exact[3], exact[5]
+    offt, gyt, gxt, tt = tail[0], tail[1], tail[2], tail[3]
     off2, gy2, gx2, t2, V2, uu2, vv2, shape2 = half
     H, W, Wp = shape[0], shape[1], shape[1] + 2 * _PAD
     H2, W2, Wp2 = shape2[0], shape2[1], shape2[1] + 2 * _PAD
@@ -391,6 +396,7 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
         order = np.argsort(costs)
         best = np.inf
         p_best = p_c[order[0]].copy()
+        c_best = order[0]
         for c in order:
             if costs[c] == np.inf:
                 break
@@ -406,14 +412,37 @@ def _search(full, half, ii, jj, starts, iters, tol, coarse_iters, beta, prune_ka
             if cost < best:
                 best = cost
                 p_best[:] = p
-        if best == np.inf:  # no start can matter: report the best start's own cost
-            if costs[order[0]] < np.inf:
-                best = costs[order[0]]
-            else:  # ... at full resolution, where the half-resolution stage ranked it best
-                c = np.argmin(half_costs)
-                p_best[:] = p_c[c]
-                best = _cost(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
-                             p_c[c, 0], p_c[c, 1], p_c[c, 2])  # fmt: skip
+                c_best = c
+        refined = best < np.inf
+        if not refined:  # no start can matter: report the best start's own cost
+            c_best = order[0] if costs[order[0]] < np.inf else np.argmin(half_costs)
+            p_best[:] = p_c[c_best]
+            best = costs[c_best]
+        if polish and best < np.inf:
+            # on all pixels: the cost (gradient, Hessian) on ``full``'s plus that on the
+            # tail's; the winner is then refined on all of them
+            at, bt = offt[i], offt[i + 1]
+            rest = best + uue[i] - uu[i]
+            if refined:
+                g, Hm = ws[0, 0], ws[1]
+                cost = _cost_derivs(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest,
+                                    0.0, p_best[0], p_best[1], p_best[2], g, Hm)  # fmt: skip
+                for a_ in range(3):
+                    g[a_] += g_c[c_best, a_]
+                    for b_ in range(3):
+                        Hm[a_, b_] += H_c[c_best, a_, b_]
+                ae, be = offe[i], offe[i + 1]
+                best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
+                                    vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop,
+                                    0.0, np.inf, ws)  # fmt: skip
+            else:
+                best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
+                             p_best[0], p_best[1], p_best[2])  # fmt: skip
+        elif best == np.inf:  # the half-resolution stage ranked it best, and it was not
+            # evaluated at full resolution
+            ae, be = offe[i], offe[i + 1]
+            best = _cost(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i], vv[j],
+                         p_best[0], p_best[1], p_best[2])  # fmt: skip
         out_p[k] = p_best
         out_c[k] = best
 
@@ -459,6 +488,12 @@ class Resolution:
             np.array([H, W], dtype=np.int64),
         )
 
+    def with_targets(self, U: np.ndarray) -> Resolution:
+        """The same moving images with targets ``U (n_i, H, W)``."""
+        targets = Resolution.of(U, U[:1])
+        return replace(self, off=targets.off, gy=targets.gy, gx=targets.gx, t=targets.t,
+                       uu=targets.uu)  # fmt: skip
+
     def arrays(self) -> tuple:
         return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
 
@@ -466,19 +501,32 @@ class Resolution:
 @dataclass(frozen=True)
 class PairImages:
     """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
-    pairs and, optionally, their half-resolution versions."""
+    pairs, optionally their half-resolution versions, and optionally the full-resolution
+    pairs with fewer target pixels (``search``) that rank and refine in their place."""
 
     full: Resolution
     half: Resolution | None
+    search: Resolution | None = None
+    tail: Resolution | None = None  # the target pixels of ``full`` that ``search`` lacks
 
 
 def pair_images(
-    U: np.ndarray, V: np.ndarray, half: tuple[np.ndarray, np.ndarray] | None = None
+    U: np.ndarray,
+    V: np.ndarray,
+    half: tuple[np.ndarray, np.ndarray] | None = None,
+    search: np.ndarray | None = None,
 ) -> PairImages:
-    """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)`` and optionally their
+    """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
-    :func:`ia_stages.kernels.half_resolution`) for :func:`search_pairs`."""
-    return PairImages(Resolution.of(U, V), None if half is None else Resolution.of(*half))
+    :func:`ia_stages.kernels.half_resolution`) and optionally targets ``search (n_i, H, W)``
+    (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`."""
+    full = Resolution.of(U, V)
+    return PairImages(
+        full,
+        None if half is None else Resolution.of(*half),
+        None if search is None else full.with_targets(search),
+        None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
+    )
 
 
 def search_pairs(
@@ -521,21 +569,30 @@ def search_pairs(
         lowest by more than this is not evaluated at full resolution, and a later start's
         half-resolution refinement stops where it cannot come within this of the lowest so far
 
+    With ``images.search``, starts are ranked and refined on its targets at full resolution,
+    and each pair's winner is then refined again on all pixels of ``images.full`` (nearly
+    always one evaluation that finds it converged); a pair that nothing was refined for gets
+    its reported start's cost there.
+
     Returns
     -------
-    params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii], cost the correlation-form d2.
+    params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii], cost the correlation-form d2 on
+    ``images.full``.
     """
     m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
     full = images.full
     half = images.half if images.half is not None else full
+    search = images.search if images.search is not None else full
+    tail = images.tail if images.tail is not None else full
     _search(
-        full.arrays(), half.arrays(), np.asarray(ii, np.int64), np.asarray(jj, np.int64),
+        full.arrays(), search.arrays(), tail.arrays(), half.arrays(), np.asarray(ii, np.int64),
+        np.asarray(jj, np.int64),
         np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
         int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
-        float(prune_margin), float(kappa_stop), float(coarse_stop), float(half_gap), out_p,
-        out_c,
+        float(prune_margin), float(kappa_stop), float(coarse_stop), float(half_gap),
+        images.search is not None, out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
 
