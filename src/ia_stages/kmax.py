@@ -58,18 +58,20 @@ REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distan
 KAPPA_STOP_FRACTION = 0.1
 # ... and the half-resolution stage also where it promises the squared distance less than this
 COARSE_D2_STOP = 1e-3
-# pixels of the half-resolution images below this fraction of their image's largest are set to
-# 0: they change that stage's squared distances by < 2e-4 (its start points only seed the
-# full-resolution refinement, whose images are not floored)
-HALF_FLOOR = 1e-4
+# the half-resolution stage's targets lose their pixels below this fraction of their image's
+# largest (digits at sigma 2: 299 -> 128 pixels; the moving images keep theirs): its squared
+# distances move by < 5e-3 (digits, random transforms), a tenth of prune_margin; its optima
+# only seed the full-resolution refinement
+HALF_FLOOR = 1e-2
 # with pruning on, a start whose half-resolution cost exceeds its pair's lowest by more than this
 # is not evaluated at full resolution. For the winning start (the one whose loss would cost
 # the pair > 1e-5 in kappa) that excess was at most 0.013 (sigma 2) and 0.038 (sigma 1) over
 # 2 x 44,850 digit pairs; this skips 14% / 26% of the starts there.
 HALF_GAP = 0.1
 # with pruning on, full-resolution starts are ranked and refined on the targets' pixels of at
-# least this fraction of their image's largest (digits at sigma 2: 1,119 -> 489 pixels), and
-# each pair's winner is then refined on all pixels, which nearly always finds it converged
+# least this fraction of their image's largest (digits at sigma 2: 1,119 -> 489 pixels; their
+# squared distances move by < 5e-3 as above), and each pair's winner is then refined on all
+# pixels, which nearly always finds it converged
 FULL_FLOOR = 1e-2
 
 
@@ -257,14 +259,16 @@ def _joined(chunks: list) -> tuple[Any, Any, Any]:
 def _half_resolution_pair(
     Un: Any, Vn: Any, sigma: float, settings: SearchSettings
 ) -> tuple[Any, Any] | None:
-    """The images of the half-resolution stage (``half_sigma`` smoothing, 2 x 2 block means,
-    unit norm), or None when that stage is off or the image sizes are odd."""
+    """The targets and moving images of the half-resolution stage (``half_sigma`` smoothing,
+    2 x 2 block means; the targets floored at ``HALF_FLOOR``), or None when that stage is off
+    or the image sizes are odd."""
     H, W = Un.shape[1:]
     if settings.coarse_iters <= 0 or H % 2 or W % 2:
         return None
     extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
-    U2 = _floored(half_resolution(smooth(Un, extra)), HALF_FLOOR)
-    return U2, U2 if Vn is Un else _floored(half_resolution(smooth(Vn, extra)), HALF_FLOOR)
+    V2 = half_resolution(smooth(Vn, extra))
+    U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
+    return _floored(U2, HALF_FLOOR), V2
 
 
 def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
