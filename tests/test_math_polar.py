@@ -244,6 +244,7 @@ def test_array_refinement_equals_the_compiled_one(beta):
     starts = np.concatenate(
         [rng.uniform(-np.pi, np.pi, (ii.size, 2, 1)), rng.uniform(-2, 2, (ii.size, 2, 2))], -1
     )
+    starts = np.concatenate([starts, starts[:, :1]], 1)  # as the scan repeats its best peak
     for coarse in (0, 10):  # ordered by the starts' own cost / by the half-resolution stage
         s = SearchSettings(coarse_iters=coarse)
         half = _half_resolution_pair(X, X, 1.5, s)

@@ -441,6 +441,7 @@ def _refine_candidates(
     floored = _search_targets(Un, settings)
     T = Un if floored is None else floored
     m, c, k = starts.shape
+    same = to_numpy(_same_starts(starts))
     ti, tj = np.repeat(i, c), np.repeat(j, c)
     p = starts.reshape(m * c, k).copy()
     # array code holds ~32 image-sized float64 arrays per candidate while refining
@@ -451,15 +452,19 @@ def _refine_candidates(
         p[..., 1:] /= 2.0
         stop = (_kappa_stop(settings), COARSE_D2_STOP)
         args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, *stop)
-        half_cost = xp.empty((m, c))
+        half_cost = xp.full((m, c), np.inf)
         lowest = xp.full(m, np.inf)
         # start by start: a later one stops where it cannot come within HALF_GAP of its pair's
-        # lowest half-resolution cost so far (it would not be taken to full resolution)
+        # lowest half-resolution cost so far (it would not be taken to full resolution); one
+        # equal to an earlier start (the scan repeats its best peak when it finds fewer) would
+        # converge where that one did, and is dropped
         for cc in range(c):
             bound = lowest + HALF_GAP if settings.prune_kappa > 0 else None
-            for s in _slices(m, batch):
-                p[s, cc], half_cost[s, cc] = refine_alignment(
-                    U2[i[s]], V2[j[s]], p[s, cc], *args, None if bound is None else bound[s]
+            todo = np.flatnonzero(~same[:, cc])
+            for s in _slices(todo.size, batch):
+                r = todo[s]
+                p[r, cc], half_cost[r, cc] = refine_alignment(
+                    U2[i[r]], V2[j[r]], p[r, cc], *args, None if bound is None else bound[r]
                 )
             lowest = xp.minimum(lowest, half_cost[:, cc])
         p[..., 1:] *= 2.0
@@ -473,7 +478,7 @@ def _refine_candidates(
     )
     full = cost.reshape(m, c)
     p = p.reshape(m, c, k)
-    cost = full
+    cost = xp.where(xp.asarray(same), xp.inf, full)
     if coarse:
         # candidates that converged where an earlier one did are dropped, and those that the
         # (nearly always lower) half-resolution cost already rules out are not ranked
@@ -527,6 +532,15 @@ def _refine_candidates(
 def _kappa_stop(settings: SearchSettings) -> float:
     """Refinements stop where the Newton model promises the kernel value less than this."""
     return KAPPA_STOP_FRACTION * settings.prune_kappa
+
+
+def _same_starts(p: Any) -> Any:
+    """``(m, c)`` mask of the candidates of ``p (m, c, k)`` equal to an earlier one."""
+    xp = array_module(p)
+    same = xp.zeros(p.shape[:2], dtype=bool)
+    for c in range(1, p.shape[1]):
+        same[:, c] = (p[:, c : c + 1] == p[:, :c]).all(-1).any(-1)
+    return same
 
 
 def _repeats(p: Any) -> Any:

@@ -337,6 +337,15 @@ def _repeats(p, c):
     return False
 
 
+@njit(cache=True)
+def _same_start(p, c):
+    """True when row ``c`` of ``p (n_c, 3)`` equals an earlier row."""
+    for e in range(c):
+        if p[c, 0] == p[e, 0] and p[c, 1] == p[e, 1] and p[c, 2] == p[e, 2]:
+            return True
+    return False
+
+
 @njit(cache=True, parallel=True)
 def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
             prune_kappa, margin, kappa_stop, coarse_stop, half_gap, polish, out_p,
@@ -365,6 +374,8 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
         if coarse:
             lowest = np.inf
             for c in range(n_c):
+                if _same_start(starts[k], c):  # (the scan repeats its best peak when it
+                    continue  # finds fewer): it would converge where the earlier one did
                 # the start refined on the half-resolution pair (translations halve there); a
                 # later one stops where it cannot come within half_gap of the lowest so far
                 q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
@@ -388,6 +399,8 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
                     and (np.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
                 ):
                     continue
+            elif _same_start(starts[k], c):
+                continue
             # full-resolution cost (the half-resolution one is biased by its extra smoothing),
             # with the derivatives that a refinement from here starts with
             costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
