@@ -47,6 +47,11 @@ def _shapes(n: int, seed: int = 0) -> np.ndarray:
     return normalize(smooth(out, 1.5))
 
 
+def _single(X: np.ndarray) -> np.ndarray:
+    """X rounded to float32: images the compiled kernels read exactly (lm_kernel.packed)."""
+    return X.astype(np.float32).astype(np.float64)
+
+
 def _rotated_about_centroid(v: np.ndarray, theta: float) -> np.ndarray:
     """v rotated by theta about its own centroid: u = v o tau with tau(m) = m."""
     m = centroids(v[None])[0]
@@ -156,11 +161,17 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
     g, Hm = np.empty(3), np.empty((3, 3))
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
+    # the kernels read the moving image's pixels rounded to float32 (lm_kernel.packed), two
+    # per load, and sum in float64: exactly the array code on that rounded image
+    rounded = X[1:].astype(np.float32).astype(np.float64)
     for p in rng.uniform([-3, -9, -9], [3, 9, 9], (6, 3)):
         cost = _cost_derivs(*args, *p, g, Hm)
-        ref = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
+        ref = pair_cost(X[:1], rounded, p[None], objective="correlation")[0]
         assert cost == pytest.approx(ref, abs=1e-12)
         assert _cost(*args, *p) == pytest.approx(ref, abs=1e-12)
+        exact = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
+        assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # lm_kernel's promise
+        assert cost != exact
         # gradient / 2 and Hessian / 2 against central differences of the cost
         h = 1e-5
         fd_g = np.empty(3)
@@ -180,7 +191,7 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
 
 
 def test_newton_refinement_reaches_the_optimum_the_array_code_reaches():
-    X = _shapes(6, seed=2)
+    X = _single(_shapes(6, seed=2))
     ii, jj = np.array([0, 1, 2]), np.array([3, 4, 5])
     start = np.zeros((3, 1, 3))
     p, cost = search_pairs(pair_images(X, X), ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
@@ -238,7 +249,7 @@ def test_array_refinement_equals_the_compiled_one(beta):
     """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
     from ia_stages.kmax import _half_resolution_pair, _refine_candidates, _search_targets
 
-    X = _shapes(8, seed=11)
+    X = _single(_shapes(8, seed=11))
     rng = np.random.default_rng(1)
     ii, jj = np.triu_indices(8, 1)
     starts = np.concatenate(
@@ -249,6 +260,7 @@ def test_array_refinement_equals_the_compiled_one(beta):
         s = SearchSettings(coarse_iters=coarse)
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
+        half = None if half is None else tuple(_single(h) for h in half)
         compiled = pair_images(X, X, half, _search_targets(X, s))
         p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
         p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None)
@@ -445,7 +457,7 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     got = kappa_max(digits, beta=20.0, sigma=2.0)
     ii, jj = np.triu_indices(24, 1)
     on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
-    np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-12)
+    np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-7)  # float32 moving images
     monkeypatch.setattr(K, "FULL_FLOOR", 0.0)  # every pixel kept: the plain search
     assert np.count_nonzero(K._search_targets(Un, SearchSettings())) == np.count_nonzero(Un)
     plain = kappa_max(digits, beta=20.0, sigma=2.0)
@@ -458,7 +470,7 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
     it is; with a bound it can reach (or none), it is refined to the same optimum."""
     from ia_stages.lm_kernel import _refine_from, _workspace
 
-    v = _shapes(2, seed=4)
+    v = _single(_shapes(2, seed=4))
     truth = np.array([[0.4, 1.0, -0.5], [-1.2, -0.5, 1.5]])
     u = warp(v, truth)  # v o truth = u
     start = truth + np.array([0.06, 0.8, -0.6])

@@ -6,8 +6,11 @@ exact Hessian instead of Gauss-Newton: J^T J is a poor model of the correlation 
 when u and v differ, and Gauss-Newton then needs ~15 steps per pair where Newton needs ~5.
 One pass over the target's non-zero pixels computes the Keys-interpolated warp with its first
 and second derivatives, the cost, gradient and Hessian, without storing any image-sized array.
-Pairs run in parallel over numba's threads. Only used for numpy arrays; cupy arrays take the
-same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`, ``hessian='exact'``).
+Pairs run in parallel over numba's threads. The moving images are read as float32, two pixels
+per load (:func:`packed`): the loop is bound by its gathered loads, and the rounding moves d2 by
+at most ~1.2e-7 sqrt(d2) (the sums stay float64). Only used for numpy arrays; cupy arrays take
+the same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`,
+``hessian='exact'``) in float64.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
-from .align import ABANDON, LAM0, LAM_REJECT
+from .align import ABANDON, LAM0, LAM_REJECT, _sumsq
 
 _A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 # zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
@@ -73,10 +78,54 @@ def _dot4(w, v, r, i):
     return w[0] * v[r, i] + w[1] * v[r, i + 1] + w[2] * v[r, i + 2] + w[3] * v[r, i + 3]
 
 
+@intrinsic
+def _low_f32(typingctx, word):
+    """The float32 whose bits are the low half of the int64 ``word``."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(types.int64), codegen
+
+
+@intrinsic
+def _high_f32(typingctx, word):
+    """The float32 whose bits are the high half of the int64 ``word``."""
+
+    def codegen(context, builder, signature, args):
+        high = builder.lshr(args[0], ir.Constant(ir.IntType(64), 32))
+        return builder.bitcast(builder.trunc(high, ir.IntType(32)), ir.FloatType())
+
+    return types.float32(types.int64), codegen
+
+
 @njit(cache=True, inline="always")
-def _flat4(w0, w1, w2, w3, v, b):
-    """w . v[b : b + 4] of a flat image."""
-    return w0 * v[b] + w1 * v[b + 1] + w2 * v[b + 2] + w3 * v[b + 3]
+def _taps(v, b):
+    """Pixels b to b + 3 of a flat packed image (:func:`packed`), as float64: two loads."""
+    w0, w1 = v[b], v[b + 2]
+    return (
+        np.float64(_low_f32(w0)),
+        np.float64(_high_f32(w0)),
+        np.float64(_low_f32(w1)),
+        np.float64(_high_f32(w1)),
+    )
+
+
+@njit(cache=True, inline="always")
+def _dot(w, r):
+    """w . r of two 4-tuples."""
+    return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3]
+
+
+def packed(V: np.ndarray) -> np.ndarray:
+    """Flat images ``V (n, L)`` as int64 words whose low and high halves hold the float32 bits
+    of pixels k and k + 1 (0 past the end): the kernels below gather two taps per load, where
+    gathered loads, not arithmetic, bound them (1.25-1.35x faster than float64 pixels; the
+    sums stay float64, the taps carry float32's ~6e-8 relative rounding)."""
+    bits = np.asarray(V, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    words = bits.copy()
+    words[..., :-1] |= bits[..., 1:] << np.uint64(32)
+    return words.view(np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -97,8 +146,8 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
 
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
-    (:class:`PixelLists`); ``v``: the moving image zero-padded by ``_PAD``, flattened, row
-    length ``Wp``; ``H, W``: the unpadded image shape.
+    (:class:`Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
+    :func:`packed`, row length ``Wp``; ``H, W``: the unpadded image shape.
     """
     c, s = np.cos(th), np.sin(th)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
@@ -108,10 +157,8 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
         y0, x0 = np.floor(y), np.floor(x)
         wy, wx = _weights(y - y0), _weights(x - x0)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
-        val = wy[0] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b)
-        val += wy[1] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + Wp)
-        val += wy[2] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 2 * Wp)
-        val += wy[3] * _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 3 * Wp)
+        val = wy[0] * _dot(wx, _taps(v, b)) + wy[1] * _dot(wx, _taps(v, b + Wp))
+        val += wy[2] * _dot(wx, _taps(v, b + 2 * Wp)) + wy[3] * _dot(wx, _taps(v, b + 3 * Wp))
         cross += t[n] * val if ok else 0.0
     return max(uu + vv - 2.0 * cross, 0.0)
 
@@ -133,18 +180,10 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
         wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         # rows of taps, interpolated along x with the weights and their derivatives
-        q0 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b)
-        q1 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + Wp)
-        q2 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 2 * Wp)
-        q3 = _flat4(wx[0], wx[1], wx[2], wx[3], v, b + 3 * Wp)
-        e0 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b)
-        e1 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + Wp)
-        e2 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + 2 * Wp)
-        e3 = _flat4(dx[0], dx[1], dx[2], dx[3], v, b + 3 * Wp)
-        f0 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b)
-        f1 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + Wp)
-        f2 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + 2 * Wp)
-        f3 = _flat4(ddx[0], ddx[1], ddx[2], ddx[3], v, b + 3 * Wp)
+        r0, r1, r2, r3 = _taps(v, b), _taps(v, b + Wp), _taps(v, b + 2 * Wp), _taps(v, b + 3 * Wp)
+        q0, q1, q2, q3 = _dot(wx, r0), _dot(wx, r1), _dot(wx, r2), _dot(wx, r3)
+        e0, e1, e2, e3 = _dot(dx, r0), _dot(dx, r1), _dot(dx, r2), _dot(dx, r3)
+        f0, f1, f2, f3 = _dot(ddx, r0), _dot(ddx, r1), _dot(ddx, r2), _dot(ddx, r3)
         tn = t[n] if ok else 0.0
         val = wy[0] * q0 + wy[1] * q1 + wy[2] * q2 + wy[3] * q3
         vy = dy[0] * q0 + dy[1] * q1 + dy[2] * q2 + dy[3] * q3
@@ -466,8 +505,10 @@ class Resolution:
 
     off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
     gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
-    V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` moving images, zero-padded and flattened
-    uu, vv : squared norms of the targets and of the moving images
+    V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` moving images, zero-padded, flattened and
+        :func:`packed`
+    uu, vv : squared norms of the targets and of the moving images (rounded to float32, as
+        :func:`packed` stores them)
     shape : ``(H, W)`` of the unpadded images
     """
 
@@ -495,9 +536,11 @@ class Resolution:
             r - (H - 1) / 2.0,
             c - (W - 1) / 2.0,
             U[k, r, c],
-            np.ascontiguousarray(padded),
+            packed(padded),
             (U * U).reshape(n, -1).sum(1),
-            (V * V).reshape(len(V), -1).sum(1),
+            # the squared norms of the moving images as the kernels read them (float32): then
+            # d2 = ||u - v' o tau||^2 for the rounded v', whose distance to v is ~6e-8 ||v||
+            _sumsq(V.astype(np.float32).astype(np.float64)),
             np.array([H, W], dtype=np.int64),
         )
 
