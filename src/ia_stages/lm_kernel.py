@@ -7,10 +7,10 @@ when u and v differ, and Gauss-Newton then needs ~15 steps per pair where Newton
 One pass over the target's non-zero pixels computes the Keys-interpolated warp with its first
 and second derivatives, the cost, gradient and Hessian, without storing any image-sized array.
 Pairs run in parallel over numba's threads. The moving images are read as float32, two pixels
-per load (:func:`packed`): the loop is bound by its gathered loads, and the rounding moves d2 by
-at most ~1.2e-7 sqrt(d2) (the sums stay float64). Only used for numpy arrays; cupy arrays take
-the same Newton-LM in array code (:func:`ia_stages.align.refine_alignment`,
-``hessian='exact'``) in float64.
+per load (:func:`packed`): the loop is bound by its gathered loads. The sums stay float64; the
+rounding (relative 6e-8 per pixel) moved d2 by < 1e-8 and kappa^max by < 3e-8 on all pairs of
+200 digits. Only used for numpy arrays; cupy arrays take the same Newton-LM in array code
+(:func:`ia_stages.align.refine_alignment`, ``hessian='exact'``) in float64.
 """
 
 from __future__ import annotations
