@@ -261,9 +261,10 @@ def test_array_refinement_equals_the_compiled_one(beta):
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
         half = None if half is None else tuple(_single(h) for h in half)
-        compiled = pair_images(X, X, half, _search_targets(X, s))
+        search = _search_targets(X, s)
+        compiled = pair_images(X, X, half, search)
         p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
-        p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None)
+        p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None, search)
         np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=1e-9)
         # every reported cost is the full-resolution cost at the reported transform
         np.testing.assert_allclose(pair_cost(X[ii], X[jj], p1), c1, atol=1e-9)

@@ -220,9 +220,12 @@ def kappa_max(
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
     half = _half_resolution_pair(Un, Vn, sigma, settings)
-    compiled = pair_images(Un, Vn, half, _search_targets(Un, settings)) if xp is np else None
+    search = _search_targets(Un, settings)
+    compiled = pair_images(Un, Vn, half, search) if xp is np else None
     for i, j, starts in _batched(chunks, REFINE_BATCH):
-        p, d2 = _refine_candidates(Un, Vn, i, j, starts, group, settings, beta, half, compiled)
+        p, d2 = _refine_candidates(
+            Un, Vn, i, j, starts, group, settings, beta, half, compiled, search
+        )
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -415,14 +418,15 @@ def _refine_candidates(
     beta: float,
     half: tuple[Any, Any] | None = None,
     compiled: PairImages | None = None,
+    search: Any | None = None,
 ) -> tuple[Any, Any]:
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
 
     ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
     on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
-    Full-resolution ranking and refinement use :func:`_search_targets`; where those are
-    floored, each pair's winner is then refined on ``Un`` (a pair nothing was refined for gets
-    its reported start's cost on ``Un``).
+    Full-resolution ranking and refinement use the targets ``search`` (:func:`_search_targets`;
+    None: ``Un``); where given, each pair's winner is then refined on ``Un`` (a pair nothing
+    was refined for gets its reported start's cost on ``Un``).
 
     With ``compiled`` (:func:`ia_stages.lm_kernel.pair_images` of numpy ``Un``, ``Vn`` and
     ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
@@ -438,8 +442,7 @@ def _refine_candidates(
             settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
             COARSE_D2_STOP, HALF_GAP,
         )  # fmt: skip
-    floored = _search_targets(Un, settings)
-    T = Un if floored is None else floored
+    T = Un if search is None else search
     m, c, k = starts.shape
     same = to_numpy(_same_starts(starts))
     ti, tj = np.repeat(i, c), np.repeat(j, c)
@@ -514,7 +517,7 @@ def _refine_candidates(
         first = xp.where(xp.isfinite(cost[rows, first]), first, xp.argmin(half_cost, 1))
     best[left] = full[rows, first][left]
     best_p[left] = p[rows, first][left]
-    if floored is not None:
+    if search is not None:
         done = np.flatnonzero(to_numpy(~left))
         for s in _slices(done.size, batch):
             r = done[s]

@@ -499,6 +499,16 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
         out_c[k] = best
 
 
+def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``off, gy, gx, t, uu`` of :class:`Resolution` for targets ``U (n_i, H, W)``."""
+    U = np.asarray(U, dtype=np.float64)
+    n, H, W = U.shape
+    k, r, c = np.nonzero(U)  # row-major: grouped by image
+    off = np.zeros(n + 1, dtype=np.int64)
+    off[1:] = np.cumsum(np.bincount(k, minlength=n))
+    return off, r - (H - 1) / 2.0, c - (W - 1) / 2.0, U[k, r, c], _sumsq(U)
+
+
 @dataclass(frozen=True)
 class Resolution:
     """One resolution of a block of pairs, laid out for the compiled kernels.
@@ -524,20 +534,17 @@ class Resolution:
     @classmethod
     def of(cls, U: np.ndarray, V: np.ndarray) -> Resolution:
         """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``."""
-        U = np.asarray(U, dtype=np.float64)
         V = np.asarray(V, dtype=np.float64)
-        n, H, W = U.shape
-        k, r, c = np.nonzero(U)  # row-major: grouped by image
-        off = np.zeros(n + 1, dtype=np.int64)
-        off[1:] = np.cumsum(np.bincount(k, minlength=n))
+        H, W = V.shape[1:]
         padded = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
+        off, gy, gx, t, uu = _target_pixels(U)
         return cls(
             off,
-            r - (H - 1) / 2.0,
-            c - (W - 1) / 2.0,
-            U[k, r, c],
+            gy,
+            gx,
+            t,
             packed(padded),
-            (U * U).reshape(n, -1).sum(1),
+            uu,
             # the squared norms of the moving images as the kernels read them (float32): then
             # d2 = ||u - v' o tau||^2 for the rounded v', whose distance to v is ~6e-8 ||v||
             _sumsq(V.astype(np.float32).astype(np.float64)),
@@ -546,9 +553,8 @@ class Resolution:
 
     def with_targets(self, U: np.ndarray) -> Resolution:
         """The same moving images with targets ``U (n_i, H, W)``."""
-        targets = Resolution.of(U, U[:1])
-        return replace(self, off=targets.off, gy=targets.gy, gx=targets.gx, t=targets.t,
-                       uu=targets.uu)  # fmt: skip
+        off, gy, gx, t, uu = _target_pixels(U)
+        return replace(self, off=off, gy=gy, gx=gx, t=t, uu=uu)
 
     def arrays(self) -> tuple:
         return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
