@@ -23,6 +23,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/ia.smk"
 include: "workflow/rules/ka.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/classes.smk"
 include: "workflow/rules/benchmark_common.smk"
 include: "workflow/rules/benchmark.smk"
 
@@ -34,5 +35,6 @@ rule all:
     input:
         rules.tables.output,
         FIGURES,
+        CLASS_OUTPUTS,
         BENCH_TABLES if BENCH_DATASETS else [],
     default_target: True

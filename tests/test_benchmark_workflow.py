@@ -149,11 +149,11 @@ def test_cluster_on_a_store_without_labels_fails_in_one_line(bench_run, tmp_path
     ds = read_store(work / "results/data/mnist_rot.zarr")
     write_store(ds.drop_vars("label"), tmp_path / "nolabel.zarr")
     out = tmp_path / "out.zarr"
-    rc = main(["cluster", "--dataset", str(tmp_path / "nolabel.zarr"), "--settings",
+    rc = main(["run-method", "--dataset", str(tmp_path / "nolabel.zarr"), "--settings",
                _settings(work), "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists()
-    assert err[-1].startswith("ia-stages cluster: error:") and "nolabel.zarr" in err[-1]
+    assert err[-1].startswith("ia-stages run-method: error:") and "nolabel.zarr" in err[-1]
     assert "label" in err[-1]
 
 
@@ -164,7 +164,7 @@ def test_cluster_with_more_clusters_than_samples_fails_in_one_line(bench_run, tm
     small["label"] = xr.DataArray(np.array([0, 1]), dims="sample")
     write_store(small, tmp_path / "two.zarr")
     settings = _settings(work).replace('"n_clusters": null', '"n_clusters": 5')
-    rc = main(["cluster", "--dataset", str(tmp_path / "two.zarr"), "--settings", settings,
+    rc = main(["run-method", "--dataset", str(tmp_path / "two.zarr"), "--settings", settings,
                "--out", str(tmp_path / "o.zarr")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and "n_clusters=5" in err[-1] and "two.zarr" in err[-1]

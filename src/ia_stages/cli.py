@@ -1,4 +1,5 @@
-"""Command line: ``ia-stages <stage> ...``, one sub-command per pipeline stage.
+"""Command line: ``ia-stages <stage> ...``, one sub-command per pipeline stage, and
+``ia-stages cluster PATH --out DIR``, the whole pipeline on a folder or stack of images.
 
 Errors in the input (config, stores, images) print one line ``ia-stages <stage>: error: ...``
 and exit with status 2; anything else is a bug and shows its traceback.
@@ -159,7 +160,7 @@ def _cmd_tables(a: argparse.Namespace) -> None:
     log.info("wrote %s and %s", a.csv, a.md)
 
 
-def _cmd_cluster(a: argparse.Namespace) -> None:
+def _cmd_run_method(a: argparse.Namespace) -> None:
     from .stages import cluster
 
     with _use_threads(a.threads):
@@ -171,6 +172,38 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         len(set(ds["pred"].values.tolist())),
         ds.attrs["wall_seconds"],
     )
+
+
+def _cmd_classes(a: argparse.Namespace) -> None:
+    from .stages import classes
+
+    ds = classes.run(a.dataset, a.kmax0, a.kmax, a.out, a.csv, _settings(a.settings))
+    log.info("wrote %s and %s: %d clusters", a.out, a.csv, ds.sizes["cluster_id"])
+
+
+def _cmd_cluster(a: argparse.Namespace) -> None:
+    from . import user_run
+
+    cfg = user_run.images_config(
+        a.path,
+        canvas=a.canvas,
+        downsample=a.downsample,
+        invert=a.invert,
+        labels=a.labels,
+        max_images=a.max_images,
+        beta=a.beta,
+        kernel_sigma=a.kernel_sigma,
+        threshold=a.threshold,
+        iterations=a.iterations,
+        mean_steps=a.mean_steps,
+        mean_images=a.mean_images,
+        block_size=a.block_size,
+        seed=a.seed,
+        backend=a.backend,
+    )
+    written = user_run.run(cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report)
+    for name, path in written.items():
+        print(f"{name}: {path}")
 
 
 def _cmd_theory(a: argparse.Namespace) -> None:
@@ -277,7 +310,40 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", required=True)
     sp.add_argument("--md", required=True)
 
-    sp = add("cluster", _cmd_cluster, "one benchmark method on one dataset and seed")
+    sp = add("cluster", _cmd_cluster, "cluster a folder or stack of images (whole pipeline)")
+    sp.add_argument(
+        "path", help="folder of PNG/TIFF/JPEG (subfolders = labels), .npy/.npz, .zarr/.nc, .tif, .mrc(s)"
+    )
+    sp.add_argument("--out", required=True, help="folder for clusters.csv, the gallery, results/")
+    sp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
+    sp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks")
+    sp.add_argument("--invert", action="store_true", help="dark objects on a light background")
+    sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
+    sp.add_argument("--max-images", type=int, help="a random subset of this many images")
+    sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
+    sp.add_argument("--kernel-sigma", type=float, help="smoothing (px) inside kappa^max")
+    sp.add_argument("--threshold", type=float, help="read-out distance (default 0.3)")
+    sp.add_argument("--iterations", type=int, default=2, help="IA iterations (default 2)")
+    sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
+    sp.add_argument(
+        "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"
+    )
+    sp.add_argument("--block-size", type=int, default=256, help="samples per kappa^max job")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    sp.add_argument("--cores", type=int, default=2, help="CPU cores for the workflow")
+    sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
+    sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
+
+    sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
+    sp.add_argument("--dataset", required=True)
+    sp.add_argument("--kmax0", required=True, help="kappa^max of the input images (iteration 0)")
+    sp.add_argument("--kmax", required=True, help="kappa^max of the final features (read-out)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--csv", required=True, help="clusters.csv")
+
+    sp = add("run-method", _cmd_run_method, "one benchmark method on one dataset and seed")
     sp.add_argument("--dataset", required=True)
     sp.add_argument("--kmax", help="kappa^max store the method reads")
     sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
@@ -300,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex")
 
     sp = add("figure", _cmd_figure, "draw one figure")
-    sp.add_argument("name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark"])
+    sp.add_argument(
+        "name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes", "stability"]
+    )
     sp.add_argument("--inputs", nargs="+", required=True)
     sp.add_argument("--out", required=True)
 

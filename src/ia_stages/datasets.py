@@ -32,21 +32,23 @@ class Dataset:
     """Images (or points) with ground truth.
 
     data : ``(n, H, W)`` images or ``(n, d)`` points
-    label : ``(n,)`` int class index
+    label : ``(n,)`` int class index, or None for unlabelled images
     params : ``(n, n_params)`` true transform of every sample (data[i] = base o tau_i), or None
     class_names : names of the classes, indexed by label
     originals : ``(n, H, W)`` every sample before its transform, or None
     param_names : names of the columns of ``params``
     source : where the images come from, as tables and figures should name it
+    sample_names : ``(n,)`` file name (or index in its stack) of every sample, or None
     """
 
     data: np.ndarray
-    label: np.ndarray
+    label: np.ndarray | None
     params: np.ndarray | None
     class_names: list[str]
     originals: np.ndarray | None = None
     param_names: tuple[str, ...] = SE2.param_names
     source: str = "generated"
+    sample_names: list[str] | None = None
 
 
 def transformed_copies(

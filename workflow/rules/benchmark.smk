@@ -17,7 +17,7 @@ rule cluster:
     log:
         "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
     shell:
-        "ia-stages cluster --dataset {input.dataset} {params.args} --threads {threads}"
+        "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 

@@ -9,11 +9,28 @@ IA_DATASETS = config["ia"]["datasets"]
 KA_DATASETS = config["ka"]["datasets"]
 IA_ITERS = config["ia"]["iterations"]
 FIGS = config["figures"]
-FIGURES = [
-    "results/figures/fig2_ka_blobs.png",
-    "results/figures/fig3_dataset_ka_means.png",
-    "results/figures/fig4_ia_weights_means.png",
-    "results/figures/fig5_invariant_mean.png",
+FIGURE_FILES = {
+    "fig2": "results/figures/fig2_ka_blobs.png",
+    "fig3": "results/figures/fig3_dataset_ka_means.png",
+    "fig4": "results/figures/fig4_ia_weights_means.png",
+    "fig5": "results/figures/fig5_invariant_mean.png",
+}
+FIGURE_DATASETS = {  # figures whose dataset is null in the config are not drawn
+    "fig2": FIGS["blobs"],
+    "fig3": FIGS["shapes"],
+    "fig4": FIGS["shapes"],
+    "fig5": FIGS["mean_trace"]["dataset"],
+}
+FIGURES = [f for name, f in FIGURE_FILES.items() if FIGURE_DATASETS[name] is not None]
+# every IA dataset: clusters.csv, its class-average gallery and the read-out's stability
+CLASS_OUTPUTS = [
+    path
+    for d in IA_DATASETS
+    for path in (
+        f"results/{d}/clusters.csv",
+        f"results/figures/{d}_classes.png",
+        f"results/figures/{d}_stability.png",
+    )
 ]
 
 

@@ -56,7 +56,7 @@ rule fig2:
         f"results/data/{FIGS['blobs']}.zarr",
         f"results/{FIGS['blobs']}/ka/iterations.zarr",
     output:
-        report(FIGURES[0], caption="../report/fig2.rst", category="Figures"),
+        report(FIGURE_FILES["fig2"], caption="../report/fig2.rst", category="Figures"),
     log:
         "results/logs/figures/fig2.log",
     shell:
@@ -70,7 +70,7 @@ rule fig3:
         f"results/data/{FIGS['shapes']}.zarr",
         f"results/{FIGS['shapes']}/ka/iterations.zarr",
     output:
-        report(FIGURES[1], caption="../report/fig3.rst", category="Figures"),
+        report(FIGURE_FILES["fig3"], caption="../report/fig3.rst", category="Figures"),
     log:
         "results/logs/figures/fig3.log",
     shell:
@@ -87,7 +87,7 @@ rule fig4:
             t=range(1, min(IA_ITERS, 2) + 1),
         ),
     output:
-        report(FIGURES[2], caption="../report/fig4.rst", category="Figures"),
+        report(FIGURE_FILES["fig4"], caption="../report/fig4.rst", category="Figures"),
     log:
         "results/logs/figures/fig4.log",
     shell:
@@ -101,7 +101,7 @@ rule fig5:
         f"results/data/{FIGS['mean_trace']['dataset']}.zarr",
         f"results/{FIGS['mean_trace']['dataset']}/mean_trace.zarr",
     output:
-        report(FIGURES[3], caption="../report/fig5.rst", category="Figures"),
+        report(FIGURE_FILES["fig5"], caption="../report/fig5.rst", category="Figures"),
     log:
         "results/logs/figures/fig5.log",
     shell:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import datasets
+from .. import datasets, images
 from ..config import stage_seed
 from ..store import provenance, strings, write_store
 
@@ -27,24 +27,28 @@ def build(settings: dict) -> datasets.Dataset:
         "mnist": datasets.mnist,
         "mnist_rot": datasets.mnist,
         "affnist": datasets.affnist,
+        "images": images.load_images,
     }
     return factory[kind](rng=rng, **cfg)
 
 
 def to_xarray(ds: datasets.Dataset) -> xr.Dataset:
-    """Dataset -> xarray with dims sample, y, x (or dim), param, class."""
+    """Dataset -> xarray with dims sample, y, x (or dim), param, class.
+
+    ``label`` is left out for unlabelled images; ``sample_name`` holds file names when known.
+    """
     if ds.data.ndim == 3:
         features = (("sample", "y", "x"), ds.data)
     else:
         features = (("sample", "dim"), ds.data)
     out = xr.Dataset(
-        {
-            "features": features,
-            "label": (("sample",), ds.label),
-            "class_name": (("class",), strings(ds.class_names)),
-        },
+        {"features": features, "class_name": (("class",), strings(ds.class_names))},
         coords={"sample": np.arange(ds.data.shape[0])},
     )
+    if ds.label is not None:  # unlabelled images have none
+        out["label"] = (("sample",), ds.label)
+    if ds.sample_names is not None:
+        out["sample_name"] = (("sample",), strings(ds.sample_names))
     if ds.params is not None:
         out["params"] = (("sample", "param"), ds.params)
         out = out.assign_coords(param=strings(ds.param_names))

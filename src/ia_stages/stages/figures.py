@@ -207,8 +207,91 @@ def benchmark(inputs: list[str], out: str | Path) -> None:
     )
 
 
+GALLERY_ROWS = 24  # clusters drawn in the gallery (the largest); the CSV has them all
+GALLERY_MEMBERS = 6  # members shown beside each class average (the closest to it)
+
+
+def classes(inputs: list[str], out: str | Path) -> None:
+    """Gallery: every cluster's class average beside its closest members aligned to it.
+
+    inputs: dataset store, classes store (stage ``classes``).
+    """
+    from ..warp import warp
+
+    data, cl = read_store(inputs[0]), read_store(inputs[1])
+    V = data["features"].values
+    pred, dist = cl["cluster"].values, cl["distance"].values
+    pose, means, sizes = cl["pose"].values, cl["class_average"].values, cl["size"].values
+    names = [str(v) for v in cl["sample_name"].values]
+    order = np.argsort(-sizes, kind="stable")[:GALLERY_ROWS]
+    ncols = 1 + GALLERY_MEMBERS
+    fig, axes = plt.subplots(
+        len(order), ncols, figsize=(1.25 * ncols + 1.6, 1.3 * len(order) + 1.3), squeeze=False
+    )
+    for row, k in enumerate(order):
+        members = np.flatnonzero(pred == k)
+        members = members[np.argsort(dist[members], kind="stable")][:GALLERY_MEMBERS]
+        aligned = warp(V[members], pose[members]) if members.size else []
+        panels = [(means[k], f"cluster {k}: n={int(sizes[k])}")]
+        panels += [(a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned)]
+        for col in range(ncols):
+            ax = axes[row][col]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col < len(panels):
+                ax.imshow(np.clip(panels[col][0], 0, None), cmap=CMAP)
+                ax.set_title(panels[col][1], fontsize=6.5 if col else 7.5, pad=2)
+            else:
+                ax.axis("off")
+        if row == 0:
+            axes[0][0].set_ylabel("class average", fontsize=7)
+    shown = f"the {len(order)} largest of {sizes.size} clusters" if sizes.size > len(order) else (
+        f"all {sizes.size} clusters"
+    )
+    fig.suptitle(
+        f"Class averages of {data.attrs.get('dataset', '')} ({int(sizes.sum())} images): {shown}"
+    )
+    fig.subplots_adjust(left=0.03, right=0.99, bottom=0.9 / (1.3 * len(order) + 1.3), top=1 - 0.7 / (1.3 * len(order) + 1.3), hspace=0.35, wspace=0.08)
+    _save(
+        fig,
+        out,
+        "Left: each cluster's invariant mean (its class average), with the cluster's size; "
+        "right: its members closest to it, each rotated and shifted onto it by its pose, with "
+        "its file name and distance d to the class average (normalised images).",
+    )
+
+
+def stability(inputs: list[str], out: str | Path) -> None:
+    """The read-out's clusters and agreement across thresholds. inputs: classes store."""
+    cl = read_store(inputs[0])
+    t = cl["threshold"].values
+    chosen = float(cl.attrs["threshold"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a1.plot(t, cl["stability_clusters"].values, "o-")
+    a1.set_xlabel("read-out threshold")
+    a1.set_ylabel("clusters found")
+    a1.set_yscale("log")
+    a2.plot(t, cl["stability_ari"].values, "o-")
+    a2.set_xlabel("read-out threshold")
+    a2.set_ylabel("ARI with the clusters used")
+    a2.set_ylim(-0.05, 1.05)
+    for ax in (a1, a2):
+        ax.axvline(chosen, color="k", ls=":", lw=1)
+    fig.suptitle(f"Stability of the read-out: {cl.attrs.get('dataset', '')}")
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.25, top=0.88, wspace=0.3)
+    _save(
+        fig,
+        out,
+        f"Clusters found (left) and adjusted Rand index against the clustering used "
+        f"(threshold {chosen:g}, dotted; right) when the read-out threshold is scaled by "
+        "0.25-2. A wide plateau of ARI near 1 means the clusters do not hinge on the threshold.",
+    )
+
+
 FIGURES: dict[str, Callable[[list[str], str | Path], None]] = {
     "benchmark": benchmark,
+    "classes": classes,
+    "stability": stability,
     "fig2": fig2,
     "fig3": fig3,
     "fig4": fig4,

@@ -30,19 +30,25 @@ COLUMNS = [
 
 
 def _row(dataset, method, it, labels, pred, W, rmax, seconds) -> dict:
+    """One table row; without labels (unlabelled images) only what needs none is filled."""
+    known = labels is not None
     return {
         "dataset": dataset,
         "method": method,
         "iteration": it,
-        "acc": M.accuracy(labels, pred),
-        "nmi": M.nmi(labels, pred),
-        "ari": M.ari(labels, pred),
+        "acc": M.accuracy(labels, pred) if known else np.nan,
+        "nmi": M.nmi(labels, pred) if known else np.nan,
+        "ari": M.ari(labels, pred) if known else np.nan,
         "clusters_found": int(np.unique(pred).size),
-        "classes": int(np.unique(labels).size),
-        "block_diagonality": M.block_diagonality(W, labels),
+        "classes": int(np.unique(labels).size) if known else np.nan,
+        "block_diagonality": M.block_diagonality(W, labels) if known else np.nan,
         "max_within_class_manifold_distance": rmax,
         "wall_seconds": seconds,
     }
+
+
+def _max_within(dist: np.ndarray, labels: np.ndarray | None) -> float:
+    return M.max_within_class(dist, labels) if labels is not None else np.nan
 
 
 def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> list[dict]:
@@ -65,7 +71,7 @@ def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> l
                 labels,
                 pred,
                 column_normalize(km["value"].values),
-                M.max_within_class(dist, labels),
+                _max_within(dist, labels),
                 seconds,
             )
         )
@@ -96,7 +102,7 @@ def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dic
                 labels,
                 pred,
                 ka["weights"].values[t],
-                M.max_within_class(dist, labels),
+                _max_within(dist, labels),
                 seconds,
             )
         )
@@ -112,7 +118,8 @@ def run(
     ka: str | Path | None = None,
 ) -> pd.DataFrame:
     """Write metrics.csv for one dataset."""
-    labels = read_store(dataset, required=("label",))["label"].values
+    data = read_store(dataset)
+    labels = data["label"].values if "label" in data else None  # unlabelled images
     rows = []
     if ka is not None:
         rows += ka_rows(settings, labels, ka)

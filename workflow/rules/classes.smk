@@ -1,0 +1,63 @@
+# Clusters of every IA dataset: clusters.csv, class averages (gallery) and the read-out's stability.
+
+
+rule classes:
+    conda:
+        CONDA_ENV
+    input:
+        dataset="results/data/{dataset}.zarr",
+        kmax0="results/{dataset}/ia/iter0/kmax.zarr",
+        kmax=f"results/{{dataset}}/ia/iter{IA_ITERS}/kmax.zarr",
+    output:
+        store=directory("results/{dataset}/classes.zarr"),
+        csv=report(
+            "results/{dataset}/clusters.csv",
+            caption="../report/clusters.rst",
+            category="Clusters",
+            subcategory="{dataset}",
+        ),
+    params:
+        settings=settings("classes"),
+    threads: config["threads"]
+    log:
+        "results/logs/{dataset}/classes.log",
+    shell:
+        "ia-stages classes --dataset {input.dataset} --kmax0 {input.kmax0} --kmax {input.kmax}"
+        " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"
+
+
+rule figure_classes:
+    conda:
+        CONDA_ENV
+    input:
+        "results/data/{dataset}.zarr",
+        "results/{dataset}/classes.zarr",
+    output:
+        report(
+            "results/figures/{dataset}_classes.png",
+            caption="../report/classes.rst",
+            category="Clusters",
+            subcategory="{dataset}",
+        ),
+    log:
+        "results/logs/figures/{dataset}_classes.log",
+    shell:
+        "ia-stages figure classes --inputs {input} --out {output} 2> {log}"
+
+
+rule figure_stability:
+    conda:
+        CONDA_ENV
+    input:
+        "results/{dataset}/classes.zarr",
+    output:
+        report(
+            "results/figures/{dataset}_stability.png",
+            caption="../report/stability.rst",
+            category="Clusters",
+            subcategory="{dataset}",
+        ),
+    log:
+        "results/logs/figures/{dataset}_stability.log",
+    shell:
+        "ia-stages figure stability --inputs {input} --out {output} 2> {log}"
