@@ -312,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("cluster", _cmd_cluster, "cluster a folder or stack of images (whole pipeline)")
     sp.add_argument(
-        "path", help="folder of PNG/TIFF/JPEG (subfolders = labels), .npy/.npz, .zarr/.nc, .tif, .mrc(s)"
+        "path",
+        help="folder of PNG/TIFF/JPEG (subfolders = labels), .npy/.npz, .zarr/.nc, .tif, .mrc(s)",
     )
     sp.add_argument("--out", required=True, help="folder for clusters.csv, the gallery, results/")
     sp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")

@@ -221,7 +221,7 @@ def read_label_csv(csv_path: str | Path, names: list[str]) -> list[str]:
             raise DatasetError(f"{csv_path}: row {line} needs two columns, file and label")
         key = row[0].strip()
         if key not in index:
-            raise DatasetError(f"{csv_path}: row {line} names {key!r}, which is not among the images")
+            raise DatasetError(f"{csv_path}: row {line} names {key!r}, not among the images")
         out[index[key]] = row[1].strip()
     missing = [names[k] for k, v in enumerate(out) if v is None]
     if missing:
@@ -248,7 +248,7 @@ def check(
         )
     h, w = p.shapes[0]
     if canvas is None and (h // downsample < 4 or w // downsample < 4):
-        raise DatasetError(f"{path}: images of {h}x{w} px are too small for downsample {downsample}")
+        raise DatasetError(f"{path}: {h}x{w} px images are too small for downsample {downsample}")
     if labels:
         read_label_csv(labels, p.names)
     if max_images is not None and max_images > p.n:

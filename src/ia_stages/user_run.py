@@ -126,6 +126,7 @@ def _snakemake(
     snakefile: Path, workdir: Path, configfile: Path, goals: list[str], cores: int, report: bool
 ) -> None:
     from snakemake.api import SnakemakeApi
+    from snakemake.report.html_reporter import ReportSettings
     from snakemake.settings.types import (
         ConfigSettings,
         DAGSettings,
@@ -134,8 +135,6 @@ def _snakemake(
         ResourceSettings,
         StorageSettings,
     )
-
-    from snakemake.report.html_reporter import ReportSettings
 
     from .stages.common import InputError
 

@@ -233,7 +233,9 @@ def classes(inputs: list[str], out: str | Path) -> None:
         members = members[np.argsort(dist[members], kind="stable")][:GALLERY_MEMBERS]
         aligned = warp(V[members], pose[members]) if members.size else []
         panels = [(means[k], f"cluster {k}: n={int(sizes[k])}")]
-        panels += [(a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned)]
+        panels += [
+            (a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned, strict=True)
+        ]
         for col in range(ncols):
             ax = axes[row][col]
             ax.set_xticks([])
@@ -245,13 +247,18 @@ def classes(inputs: list[str], out: str | Path) -> None:
                 ax.axis("off")
         if row == 0:
             axes[0][0].set_ylabel("class average", fontsize=7)
-    shown = f"the {len(order)} largest of {sizes.size} clusters" if sizes.size > len(order) else (
-        f"all {sizes.size} clusters"
+    shown = (
+        f"the {len(order)} largest of {sizes.size} clusters"
+        if sizes.size > len(order)
+        else (f"all {sizes.size} clusters")
     )
     fig.suptitle(
         f"Class averages of {data.attrs.get('dataset', '')} ({int(sizes.sum())} images): {shown}"
     )
-    fig.subplots_adjust(left=0.03, right=0.99, bottom=0.9 / (1.3 * len(order) + 1.3), top=1 - 0.7 / (1.3 * len(order) + 1.3), hspace=0.35, wspace=0.08)
+    height = 1.3 * len(order) + 1.3
+    fig.subplots_adjust(
+        left=0.03, right=0.99, bottom=0.9 / height, top=1 - 0.7 / height, hspace=0.35, wspace=0.08
+    )
     _save(
         fig,
         out,
