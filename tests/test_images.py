@@ -1,0 +1,262 @@
+"""The user's images (dataset kind ``images``): every format read by its library, the options,
+the class averages, and bad input (one line naming the file or key, exit 2, results/ kept)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+import xarray as xr
+import yaml
+from PIL import Image
+
+from ia_stages.class_averages import class_averages, threshold_stability
+from ia_stages.cli import main
+from ia_stages.config import ConfigError, validate_config
+from ia_stages.datasets import DatasetError
+from ia_stages.images import fit_canvas, load_images, probe
+from ia_stages.kmax import kappa_max
+from ia_stages.warp import warp
+
+
+def _stack(n: int = 6, size: int = 12, seed: int = 0) -> np.ndarray:
+    """Distinct float images in [0, 1] with a dark border."""
+    rng = np.random.default_rng(seed)
+    a = np.zeros((n, size, size))
+    a[:, 3:-3, 2:-4] = rng.uniform(0.2, 1.0, (n, size - 6, size - 6))
+    return a
+
+
+def _png_folder(root: Path, stack: np.ndarray, classes=("a", "b")) -> list[str]:
+    names = []
+    for k, im in enumerate(stack):
+        cls = classes[k % len(classes)] if classes else ""
+        folder = root / cls
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((im * 255).round().astype(np.uint8)).save(folder / f"im{k:02d}.png")
+        names.append(f"{cls}/im{k:02d}.png" if cls else f"im{k:02d}.png")
+    return names
+
+
+def test_folder_with_class_subfolders_gives_labels_and_file_names(tmp_path):
+    stack = _stack()
+    names = _png_folder(tmp_path / "f", stack)
+    ds = load_images(tmp_path / "f")
+    order = np.argsort(names)  # files are read folder by folder, in sorted order
+    assert ds.sample_names == sorted(names)
+    np.testing.assert_allclose(ds.data, stack[order], atol=0.5 / 255)
+    assert ds.class_names == ["a", "b"]
+    np.testing.assert_array_equal(ds.label, [0, 0, 0, 1, 1, 1])
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "zarr", "tif", "mrcs"])
+def test_every_stack_format_reads_the_same_images(tmp_path, fmt):
+    stack = _stack().astype(np.float32)
+    label = np.array([2, 2, 5, 5, 7, 7])
+    path = tmp_path / f"s.{fmt}"
+    if fmt == "npy":
+        np.save(path, stack)
+    elif fmt == "npz":
+        np.savez(path, images=stack, label=label)
+    elif fmt == "zarr":
+        xr.Dataset({"images": (("n", "y", "x"), stack), "label": (("n",), label)}).to_zarr(path)
+    elif fmt == "tif":
+        tifffile.imwrite(path, stack)  # one page per image
+    else:
+        with mrcfile.new(path) as mrc:
+            mrc.set_data(stack)
+    assert probe(path).n == 6
+    ds = load_images(path)
+    np.testing.assert_allclose(ds.data, stack, rtol=1e-6)
+    assert ds.sample_names == [str(k) for k in range(6)]
+    if fmt in ("npz", "zarr"):
+        assert ds.class_names == ["2", "5", "7"]
+        np.testing.assert_array_equal(ds.label, [0, 0, 1, 1, 2, 2])
+    else:
+        assert ds.label is None
+
+
+def test_canvas_pads_and_crops_about_the_centre():
+    a = np.arange(1, 13, dtype=float).reshape(3, 4)
+    padded = fit_canvas(a, 7)
+    assert padded.sum() == a.sum() and padded[2:5, 1:5].tolist() == a.tolist()
+    cropped = fit_canvas(np.pad(a, 5), 3)  # 13 x 14 -> centre 3 x 3
+    np.testing.assert_array_equal(cropped, np.pad(a, 5)[5:8, 5:8])
+
+
+def test_options_canvas_downsample_invert_rgb_labels_and_subset(tmp_path):
+    root = tmp_path / "f"
+    root.mkdir()
+    rng = np.random.default_rng(3)
+    for k, size in enumerate([(10, 12), (14, 8), (12, 12), (8, 10)]):
+        rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+        Image.fromarray(rgb).save(root / f"x{k}.png")
+    rows = ["file,label", "x0.png,cat", "x1.png,dog", "x2.png,cat", "x3.png,dog"]
+    (tmp_path / "lab.csv").write_text("\n".join(rows) + "\n")
+    with pytest.warns(UserWarning, match="RGB"):
+        ds = load_images(root, canvas=5, downsample=2, invert=True, labels=tmp_path / "lab.csv")
+    assert ds.data.shape == (4, 5, 5)
+    gray = np.asarray(Image.open(root / "x2.png").convert("L"), dtype=float) / 255
+    down = gray.reshape(6, 2, 6, 2).mean((1, 3))
+    top = max(
+        np.asarray(Image.open(root / f"x{k}.png").convert("L"), dtype=float).max() / 255
+        for k in range(4)
+    )
+    np.testing.assert_allclose(ds.data[2], fit_canvas(top - down, 5))
+    assert ds.class_names == ["cat", "dog"] and ds.label.tolist() == [0, 1, 0, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = load_images(root, canvas=6, max_images=2, rng=np.random.default_rng(1))
+        b = load_images(root, canvas=6, max_images=2, rng=np.random.default_rng(1))
+        full = load_images(root, canvas=6)
+    assert a.sample_names == b.sample_names and len(a.sample_names) == 2
+    for name, im in zip(a.sample_names, a.data, strict=True):
+        np.testing.assert_array_equal(im, full.data[full.sample_names.index(name)])
+
+
+def test_class_averages_recover_the_base_image_and_the_poses():
+    """Rotated, shifted copies of two shapes: each class average is its shape in the pose of
+    the medoid, every member's pose maps it onto the average, and distances are small."""
+    from ia_stages.base_shapes import draw_base_shapes
+
+    bases = np.stack(list(draw_base_shapes(48).values()))[:2]
+    rng = np.random.default_rng(0)
+    label = np.repeat([0, 1], 4)
+    params = np.column_stack(
+        [rng.uniform(-1.2, 1.2, 8), rng.uniform(-3, 3, 8), rng.uniform(-3, 3, 8)]
+    )
+    V = warp(bases[label], params)
+    km = kappa_max(V, beta=10.0, sigma=1.0)
+    res = class_averages(V, label, km.params, km.sqdist)
+    assert res.sizes.tolist() == [4, 4]
+    assert res.distance.max() < 0.15  # aligned members sit on their class average
+    aligned = warp(V, res.params)
+    for k in (0, 1):
+        members = label == k
+        err = np.linalg.norm(aligned[members] - res.means[k], axis=(1, 2))
+        assert err.max() < 0.15 * np.linalg.norm(res.means[k])
+    t, found, ari = threshold_stability(km.sqdist, 0.3)
+    assert found[np.argmin(np.abs(t - 0.3))] == 2 and ari.max() == pytest.approx(1.0)
+    assert np.all(np.diff(found) <= 0)  # a larger threshold never finds more clusters
+
+
+# ---- bad input: one line naming the file or key, exit 2, results/ untouched ----------------
+
+
+def _bad_case(tmp_path: Path, case: str) -> tuple[list[str], str]:
+    """Arguments of ``ia-stages cluster`` for one bad input and the text the error must name."""
+    root = tmp_path / "data"
+    root.mkdir()
+    if case == "empty folder":
+        return [str(root)], "no PNG/TIFF/JPEG images"
+    if case == "corrupt PNG":
+        _png_folder(root, _stack(3), classes=())
+        raw = (root / "im01.png").read_bytes()
+        (root / "im01.png").write_bytes(raw[:40] + b"\x00" * 20 + raw[60:])
+        return [str(root)], "im01.png"
+    if case == "different sizes":
+        _png_folder(root, _stack(2, 12), classes=())
+        Image.fromarray(np.zeros((9, 14), np.uint8)).save(root / "odd.png")
+        return [str(root)], "canvas"
+    if case == "4-D array":
+        np.save(root / "a.npy", np.zeros((2, 5, 8, 8)))
+        return [str(root / "a.npy")], "4-D"
+    if case == "not an MRC":
+        (root / "a.mrc").write_bytes(b"this is not an MRC file" * 100)
+        return [str(root / "a.mrc")], "a.mrc"
+    if case == "labels CSV naming missing files":
+        _png_folder(root, _stack(2), classes=())
+        (tmp_path / "lab.csv").write_text("im00.png,a\nim01.png,b\nghost.png,c\n")
+        return [str(root), "--labels", str(tmp_path / "lab.csv")], "ghost.png"
+    if case == "max_images too large":
+        _png_folder(root, _stack(3), classes=())
+        return [str(root), "--max-images", "4"], "max_images=4"
+    if case == "NaN beta":
+        _png_folder(root, _stack(3), classes=())
+        return [str(root), "--beta", "nan"], "datasets.images.beta"
+    raise AssertionError(case)
+
+
+BAD = [
+    "empty folder",
+    "corrupt PNG",
+    "different sizes",
+    "4-D array",
+    "not an MRC",
+    "labels CSV naming missing files",
+    "max_images too large",
+    "NaN beta",
+]
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_fails_in_one_line_and_keeps_results(tmp_path, capsys, case):
+    args, named = _bad_case(tmp_path, case)
+    out = tmp_path / "out"
+    kept = out / "results" / "images" / "clusters.csv"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("an earlier run's result\n")
+    rc = main(["cluster", *args, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("ia-stages cluster: error:"), err
+    assert named in err[0]
+    assert kept.read_text() == "an earlier run's result\n"
+    assert sorted(p.name for p in out.rglob("*")) == ["clusters.csv", "images", "results"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("datasets", "shapes3", "beta"), math.nan),
+        (("datasets", "shapes3", "beta"), math.inf),
+        (("readout", "threshold"), math.nan),
+        (("ia", "mean", "step_size"), -math.inf),
+        (("ia", "mean", "sigmas", 1), math.nan),
+        (("benchmark", "theory", "tolerance"), math.inf),
+    ],
+)
+def test_nan_or_inf_anywhere_in_the_config_is_refused(default_config, schema_path, path, value):
+    node = default_config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    if path[-2] == "sigmas":
+        node = default_config["ia"].setdefault("mean", {}).setdefault("sigmas", [3.0, 1.5, 0.0])
+    node[path[-1]] = value
+    with pytest.raises(ConfigError) as err:
+        validate_config(default_config, schema_path)
+    assert f"config key '{'.'.join(map(str, path))}'" in str(err.value)
+    assert "finite" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_nan_in_a_config_file_fails_check_config(tmp_path, default_config, schema_path, capsys):
+    text = yaml.safe_dump(default_config).replace("beta: 30.0", "beta: .nan")
+    assert ".nan" in text
+    (tmp_path / "c.yaml").write_text(text)
+    rc = main(["check-config", str(tmp_path / "c.yaml"), "--schema", str(schema_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "datasets.shapes3.beta" in err[0]
+
+
+def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path):
+    _png_folder(tmp_path / "f", _stack(5))
+    cfg = {
+        "datasets": {"mine": {"kind": "images", "path": str(tmp_path / "f"), "max_images": 3}},
+        "ia": {"datasets": ["mine"]},
+        "ka": {"datasets": []},
+        "figures": {"blobs": None, "shapes": None, "mean_trace": {"dataset": None}},
+    }
+    from ia_stages.config import dataset_size
+
+    valid = validate_config(cfg, schema_path)
+    assert dataset_size(valid, "mine") == 3 and valid["datasets"]["mine"]["beta"] == 20.0
+    cfg["datasets"]["mine"]["max_images"] = 9
+    with pytest.raises(ConfigError, match=r"datasets\.mine.*max_images=9"):
+        validate_config(cfg, schema_path)
+    with pytest.raises(DatasetError, match="no such file"):
+        probe(tmp_path / "missing")
