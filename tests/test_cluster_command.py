@@ -132,7 +132,8 @@ def screenshot_report(report: Path, png: Path, figure: str = REPORT_FIGURES[0]) 
 def test_report_holds_every_figure_and_renders_in_chromium(digits_run, tmp_path):
     _, out = digits_run
     html = (out / "report.html").read_text()
-    embedded = dict(re.findall(r"data:image/png;charset=utf8;filename=([^;]+);base64,([^\"]+)", html))
+    uri = r"data:image/png;charset=utf8;filename=([^;]+);base64,([^\"]+)"
+    embedded = dict(re.findall(uri, html))
     assert set(REPORT_FIGURES) <= set(embedded)
     for name in REPORT_FIGURES:  # the embedded figures decode and are the files written
         with Image.open(io.BytesIO(base64.b64decode(embedded[name]))) as im:
