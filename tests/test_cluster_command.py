@@ -111,6 +111,11 @@ window.addEventListener("load", function () {
     app.showCategory("Clusters");
     var path = "results/figures/%s";
     app.setView({content: "img", contentPath: results[path].data_uri, resultPath: path});
+    setTimeout(function () {  // show the figure from its top (the view centres it)
+      document.querySelectorAll(".items-center.justify-center").forEach(function (el) {
+        el.style.alignItems = "flex-start";
+      });
+    }, 300);
   }, 300);
 });
 </script>"""
