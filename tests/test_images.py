@@ -260,3 +260,13 @@ def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path
         validate_config(cfg, schema_path)
     with pytest.raises(DatasetError, match="no such file"):
         probe(tmp_path / "missing")
+
+
+def test_my_images_template_is_a_valid_config_once_path_is_set(tmp_path, schema_path):
+    template = yaml.safe_load((schema_path.parents[2] / "config/my_images.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"datasets\.mine.*path/to/your/images"):
+        validate_config(template, schema_path)
+    _png_folder(tmp_path / "f", _stack(4))
+    template["datasets"]["mine"]["path"] = str(tmp_path / "f")
+    cfg = validate_config(template, schema_path)
+    assert cfg["ia"]["datasets"] == ["mine"] and cfg["figures"]["shapes"] is None

@@ -110,6 +110,21 @@ def test_figures_are_written(tiny_run):
             assert im.format == "PNG" and min(im.size) > 300
 
 
+def test_clusters_csv_and_gallery_of_every_ia_dataset(tiny_run):
+    work, _ = tiny_run
+    table = pd.read_csv(work / "results/shapes3/clusters.csv")
+    data = read_store(work / "results/data/shapes3.zarr")
+    assert len(table) == data.sizes["sample"]
+    names = [str(c) for c in data["class_name"].values]
+    assert table.label.tolist() == [names[k] for k in data["label"].values]
+    assert table.groupby("label").cluster.nunique().eq(1).all()  # one cluster per shape
+    assert table.cluster.nunique() == 3
+    for d in ("shapes3", "mnist3"):
+        for kind in ("classes", "stability"):
+            with Image.open(work / f"results/figures/{d}_{kind}.png") as im:
+                assert im.format == "PNG"
+
+
 def test_stores_carry_dims_and_provenance(tiny_run):
     work, _ = tiny_run
     ds = read_store(work / "results/data/shapes3.zarr")
@@ -161,6 +176,7 @@ def test_rerun_does_nothing(tiny_run):
         ({"ia": {"iterations": "two"}}, "ia.iterations"),
         ({"datasets": {"shapes3": {"kind": "triangles"}}}, "datasets.shapes3.kind"),
         ({"block_size": 0}, "block_size"),
+        ({"readout": {"threshold": float("nan")}}, "readout.threshold"),
     ],
 )
 def test_bad_config_fails_in_one_line_and_touches_nothing(tiny_run, tmp_path, change, key):
