@@ -111,7 +111,7 @@ def threshold_stability(
     ----------
     sqdist : ``(n, n)`` squared kappa^max distances of the final features
     threshold : the read-out threshold in use
-    factors : multiples of ``threshold`` to try (default 0.25 to 2 in 15 steps)
+    factors : multiples of ``threshold`` to try (default 0.25 to 2 in 15 geometric steps, and 1)
 
     Returns
     -------
@@ -121,7 +121,9 @@ def threshold_stability(
     """
     from sklearn.metrics import adjusted_rand_score
 
-    factors = np.geomspace(0.25, 2.0, 15) if factors is None else np.asarray(factors)
+    if factors is None:
+        factors = np.union1d(np.geomspace(0.25, 2.0, 15), [1.0])
+    factors = np.asarray(factors, dtype=float)
     thresholds = threshold * factors
     chosen = cluster_by_distance(sqdist, threshold, linkage)
     preds = [cluster_by_distance(sqdist, t, linkage) for t in thresholds]

@@ -18,7 +18,6 @@ rule classes:
         ),
     params:
         settings=settings("classes"),
-    threads: config["threads"]
     log:
         "results/logs/{dataset}/classes.log",
     shell:
