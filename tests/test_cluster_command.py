@@ -23,7 +23,7 @@ from ia_stages.kernels import normalize
 from ia_stages.store import read_store
 from ia_stages.warp import warp
 
-FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8"]
+FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8", "--block-size", "512"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
