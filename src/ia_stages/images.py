@@ -235,9 +235,13 @@ def check(
     downsample: int = 1,
     labels: str | None = None,
     max_images: int | None = None,
+    probed: Probe | None = None,
 ) -> int:
-    """Check ``path`` and the options from headers only; returns the number of samples."""
-    p = probe(path)
+    """Check ``path`` and the options from headers only; returns the number of samples.
+
+    ``probed``: :func:`probe`'s result for ``path`` when the caller has it.
+    """
+    p = probed or probe(path)
     if canvas is None and len(set(p.shapes)) > 1:
         sizes = sorted(set(p.shapes))
         first = next(k for k, s in enumerate(p.shapes) if s != p.shapes[0])
@@ -386,7 +390,7 @@ def load_images(
     path = Path(path)
     rng = rng or np.random.default_rng(0)
     p = probe(path)
-    n_out = check(path, canvas, downsample, labels, max_images)
+    n_out = check(path, canvas, downsample, labels, max_images, p)
     keep = np.arange(p.n)
     if max_images is not None:
         keep = np.sort(rng.choice(p.n, n_out, replace=False))
