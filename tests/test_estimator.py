@@ -179,7 +179,7 @@ def test_kappa_max_names_the_bad_input():
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="Input V contains infinity"):
         kappa_max(GOOD, _with(np.inf))
-    with pytest.raises(ValueError, match=r"V has images of \(8, 9\), expected image_shape"):
+    with pytest.raises(ValueError, match=r"V has images of \(8, 9\), expected \(8, 8\) as in U"):
         kappa_max(GOOD, RNG.random((3, 8, 9)))
     with pytest.raises(ValueError, match="U has shape"):
         kappa_max(GOOD[:, 0])

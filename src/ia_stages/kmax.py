@@ -203,7 +203,7 @@ def kappa_max(
     KappaMaxResult
     """
     U = check_images(U, "U", dtype=FLOATS)
-    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
     symmetric = V is None
     Un = normalize(smooth(U, sigma), normalization)

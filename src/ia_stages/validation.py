@@ -23,6 +23,7 @@ def check_images(
     image_shape: tuple[int, int] | None = None,
     min_samples: int = 1,
     dtype: Any = np.float64,
+    like: str | None = None,
 ) -> Any:
     """Return ``X`` as finite images ``(n, H, W)``, or raise a one-line ``ValueError``.
 
@@ -36,6 +37,8 @@ def check_images(
     image_shape : ``(H, W)``: reshape flattened rows ``(n, H * W)`` to ``(n, H, W)`` and require
         3-D input to have that shape; one of H, W may be -1 (inferred, as in ``numpy.reshape``)
     min_samples : fewer samples than this is an error
+    like : name of the array ``image_shape`` comes from, for messages (default: the
+        ``image_shape`` setting)
     dtype : dtype of the result; a tuple keeps a floating input whose dtype it lists and
         converts anything else to its first entry (as ``check_array`` does)
 
@@ -75,7 +78,7 @@ def check_images(
         if not bool(xp.isfinite(X).all()):
             what = "NaN" if bool(xp.isnan(X).any()) else "infinity"
             raise ValueError(f"Input {name} contains {what}.")
-    X = _as_images(X, name, image_shape)
+    X = _as_images(X, name, image_shape, like)
     n = X.shape[0]
     if n < min_samples:
         raise ValueError(
@@ -85,7 +88,7 @@ def check_images(
     return X
 
 
-def _as_images(X: Any, name: str, image_shape: tuple[int, int] | None) -> Any:
+def _as_images(X: Any, name: str, image_shape: tuple[int, int] | None, like: str | None) -> Any:
     """``X`` reshaped/checked to ``(n, H, W)``."""
     if X.ndim == 4 and X.shape[-1] in (3, 4):
         raise ValueError(
@@ -113,8 +116,9 @@ def _as_images(X: Any, name: str, image_shape: tuple[int, int] | None) -> Any:
         except ValueError:
             expected = None
         if X.shape[1:] != expected:
+            source = f"as in {like}" if like else "(image_shape)"
             raise ValueError(
-                f"{name} has images of {X.shape[1:]}, expected image_shape {tuple(image_shape)}"
+                f"{name} has images of {X.shape[1:]}, expected {tuple(image_shape)} {source}"
             )
     return X
 
