@@ -51,7 +51,10 @@ from .polar import (
     scan_spectra,
 )
 from .scan_kernel import pair_peaks
+from .validation import check_images
 from .warp import warp
+
+FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
 # ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
@@ -199,6 +202,8 @@ def kappa_max(
     -------
     KappaMaxResult
     """
+    U = check_images(U, "U", dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
     symmetric = V is None
     Un = normalize(smooth(U, sigma), normalization)

