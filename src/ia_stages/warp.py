@@ -12,6 +12,7 @@ import numpy as np
 
 from .backend import array_module
 from .groups import SE2
+from .warp_kernel import warp_with_jacobian_se2
 
 KEYS_A = -0.5
 _PAD = 4  # zero border wide enough for the taps of clipped sampling points
@@ -197,8 +198,6 @@ def warp_with_jacobian(images: Any, params: Any, group: SE2 = SE2()) -> tuple[An
     """
     xp = array_module(images)
     if xp is np and group.name == "se2" and images.ndim == 3:
-        from .lm_kernel import warp_with_jacobian_se2
-
         return warp_with_jacobian_se2(images, params)
     shape = images.shape[1:]
     field = sampling_field(group.matrix(params), group.translation(params), shape)

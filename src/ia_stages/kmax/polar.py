@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .backend import array_module, fft_module
+from ..backend import array_module, fft_module
+from ..warp import interpolate
 from .scan_kernel import polar_samples
-from .warp import interpolate
 
 RING_BATCH = 128  # images sampled at once by the array code (cupy)
 

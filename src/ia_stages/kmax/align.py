@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import array_module
-from .groups import SE2
-from .warp import centred_grid, interpolate, sampling_field, warp, warp_with_jacobian
+from ..backend import array_module
+from ..groups import SE2
+from ..warp import centred_grid, interpolate, sampling_field, warp, warp_with_jacobian
 
 OBJECTIVES = ("least-squares", "correlation")
 HESSIANS = ("gauss-newton", "exact")
@@ -153,7 +153,7 @@ def refine_alignment(
     objective : 'least-squares' or 'correlation' (see the module docstring)
     hessian : 'gauss-newton' (J^T J) or 'exact' (correlation objective and SE(2) only: Newton
         steps, far fewer of them when target and moving differ; what the compiled
-        :mod:`ia_stages.lm_kernel` does)
+        :mod:`ia_stages.kmax.refine` does)
     beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the Hessian is positive
         definite and the full Newton step promises exp(-beta cost) a rise below ``kappa_stop``
     d2_stop : > 0: ... or promises the cost a drop below ``d2_stop``

@@ -13,13 +13,13 @@ The search is global over the full circle of rotations, in two steps:
 1. a coarse scan that proposes ``n_candidates`` starting transforms per pair. ``method='polar'``
    (default): every pair's correlation over ``n_angles`` rotations about the image centroids,
    translation fixed by matching the centroids, for a whole block of pairs by two real matrix
-   products (:func:`ia_stages.polar.block_scores`), peaks picked by a compiled kernel
-   (:mod:`ia_stages.scan_kernel`); cost per pair ~ n_angles * rings.
+   products (:func:`ia_stages.kmax.polar.block_scores`), peaks picked by a compiled kernel
+   (:mod:`ia_stages.kmax.scan_kernel`); cost per pair ~ n_angles * rings.
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
 2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated
    objective: Newton steps with Levenberg-Marquardt damping, compiled and run in parallel over
-   pairs for numpy arrays (:mod:`ia_stages.lm_kernel`); Gauss-Newton-LM in array code for cupy.
+   pairs for numpy arrays (:mod:`ia_stages.kmax.refine`); Gauss-Newton-LM in array code for cupy.
 
 Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
 array is ever held.
@@ -37,11 +37,11 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..backend import array_module, fft_module, to_numpy
+from ..groups import SE2, wrap_angle
+from ..kernels import half_resolution, normalize, smooth
+from ..warp import warp
 from .align import pair_cost, refine_alignment
-from .backend import array_module, fft_module, to_numpy
-from .groups import SE2, wrap_angle
-from .kernels import half_resolution, normalize, smooth
-from .lm_kernel import SAME_ANGLE, SAME_SHIFT, PairImages, pair_images, search_pairs
 from .polar import (
     angle_synthesis,
     block_scores,
@@ -50,8 +50,8 @@ from .polar import (
     peak_angles,
     scan_spectra,
 )
+from .refine import SAME_ANGLE, SAME_SHIFT, PairImages, pair_images, search_pairs
 from .scan_kernel import pair_peaks
-from .warp import warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
 # ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
@@ -397,7 +397,7 @@ def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
 
 
 def _pair_peaks_array(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
-    """:func:`ia_stages.scan_kernel.pair_peaks` in array code (cupy): per angle the best
+    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` in array code (cupy): per angle the best
     centre; the ``c`` peaks of that envelope, each with its centre."""
     xp = array_module(scores)
     M = scores.shape[-1]
@@ -428,7 +428,7 @@ def _refine_candidates(
     None: ``Un``); where given, each pair's winner is then refined on ``Un`` (a pair nothing
     was refined for gets its reported start's cost on ``Un``).
 
-    With ``compiled`` (:func:`ia_stages.lm_kernel.pair_images` of numpy ``Un``, ``Vn`` and
+    With ``compiled`` (:func:`ia_stages.kmax.refine.pair_images` of numpy ``Un``, ``Vn`` and
     ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
     code.
 

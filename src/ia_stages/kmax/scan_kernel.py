@@ -2,7 +2,7 @@
 
 For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
 circular local maxima refined by a parabola through their neighbours (as
-:func:`ia_stages.polar.peak_angles`), and the centre that gave the envelope at each peak. One
+:func:`ia_stages.kmax.polar.peak_angles`), and the centre that gave the envelope at each peak. One
 pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays. It runs serially and
 without the GIL: kappa^max scans its chunks of pairs on several Python threads, each with its
 BLAS products on that one thread (numba's threads would compete with BLAS's spinning workers).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .lm_kernel import _PAD, _dot4, _weights
+from ..warp_kernel import _PAD, _dot4, _weights
 
 
 @njit(cache=True, nogil=True)
@@ -68,7 +68,7 @@ def pair_peaks(
     Parameters
     ----------
     scores : ``(n_i, n_j, n_centres, M)`` rotation scores of every target against every
-        moving image about each of its centres (:func:`ia_stages.polar.block_scores`)
+        moving image about each of its centres (:func:`ia_stages.kmax.polar.block_scores`)
     ii, jj : ``(m,)`` pairs, indices into the first and second axes
     n_peaks : peaks per pair
 
