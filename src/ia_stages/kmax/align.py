@@ -98,11 +98,18 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
 
 
 def _model_converged(
-    g: Any, H: Any, cost: Any, beta: float, kappa_stop: float, d2_stop: float, bound: Any = None
+    g: Any,
+    H: Any,
+    cost: Any,
+    beta: float,
+    kappa_stop: float,
+    d2_stop: float,
+    bound: Any = None,
+    abandon: float = ABANDON,
 ) -> Any:
     """Mask of pairs whose Hessian is positive definite and whose full Newton step promises
     the kernel value exp(-beta cost) a rise below ``kappa_stop`` or the cost a drop below
-    ``d2_stop``, or cannot bring it below ``bound`` (``(m,)`` or None) even ``ABANDON`` times
+    ``d2_stop``, or cannot bring it below ``bound`` (``(m,)`` or None) even ``abandon`` times
     over (``g``, ``H``: half the gradient and Hessian; that step lowers the cost by
     g^T H^-1 g)."""
     xp = array_module(H)
@@ -112,7 +119,7 @@ def _model_converged(
     drop = (g * xp.linalg.solve(safe, g[..., None])[..., 0]).sum(-1)
     done = (beta * xp.exp(-beta * cost) * drop < kappa_stop) | (drop < d2_stop)
     if bound is not None:
-        done |= cost - ABANDON * drop > bound
+        done |= cost - abandon * drop > bound
     return pos_def & done
 
 
@@ -140,6 +147,9 @@ def refine_alignment(
     kappa_stop: float = 0.0,
     d2_stop: float = 0.0,
     bound: Any = None,
+    lam0: float = LAM0,
+    lam_reject: float = LAM_REJECT,
+    abandon: float = ABANDON,
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -157,9 +167,11 @@ def refine_alignment(
     beta, kappa_stop : with ``kappa_stop > 0`` a pair also stops where the Hessian is positive
         definite and the full Newton step promises exp(-beta cost) a rise below ``kappa_stop``
     d2_stop : > 0: ... or promises the cost a drop below ``d2_stop``
-    bound : ``(m,)`` or None: ... or promises the cost less than a ``1 / ABANDON`` share of
+    bound : ``(m,)`` or None: ... or promises the cost less than a ``1 / abandon`` share of
         the drop to ``bound``: a start that cannot beat the best that its pair has elsewhere
         is not refined to the end
+    lam0, lam_reject, abandon : the initial damping, the least damping after a rejected step,
+        and the factor of ``bound`` (see :class:`ia_stages.kmax.SearchSettings`)
 
     Returns
     -------
@@ -176,7 +188,7 @@ def refine_alignment(
     xp = array_module(target, moving)
     params = xp.array(params, dtype=float, copy=True)
     m, k = params.shape
-    lam = xp.full(m, LAM0)
+    lam = xp.full(m, lam0)
     active = xp.arange(m)
     cost, g, H = _terms(target, moving, params, group, objective, exact)
     eye = xp.eye(k)
@@ -190,7 +202,7 @@ def refine_alignment(
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
         if kappa_stop > 0 or d2_stop > 0 or bound is not None:
             below = None if bound is None else bound[active]
-            done = _model_converged(g, H, cost[active], beta, kappa_stop, d2_stop, below)
+            done = _model_converged(g, H, cost[active], beta, kappa_stop, d2_stop, below, abandon)
             active, g, H, step = active[~done], g[~done], H[~done], step[~done]
             if active.size == 0:
                 break
@@ -202,7 +214,7 @@ def refine_alignment(
         params[idx] = trial[better]
         cost[idx] = cost_t[better]
         lam[idx] /= 3.0
-        lam[active[~better]] = xp.maximum(5.0 * lam[active[~better]], LAM_REJECT)
+        lam[active[~better]] = xp.maximum(5.0 * lam[active[~better]], lam_reject)
         g = xp.where(better[:, None], g_t, g)
         H = xp.where(better[:, None, None], H_t, H)
         keep = ~((better & (gain < tol)) | (lam[active] > 1e8))

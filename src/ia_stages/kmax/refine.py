@@ -23,10 +23,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ..warp_kernel import _PAD, _first, _second, _weights
-from .align import ABANDON, LAM0, LAM_REJECT, _sumsq
-
-# candidates that the half-resolution stage ends this close together are one (radians, px)
-SAME_ANGLE, SAME_SHIFT = 1e-2, 5e-2
+from .align import _sumsq
 
 
 @intrinsic
@@ -202,11 +199,11 @@ def _positive_definite(Hm):
 
 
 @njit(cache=True)
-def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
+def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, abandon, ws):
     """True when the Hessian is positive definite and the full Newton step promises the
     kernel value exp(-beta cost) a rise below ``kappa_stop``, or the cost a drop below
     ``d2_stop`` (the start is at its local optimum), or cannot bring the cost below ``bound``
-    even ``ABANDON`` times over. (``g``, ``Hm``: half the gradient and Hessian; the Newton
+    even ``abandon`` times over. (``g``, ``Hm``: half the gradient and Hessian; the Newton
     step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
     if kappa_stop <= 0.0 and d2_stop <= 0.0 and bound == np.inf:
         return False
@@ -218,7 +215,7 @@ def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
     return (
         beta * np.exp(-beta * cost) * drop < kappa_stop
         or drop < d2_stop
-        or cost - ABANDON * drop > bound
+        or cost - abandon * drop > bound
     )
 
 
@@ -261,26 +258,28 @@ def _workspace():
 
 @njit(cache=True, inline="always")
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
-                ws):  # fmt: skip
+                lm, ws):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
-    :func:`_converged`; returns the cost at the final ``p``. ``ws``: :func:`_workspace`."""
+    :func:`_converged`; returns the cost at the final ``p``. ``lm``: (lam0, lam_reject,
+    abandon) as in :class:`RefinePolicy`; ``ws``: :func:`_workspace`."""
     g = ws[0, 0]
     Hm = ws[1]
     cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop, bound, ws)  # fmt: skip
+                        kappa_stop, d2_stop, bound, lm, ws)  # fmt: skip
 
 
 @njit(cache=True, inline="always")
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
-                 d2_stop, bound, ws):  # fmt: skip
+                 d2_stop, bound, lm, ws):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
     are known (``p``, ``g``, ``Hm`` are updated in place; they may be ``ws[0, 0]`` and
     ``ws[1]``), also stopping where the start cannot beat ``bound`` (:func:`_converged`)."""
     g_t, step, rhs = ws[0, 1], ws[0, 2], ws[6, 2]
     H_t, M, S = ws[2], ws[3], ws[5]
-    lam = LAM0
+    lam0, lam_reject, abandon = lm
+    lam = lam0
     for _ in range(iters):
         # an indefinite Newton model gives no descent step: damp until it is definite
         lam = _lift_damping(Hm, lam, S)
@@ -290,7 +289,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
             M[a, a] += lam * max(abs(Hm[a, a]), 1e-12)
             rhs[a] = -g[a]
         _solve3(M, rhs, step)
-        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
+        if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, abandon, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
         cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
@@ -306,22 +305,22 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
             if gain < tol:
                 break
         else:
-            lam = max(5.0 * lam, LAM_REJECT)
+            lam = max(5.0 * lam, lam_reject)
             if lam > 1e8:
                 break
     return cost
 
 
 @njit(cache=True)
-def _repeats(p, c):
-    """True when candidate ``c`` of ``p (n_c, 3)`` lies within ``SAME_ANGLE`` radians and
-    ``SAME_SHIFT`` pixels of an earlier candidate."""
+def _repeats(p, c, same_angle, same_shift):
+    """True when candidate ``c`` of ``p (n_c, 3)`` lies within ``same_angle`` radians and
+    ``same_shift`` pixels of an earlier candidate."""
     for e in range(c):
         turn = abs((p[c, 0] - p[e, 0] + np.pi) % (2.0 * np.pi) - np.pi)
         if (
-            turn < SAME_ANGLE
-            and abs(p[c, 1] - p[e, 1]) < SAME_SHIFT
-            and abs(p[c, 2] - p[e, 2]) < SAME_SHIFT
+            turn < same_angle
+            and abs(p[c, 1] - p[e, 1]) < same_shift
+            and abs(p[c, 2] - p[e, 2]) < same_shift
         ):
             return True
     return False
@@ -338,8 +337,8 @@ def _same_start(p, c):
 
 @njit(cache=True, parallel=True)
 def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
-            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, polish, out_p,
-            out_c):  # fmt: skip
+            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lm,
+            polish, out_p, out_c):  # fmt: skip
     """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full`` ranks and
     refines at full resolution; with ``polish`` the winner is refined again on ``exact``,
     whose target pixels are those of ``full`` and ``tail``."""
@@ -372,10 +371,11 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
                 hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
                                  uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
                                  coarse_stop, lowest + half_gap if prune_kappa > 0.0 else np.inf,
-                                 ws)  # fmt: skip
+                                 lm, ws)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
                 lowest = min(lowest, hc)
-                if not _repeats(p_c, c):  # else converged where an earlier one did: dropped
+                # else it converged where an earlier one did: dropped
+                if not _repeats(p_c, c, same_angle, same_shift):
                     half_costs[c] = hc
             lowest = half_costs.min()
         for c in range(n_c):
@@ -411,7 +411,7 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
             p = p_c[c].copy()
             cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
                                 costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
-                                0.0, best if prune_kappa > 0.0 else np.inf, ws)  # fmt: skip
+                                0.0, best if prune_kappa > 0.0 else np.inf, lm, ws)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
@@ -437,7 +437,7 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
                 ae, be = offe[i], offe[i + 1]
                 best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
                                     vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop,
-                                    0.0, np.inf, ws)  # fmt: skip
+                                    0.0, np.inf, lm, ws)  # fmt: skip
             else:
                 best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
                              p_best[0], p_best[1], p_best[2])  # fmt: skip
@@ -512,6 +512,48 @@ class Resolution:
 
 
 @dataclass(frozen=True)
+class RefinePolicy:
+    """The per-pair search's limits and pruning (:class:`ia_stages.kmax.SearchSettings` gives
+    them; see it for each one's meaning).
+
+    iters, tol : Levenberg-Marquardt steps per resolution, and the gain below which a
+        refinement stops
+    prune_kappa, prune_margin : candidates are refined in order of their start cost, each only
+        if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost found
+        so far for the pair (prune_kappa 0 refines every candidate); with prune_kappa > 0 a
+        later candidate's refinement also stops where it cannot beat that best
+    kappa_stop : > 0: a refinement also stops where the Newton step (at a positive-definite
+        Hessian) promises exp(-beta cost) a rise below this
+    coarse_stop : the half-resolution stage also stops where the Newton step promises the cost
+        a drop below this
+    half_gap : with prune_kappa > 0, a start whose half-resolution cost exceeds the pair's
+        lowest by more than this is not evaluated at full resolution, and a later start's
+        half-resolution refinement stops where it cannot come within this of the lowest so far
+    same_angle, same_shift : half-resolution optima this close (radians, px) are one
+    abandon : a refinement with a bound stops where the Newton model puts its optimum above
+        the bound even after ``abandon`` times the promised drop
+    lam0, lam_reject : the initial damping, and the least damping after a rejected step
+    """
+
+    iters: int = 30
+    tol: float = 1e-9
+    prune_kappa: float = 0.0
+    prune_margin: float = 0.05
+    kappa_stop: float = 0.0
+    coarse_stop: float = 0.0
+    half_gap: float = np.inf
+    same_angle: float = 1e-2
+    same_shift: float = 5e-2
+    abandon: float = 4.0
+    lam0: float = 1e-3
+    lam_reject: float = 0.3
+
+    def lm(self) -> tuple[float, float, float]:
+        """(lam0, lam_reject, abandon), as the compiled refinement takes them."""
+        return float(self.lam0), float(self.lam_reject), float(self.abandon)
+
+
+@dataclass(frozen=True)
 class PairImages:
     """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
     pairs, optionally their half-resolution versions, and optionally the full-resolution
@@ -547,15 +589,9 @@ def search_pairs(
     ii: np.ndarray,
     jj: np.ndarray,
     starts: np.ndarray,
-    iters: int,
-    tol: float,
     beta: float,
-    prune_kappa: float,
-    prune_margin: float,
+    policy: RefinePolicy,
     coarse_iters: int = 0,
-    kappa_stop: float = 0.0,
-    coarse_stop: float = 0.0,
-    half_gap: float = np.inf,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best refined transform of each pair (U[ii[k]], V[jj[k]]) over its starting candidates.
 
@@ -564,23 +600,12 @@ def search_pairs(
     images : the targets U and moving images V (:func:`pair_images`)
     ii, jj : ``(m,)`` pair indices
     starts : ``(m, c, 3)`` candidate SE(2) parameters per pair
-    iters, tol : Levenberg-Marquardt limits as in :func:`ia_stages.kmax.align.refine_alignment`
-    beta, prune_kappa, prune_margin : candidates are refined in order of their start cost, each
-        only if exp(-beta (cost - margin)) >= prune_kappa and cost - margin <= the best cost
-        found so far for the pair (prune_kappa 0 refines every candidate); with prune_kappa > 0
-        a later candidate's refinement also stops where it cannot beat that best
-        (:func:`_converged`)
+    beta : the kernel's bandwidth, exp(-beta d2)
+    policy : the refinement's limits and pruning (:class:`RefinePolicy`)
     coarse_iters : > 0 (with half-resolution images): every start is first refined with at
         most this many steps on the half-resolution pair (translations there are half as
         long), then ordered and pruned by the full-resolution cost where it ended
         (skipped where the half-resolution cost already rules them out)
-    kappa_stop : > 0: a refinement also stops where the Newton step (at a positive-definite
-        Hessian) promises exp(-beta cost) a rise below ``kappa_stop``
-    coarse_stop : the half-resolution stage, whose optimum only seeds the full-resolution
-        one, also stops where the Newton step promises the cost a drop below this
-    half_gap : with prune_kappa > 0, a start whose half-resolution cost exceeds the pair's
-        lowest by more than this is not evaluated at full resolution, and a later start's
-        half-resolution refinement stops where it cannot come within this of the lowest so far
 
     With ``images.search``, starts are ranked and refined on its targets at full resolution,
     and each pair's winner is then refined again on all pixels of ``images.full`` (nearly
@@ -602,9 +627,10 @@ def search_pairs(
     _search(
         full.arrays(), search.arrays(), tail.arrays(), half.arrays(), np.asarray(ii, np.int64),
         np.asarray(jj, np.int64),
-        np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
-        int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
-        float(prune_margin), float(kappa_stop), float(coarse_stop), float(half_gap),
-        images.search is not None, out_p, out_c,
+        np.ascontiguousarray(starts, dtype=np.float64), int(policy.iters), float(policy.tol),
+        int(coarse_iters) if images.half is not None else 0, float(beta),
+        float(policy.prune_kappa), float(policy.prune_margin), float(policy.kappa_stop),
+        float(policy.coarse_stop), float(policy.half_gap), float(policy.same_angle),
+        float(policy.same_shift), policy.lm(), images.search is not None, out_p, out_c,
     )  # fmt: skip
     return out_p, out_c

@@ -50,29 +50,8 @@ from .polar import (
     peak_angles,
     scan_spectra,
 )
-from .refine import SAME_ANGLE, SAME_SHIFT, PairImages, pair_images, search_pairs
+from .refine import PairImages, RefinePolicy, pair_images, search_pairs
 from .scan_kernel import pair_peaks
-
-REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
-# ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
-KAPPA_STOP_FRACTION = 0.1
-# ... and the half-resolution stage also where it promises the squared distance less than this
-COARSE_D2_STOP = 1e-3
-# the half-resolution stage's targets lose their pixels below this fraction of their image's
-# largest (digits at sigma 2: 299 -> 128 pixels; the moving images keep theirs): its squared
-# distances move by < 5e-3 (digits, random transforms), a tenth of prune_margin; its optima
-# only seed the full-resolution refinement
-HALF_FLOOR = 1e-2
-# with pruning on, a start whose half-resolution cost exceeds its pair's lowest by more than this
-# is not evaluated at full resolution. Over all 44,850 pairs of 300 digits (every start refined
-# alone), a gap of 0.04 already loses a pair (by 0.27 in kappa, at sigma 1), 0.05 loses none by
-# > 1e-4, 0.1 none by > 3e-5; 0.1 skips 28% (sigma 1) / 14% (sigma 2) of the starts.
-HALF_GAP = 0.1
-# with pruning on, full-resolution starts are ranked and refined on the targets' pixels of at
-# least this fraction of their image's largest (digits at sigma 2: 1,119 -> 489 pixels; their
-# squared distances move by < 5e-3 as above), and each pair's winner is then refined on all
-# pixels, which nearly always finds it converged
-FULL_FLOOR = 1e-2
 
 
 @dataclass(frozen=True)
@@ -106,6 +85,30 @@ class SearchSettings:
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
+
+    The refinement's own tolerances (each changes results; the defaults are the tuned ones):
+
+    refine_tol : a refinement stops once a step lowers the squared distance by less than this
+    kappa_stop_fraction : ... or where the Newton model (positive-definite Hessian) promises
+        the kernel value a rise below this fraction of ``prune_kappa``
+    coarse_d2_stop : the half-resolution stage also stops where the Newton model promises the
+        squared distance a drop below this (its optima only seed the full resolution)
+    half_floor : the half-resolution stage's targets lose their pixels below this fraction of
+        their image's largest |value| (the moving images keep theirs): fewer pixels to visit,
+        squared distances moved by far less than ``prune_margin``
+    half_gap : with pruning on, a start whose half-resolution cost exceeds its pair's lowest by
+        more than this is not evaluated at full resolution, and a later start's
+        half-resolution refinement stops where it cannot come within this of that lowest
+    full_floor : with pruning on, full-resolution starts are ranked and refined on the
+        targets' pixels of at least this fraction of their image's largest |value|; each
+        pair's winner is then refined on all pixels
+    same_angle, same_shift : candidates that the half-resolution stage ends this close
+        together (radians, px) are one; the later ones are dropped
+    abandon : a refinement given a bound (the pair's best so far) stops where the Newton model
+        puts its optimum above the bound even after ``abandon`` times the promised drop
+    lam0 : initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
+    lam_reject : after a rejected step the damping rises 5x, and to at least this (from a small
+        damping, a step 5x more damped is nearly the step just rejected)
     """
 
     method: str = "polar"
@@ -121,6 +124,17 @@ class SearchSettings:
     prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
+    refine_tol: float = 1e-9
+    kappa_stop_fraction: float = 0.1
+    coarse_d2_stop: float = 1e-3
+    half_floor: float = 1e-2
+    half_gap: float = 0.1
+    full_floor: float = 1e-2
+    same_angle: float = 1e-2
+    same_shift: float = 5e-2
+    abandon: float = 4.0
+    lam0: float = 1e-3
+    lam_reject: float = 0.3
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
@@ -263,7 +277,7 @@ def _half_resolution_pair(
     Un: Any, Vn: Any, sigma: float, settings: SearchSettings
 ) -> tuple[Any, Any] | None:
     """The targets and moving images of the half-resolution stage (``half_sigma`` smoothing,
-    2 x 2 block means; the targets floored at ``HALF_FLOOR``), or None when that stage is off
+    2 x 2 block means; the targets floored at ``half_floor``), or None when that stage is off
     or the image sizes are odd."""
     H, W = Un.shape[1:]
     if settings.coarse_iters <= 0 or H % 2 or W % 2:
@@ -271,14 +285,14 @@ def _half_resolution_pair(
     extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
     V2 = half_resolution(smooth(Vn, extra))
     U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
-    return _floored(U2, HALF_FLOOR), V2
+    return _floored(U2, settings.half_floor), V2
 
 
 def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
     """The targets that full-resolution starts are ranked and refined on before the winner's
-    refinement on ``Un``: ``Un`` floored at ``FULL_FLOOR``, or None (``Un`` itself) when
+    refinement on ``Un``: ``Un`` floored at ``full_floor``, or None (``Un`` itself) when
     pruning is off."""
-    return _floored(Un, FULL_FLOOR) if settings.prune_kappa > 0 else None
+    return _floored(Un, settings.full_floor) if settings.prune_kappa > 0 else None
 
 
 def _floored(images: Any, fraction: float) -> Any:
@@ -437,12 +451,9 @@ def _refine_candidates(
     xp = array_module(Un)
     coarse = settings.coarse_iters if half is not None else 0
     if compiled is not None:
-        return search_pairs(
-            compiled, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
-            settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
-            COARSE_D2_STOP, HALF_GAP,
-        )  # fmt: skip
+        return search_pairs(compiled, i, j, starts, beta, _policy(settings), coarse_iters=coarse)
     T = Un if search is None else search
+    lm = {"lam0": settings.lam0, "lam_reject": settings.lam_reject, "abandon": settings.abandon}
     m, c, k = starts.shape
     same = to_numpy(_same_starts(starts))
     ti, tj = np.repeat(i, c), np.repeat(j, c)
@@ -453,21 +464,26 @@ def _refine_candidates(
         U2, V2 = half
         p = p.reshape(m, c, k)
         p[..., 1:] /= 2.0
-        stop = (_kappa_stop(settings), COARSE_D2_STOP)
-        args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, *stop)
+        stop = (_kappa_stop(settings), settings.coarse_d2_stop)
+        args = (group, coarse, settings.refine_tol, "correlation", "exact", beta, *stop)
         half_cost = xp.full((m, c), np.inf)
         lowest = xp.full(m, np.inf)
-        # start by start: a later one stops where it cannot come within HALF_GAP of its pair's
+        # start by start: a later one stops where it cannot come within half_gap of its pair's
         # lowest half-resolution cost so far (it would not be taken to full resolution); one
         # equal to an earlier start (the scan repeats its best peak when it finds fewer) would
         # converge where that one did, and is dropped
         for cc in range(c):
-            bound = lowest + HALF_GAP if settings.prune_kappa > 0 else None
+            bound = lowest + settings.half_gap if settings.prune_kappa > 0 else None
             todo = np.flatnonzero(~same[:, cc])
             for s in _slices(todo.size, batch):
                 r = todo[s]
                 p[r, cc], half_cost[r, cc] = refine_alignment(
-                    U2[i[r]], V2[j[r]], p[r, cc], *args, None if bound is None else bound[r]
+                    U2[i[r]],
+                    V2[j[r]],
+                    p[r, cc],
+                    *args,
+                    None if bound is None else bound[r],
+                    **lm,
                 )
             lowest = xp.minimum(lowest, half_cost[:, cc])
         p[..., 1:] *= 2.0
@@ -485,11 +501,12 @@ def _refine_candidates(
     if coarse:
         # candidates that converged where an earlier one did are dropped, and those that the
         # (nearly always lower) half-resolution cost already rules out are not ranked
-        half_cost = xp.where(_repeats(p), xp.inf, half_cost)
+        half_cost = xp.where(_repeats(p, settings), xp.inf, half_cost)
         skip = ~xp.isfinite(half_cost)
         if settings.prune_kappa > 0:
             lowest = half_cost.min(1, keepdims=True)
-            skip |= ~_can_matter(half_cost, beta, settings) | (half_cost > lowest + HALF_GAP)
+            far = half_cost > lowest + settings.half_gap
+            skip |= ~_can_matter(half_cost, beta, settings) | far
         cost = xp.where(skip, xp.inf, full)
     rows = xp.arange(m)
     order = xp.argsort(cost, axis=1)
@@ -501,9 +518,9 @@ def _refine_candidates(
         for s in _slices(todo.size, batch):
             r, cc = todo[s], to_numpy(cand)[todo[s]]
             ps, cs = refine_alignment(
-                T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
+                T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, settings.refine_tol,
                 "correlation", "exact", beta, _kappa_stop(settings), 0.0,
-                best[r] if settings.prune_kappa > 0 else None,
+                best[r] if settings.prune_kappa > 0 else None, **lm,
             )  # fmt: skip
             better = to_numpy(cs < best[r])
             rb, bx = r[better], xp.asarray(better)
@@ -522,8 +539,8 @@ def _refine_candidates(
         for s in _slices(done.size, batch):
             r = done[s]
             best_p[r], best[r] = refine_alignment(
-                Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, REFINE_TOL,
-                "correlation", "exact", beta, _kappa_stop(settings),
+                Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, settings.refine_tol,
+                "correlation", "exact", beta, _kappa_stop(settings), **lm,
             )  # fmt: skip
         rest = np.flatnonzero(to_numpy(left))
         for s in _slices(rest.size, batch):
@@ -532,9 +549,27 @@ def _refine_candidates(
     return best_p, best
 
 
+def _policy(settings: SearchSettings) -> RefinePolicy:
+    """The refinement's part of ``settings``, as the compiled kernels take it."""
+    return RefinePolicy(
+        iters=settings.refine_iters,
+        tol=settings.refine_tol,
+        prune_kappa=settings.prune_kappa,
+        prune_margin=settings.prune_margin,
+        kappa_stop=_kappa_stop(settings),
+        coarse_stop=settings.coarse_d2_stop,
+        half_gap=settings.half_gap,
+        same_angle=settings.same_angle,
+        same_shift=settings.same_shift,
+        abandon=settings.abandon,
+        lam0=settings.lam0,
+        lam_reject=settings.lam_reject,
+    )
+
+
 def _kappa_stop(settings: SearchSettings) -> float:
     """Refinements stop where the Newton model promises the kernel value less than this."""
-    return KAPPA_STOP_FRACTION * settings.prune_kappa
+    return settings.kappa_stop_fraction * settings.prune_kappa
 
 
 def _same_starts(p: Any) -> Any:
@@ -546,13 +581,13 @@ def _same_starts(p: Any) -> Any:
     return same
 
 
-def _repeats(p: Any) -> Any:
-    """Mask ``(m, c)`` of candidates ``p (m, c, k)`` within ``SAME_ANGLE`` radians and
-    ``SAME_SHIFT`` pixels of an earlier candidate of their pair."""
+def _repeats(p: Any, settings: SearchSettings) -> Any:
+    """Mask ``(m, c)`` of candidates ``p (m, c, k)`` within ``same_angle`` radians and
+    ``same_shift`` pixels of an earlier candidate of their pair."""
     xp = array_module(p)
     turn = xp.abs(wrap_angle(p[:, :, None, 0] - p[:, None, :, 0]))
     shift = xp.abs(p[:, :, None, 1:] - p[:, None, :, 1:]).max(-1)
-    close = (turn < SAME_ANGLE) & (shift < SAME_SHIFT)
+    close = (turn < settings.same_angle) & (shift < settings.same_shift)
     earlier = xp.tril(xp.ones(close.shape[1:], dtype=bool), -1)  # [c, e]: e < c
     return (close & earlier).any(-1)
 
