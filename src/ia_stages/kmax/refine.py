@@ -1,21 +1,24 @@
-"""Compiled (numba) Levenberg-Marquardt refinement of SE(2) alignments for many image pairs.
+"""The per-pair kappa^max search: Newton-Levenberg-Marquardt refinement of SE(2) alignments,
+written once as scalar Python and compiled with numba for the CPU (here) and for CUDA
+(:mod:`ia_stages.kmax.cuda`).
 
-The objective of :func:`ia_stages.kmax.align.refine_alignment` with ``objective='correlation'``,
-d2(tau) = ||u||^2 + ||v||^2 - 2 <u, v o tau>, and its damping rule, but with Newton steps on the
-exact Hessian instead of Gauss-Newton: J^T J is a poor model of the correlation objective
-when u and v differ, and Gauss-Newton then needs ~15 steps per pair where Newton needs ~5.
-One pass over the target's non-zero pixels computes the Keys-interpolated warp with its first
-and second derivatives, the cost, gradient and Hessian, without storing any image-sized array.
-Pairs run in parallel over numba's threads. The moving images are read as float32, two pixels
-per load (:func:`packed`): the loop is bound by its gathered loads. The sums stay float64; the
-rounding (relative 6e-8 per pixel) moved d2 by < 1e-8 and kappa^max by < 3e-8 on all pairs of
-200 digits. Only used for numpy arrays; cupy arrays take the same Newton-LM in array code
-(:func:`ia_stages.kmax.align.refine_alignment`, ``hessian='exact'``) in float64.
+The objective is d2(tau) = ||u||^2 + ||v||^2 - 2 <u, v o tau> (the correlation form of
+:func:`ia_stages.kmax.align.pair_cost`), with Newton steps on its exact Hessian: J^T J is a
+poor model of the correlation objective when u and v differ, and Gauss-Newton then needs ~15
+steps per pair where Newton needs ~5. One pass over the target's non-zero pixels computes the
+Keys-interpolated warp with its first and second derivatives, the cost, gradient and Hessian,
+without storing any image-sized array. On the CPU, pairs run in parallel over numba's threads
+and the moving images are read as float32, two pixels per load (:func:`_packed`): the loop is
+bound by its gathered loads. The CUDA kernels read the same float32 pixels one by one. The
+sums stay float64; the float32 rounding of the moving images (relative 6e-8 per pixel) moves
+d2 far below the search's tolerances.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -24,6 +27,24 @@ from numba.extending import intrinsic
 
 from ..warp_kernel import _PAD, _first, _second, _weights
 from .align import _sumsq
+
+# The one source of the per-pair search: the functions decorated with ``_shared`` below are
+# plain scalar Python (``math`` functions, loops, indexing; no allocation: scratch comes in as
+# arguments), compiled here with numba for the CPU and, by :mod:`ia_stages.kmax.cuda`, the very
+# same code as CUDA device functions. Only the leaf :func:`_taps` (how four neighbouring pixels
+# of the moving image are read) differs per target.
+SHARED: dict = {}
+
+
+def _shared(**options):
+    """``njit(cache=True, **options)``, recording the function as part of the one source."""
+
+    def compile_for_cpu(f):
+        dispatcher = njit(cache=True, **options)(f)
+        SHARED[f.__name__] = dispatcher
+        return dispatcher
+
+    return compile_for_cpu
 
 
 @intrinsic
@@ -49,7 +70,7 @@ def _high_f32(typingctx, word):
 
 @njit(cache=True, inline="always")
 def _taps(v, b):
-    """Pixels b to b + 3 of a flat packed image (:func:`packed`), as float64: two loads."""
+    """Pixels b to b + 3 of a flat packed image (:func:`_packed`), as float64: two loads."""
     w0, w1 = v[b], v[b + 2]
     return (
         np.float64(_low_f32(w0)),
@@ -59,13 +80,13 @@ def _taps(v, b):
     )
 
 
-@njit(cache=True, inline="always")
+@_shared(inline="always")
 def _dot(w, r):
     """w . r of two 4-tuples."""
     return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3]
 
 
-def packed(V: np.ndarray) -> np.ndarray:
+def _packed(V: np.ndarray) -> np.ndarray:
     """Flat images ``V (n, L)`` as int64 words whose low and high halves hold the float32 bits
     of pixels k and k + 1 (0 past the end): the kernels below gather two taps per load, where
     gathered loads, not arithmetic, bound them (1.25-1.35x faster than float64 pixels; the
@@ -76,7 +97,7 @@ def packed(V: np.ndarray) -> np.ndarray:
     return words.view(np.int64)
 
 
-@njit(cache=True, inline="always")
+@_shared(inline="always")
 def _position(gy, gx, c, s, cy, cx, b0, b1, H, W):
     """tau(p) of centred pixel coordinates (gy, gx), clamped so that its taps stay inside the
     padded image; ``ok`` is False where the point has no tap inside the image (value 0)."""
@@ -89,20 +110,20 @@ def _position(gy, gx, c, s, cy, cx, b0, b1, H, W):
 # The two evaluation loops below are written for the compiler to vectorise them over pixels
 # (gathers for the 16 taps, no branches, reductions reassociated by fastmath): 2-3x faster
 # than a loop over the image that skips zero pixels and out-of-range points.
-@njit(cache=True, fastmath=True, error_model="numpy")
+@_shared(fastmath=True, error_model="numpy")
 def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
 
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
     (:class:`Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
-    :func:`packed`, row length ``Wp``; ``H, W``: the unpadded image shape.
+    :func:`_packed`, row length ``Wp``; ``H, W``: the unpadded image shape.
     """
-    c, s = np.cos(th), np.sin(th)
+    c, s = math.cos(th), math.sin(th)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     cross = 0.0
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
-        y0, x0 = np.floor(y), np.floor(x)
+        y0, x0 = math.floor(y), math.floor(x)
         wy, wx = _weights(y - y0), _weights(x - x0)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         val = wy[0] * _dot(wx, _taps(v, b)) + wy[1] * _dot(wx, _taps(v, b + Wp))
@@ -111,18 +132,18 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     return max(uu + vv - 2.0 * cross, 0.0)
 
 
-@njit(cache=True, fastmath=True, error_model="numpy")
+@_shared(fastmath=True, error_model="numpy")
 def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
     """:func:`_cost`, and its gradient / 2 in ``g (3,)`` and exact Hessian / 2 in ``Hm (3, 3)``
     (d2 = const - 2 sum_p t[p] w[p]: both only need the target's non-zero pixels)."""
-    c, s = np.cos(th), np.sin(th)
+    c, s = math.cos(th), math.sin(th)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     cross = 0.0
     g0 = g1 = g2 = 0.0
     h00 = h01 = h02 = h11 = h12 = h22 = 0.0
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
-        y0, x0 = np.floor(y), np.floor(x)
+        y0, x0 = math.floor(y), math.floor(x)
         fy, fx = y - y0, x - x0
         wy, dy, ddy = _weights(fy), _first(fy), _second(fy)
         wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
@@ -160,13 +181,13 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
     return max(uu + vv - 2.0 * cross, 0.0)
 
 
-@njit(cache=True)
+@_shared()
 def _solve3(M, r, out):
     """Solve M x = r for the symmetric 3 x 3 ``M`` (positive definite where the refinement
     calls it): scaled to a unit diagonal, then by its adjugate; x = 0 where M is singular."""
-    d0 = 1.0 / np.sqrt(max(abs(M[0, 0]), 1e-300))
-    d1 = 1.0 / np.sqrt(max(abs(M[1, 1]), 1e-300))
-    d2 = 1.0 / np.sqrt(max(abs(M[2, 2]), 1e-300))
+    d0 = 1.0 / math.sqrt(max(abs(M[0, 0]), 1e-300))
+    d1 = 1.0 / math.sqrt(max(abs(M[1, 1]), 1e-300))
+    d2 = 1.0 / math.sqrt(max(abs(M[2, 2]), 1e-300))
     a00, a11, a22 = M[0, 0] * d0 * d0, M[1, 1] * d1 * d1, M[2, 2] * d2 * d2
     a01, a02, a12 = M[0, 1] * d0 * d1, M[0, 2] * d0 * d2, M[1, 2] * d1 * d2
     r0, r1, r2 = r[0] * d0, r[1] * d1, r[2] * d2
@@ -185,7 +206,7 @@ def _solve3(M, r, out):
     out[2] = d2 * (c02 * r0 + c12 * r1 + c22 * r2) / det
 
 
-@njit(cache=True, inline="always")
+@_shared(inline="always")
 def _positive_definite(Hm):
     """Sylvester's criterion for the symmetric 3 x 3 ``Hm``."""
     h00, h01, h02, h11, h12, h22 = Hm[0, 0], Hm[0, 1], Hm[0, 2], Hm[1, 1], Hm[1, 2], Hm[2, 2]
@@ -198,14 +219,14 @@ def _positive_definite(Hm):
     return h00 > 0.0 and det2 > 0.0 and det3 > 0.0
 
 
-@njit(cache=True)
+@_shared()
 def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, abandon, ws):
     """True when the Hessian is positive definite and the full Newton step promises the
     kernel value exp(-beta cost) a rise below ``kappa_stop``, or the cost a drop below
     ``d2_stop`` (the start is at its local optimum), or cannot bring the cost below ``bound``
     even ``abandon`` times over. (``g``, ``Hm``: half the gradient and Hessian; the Newton
     step lowers the cost by g^T H^-1 g. ``ws``: :func:`_workspace`.)"""
-    if kappa_stop <= 0.0 and d2_stop <= 0.0 and bound == np.inf:
+    if kappa_stop <= 0.0 and d2_stop <= 0.0 and bound == math.inf:
         return False
     if not _positive_definite(Hm):
         return False
@@ -213,13 +234,13 @@ def _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, abandon, ws):
     _solve3(Hm, g, newton)
     drop = g[0] * newton[0] + g[1] * newton[1] + g[2] * newton[2]
     return (
-        beta * np.exp(-beta * cost) * drop < kappa_stop
+        beta * math.exp(-beta * cost) * drop < kappa_stop
         or drop < d2_stop
         or cost - abandon * drop > bound
     )
 
 
-@njit(cache=True)
+@_shared()
 def _min_eig3(A):
     """Smallest eigenvalue of the symmetric 3 x 3 matrix ``A`` (closed form)."""
     p1 = A[0, 1] ** 2 + A[0, 2] ** 2 + A[1, 2] ** 2
@@ -227,16 +248,16 @@ def _min_eig3(A):
     p2 = (A[0, 0] - q) ** 2 + (A[1, 1] - q) ** 2 + (A[2, 2] - q) ** 2 + 2.0 * p1
     if p2 <= 0.0:
         return q
-    p = np.sqrt(p2 / 6.0)
+    p = math.sqrt(p2 / 6.0)
     b00, b11, b22 = (A[0, 0] - q) / p, (A[1, 1] - q) / p, (A[2, 2] - q) / p
     b01, b02, b12 = A[0, 1] / p, A[0, 2] / p, A[1, 2] / p
     r = 0.5 * (b00 * (b11 * b22 - b12 * b12) - b01 * (b01 * b22 - b12 * b02)
                + b02 * (b01 * b12 - b11 * b02))  # fmt: skip
-    phi = np.arccos(min(max(r, -1.0), 1.0)) / 3.0
-    return q + 2.0 * p * np.cos(phi + 2.0 * np.pi / 3.0)
+    phi = math.acos(min(max(r, -1.0), 1.0)) / 3.0
+    return q + 2.0 * p * math.cos(phi + 2.0 * math.pi / 3.0)
 
 
-@njit(cache=True)
+@_shared()
 def _lift_damping(Hm, lam, S):
     """``lam``, raised where needed so that H + lam diag|H| is positive definite: to twice
     the most negative eigenvalue of H scaled to a unit diagonal (as
@@ -245,7 +266,7 @@ def _lift_damping(Hm, lam, S):
         return lam  # scaling keeps it so: the lift would be negative
     for a in range(3):
         for b in range(3):
-            S[a, b] = Hm[a, b] / np.sqrt(max(abs(Hm[a, a]), 1e-12) * max(abs(Hm[b, b]), 1e-12))
+            S[a, b] = Hm[a, b] / math.sqrt(max(abs(Hm[a, a]), 1e-12) * max(abs(Hm[b, b]), 1e-12))
     return max(lam, -2.0 * _min_eig3(S))
 
 
@@ -256,7 +277,7 @@ def _workspace():
     return np.empty((7, 3, 3))
 
 
-@njit(cache=True, inline="always")
+@_shared(inline="always")
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
                 lm, ws):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
@@ -270,7 +291,7 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
                         kappa_stop, d2_stop, bound, lm, ws)  # fmt: skip
 
 
-@njit(cache=True, inline="always")
+@_shared(inline="always")
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
                  d2_stop, bound, lm, ws):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
@@ -311,12 +332,12 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
     return cost
 
 
-@njit(cache=True)
+@_shared()
 def _repeats(p, c, same_angle, same_shift):
     """True when candidate ``c`` of ``p (n_c, 3)`` lies within ``same_angle`` radians and
     ``same_shift`` pixels of an earlier candidate."""
     for e in range(c):
-        turn = abs((p[c, 0] - p[e, 0] + np.pi) % (2.0 * np.pi) - np.pi)
+        turn = abs((p[c, 0] - p[e, 0] + math.pi) % (2.0 * math.pi) - math.pi)
         if (
             turn < same_angle
             and abs(p[c, 1] - p[e, 1]) < same_shift
@@ -326,7 +347,7 @@ def _repeats(p, c, same_angle, same_shift):
     return False
 
 
-@njit(cache=True)
+@_shared()
 def _same_start(p, c):
     """True when row ``c`` of ``p (n_c, 3)`` equals an earlier row."""
     for e in range(c):
@@ -335,119 +356,166 @@ def _same_start(p, c):
     return False
 
 
-@njit(cache=True, parallel=True)
-def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
-            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lm,
-            polish, out_p, out_c):  # fmt: skip
-    """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full`` ranks and
-    refines at full resolution; with ``polish`` the winner is refined again on ``exact``,
-    whose target pixels are those of ``full`` and ``tail``."""
+@_shared()
+def _argsort_small(x, order):
+    """``order`` = the stable argsort of the short ``x`` (insertion sort: what
+    ``np.argsort`` does below 16 elements)."""
+    n = x.shape[0]
+    for r in range(n):
+        order[r] = r
+    for r in range(1, n):
+        o = order[r]
+        v = x[o]
+        e = r
+        while e > 0 and v < x[order[e - 1]]:
+            order[e] = order[e - 1]
+            e -= 1
+        order[e] = o
+
+
+@_shared()
+def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
+                 prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift,
+                 lm, polish, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
+                 out_c):  # fmt: skip
+    """Pair ``k`` of :func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full``
+    ranks and refines at full resolution; with ``polish`` the winner is refined again on
+    ``exact``, whose target pixels are those of ``full`` and ``tail``. Scratch, all
+    overwritten: ``costs, half_costs, order (n_c,)``, ``g_c, p_c (n_c, 3)``,
+    ``H_c (n_c, 3, 3)``, ``ws`` (:func:`_workspace`)."""
     off, gy, gx, t, V, uu, vv, shape = full
     offe, gye, gxe, te, uue = exact[0], exact[1], exact[2], exact[3], exact[5]
     offt, gyt, gxt, tt = tail[0], tail[1], tail[2], tail[3]
     off2, gy2, gx2, t2, V2, uu2, vv2, shape2 = half
     H, W, Wp = shape[0], shape[1], shape[1] + 2 * _PAD
     H2, W2, Wp2 = shape2[0], shape2[1], shape2[1] + 2 * _PAD
-    m, n_c = starts.shape[0], starts.shape[1]
-    coarse = coarse_iters > 0
-    for k in prange(m):
-        i, j = ii[k], jj[k]
-        a, b = off[i], off[i + 1]
-        a2, b2 = off2[i], off2[i + 1]
-        costs = np.full(n_c, np.inf)
-        half_costs = np.full(n_c, np.inf)
-        g_c = np.empty((n_c, 3))
-        H_c = np.empty((n_c, 3, 3))
-        p_c = starts[k].copy()
-        ws = _workspace()
-        if coarse:
-            lowest = np.inf
-            for c in range(n_c):
-                if _same_start(starts[k], c):  # (the scan repeats its best peak when it
-                    continue  # finds fewer): it would converge where the earlier one did
-                # the start refined on the half-resolution pair (translations halve there); a
-                # later one stops where it cannot come within half_gap of the lowest so far
-                q = np.array([p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]])
-                hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
-                                 uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
-                                 coarse_stop, lowest + half_gap if prune_kappa > 0.0 else np.inf,
-                                 lm, ws)  # fmt: skip
-                p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
-                lowest = min(lowest, hc)
-                # else it converged where an earlier one did: dropped
-                if not _repeats(p_c, c, same_angle, same_shift):
-                    half_costs[c] = hc
-            lowest = half_costs.min()
+    n_c = starts.shape[1]
+    i, j = ii[k], jj[k]
+    a, b = off[i], off[i + 1]
+    a2, b2 = off2[i], off2[i + 1]
+    q, p, p_best = ws[4, 0], ws[4, 1], ws[4, 2]
+    for c in range(n_c):
+        costs[c] = math.inf
+        half_costs[c] = math.inf
+        for d in range(3):
+            p_c[c, d] = starts[k, c, d]
+    if coarse_iters > 0:
+        lowest = math.inf
         for c in range(n_c):
-            if coarse:
-                hc = half_costs[c]
-                # the smoother half-resolution pair has the lower cost (nearly always): a
-                # start it already rules out, or ranks far behind the pair's best, is not
-                # evaluated at full resolution
-                if hc == np.inf or (
-                    prune_kappa > 0.0
-                    and (np.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
-                ):
-                    continue
-            elif _same_start(starts[k], c):
-                continue
-            # full-resolution cost (the half-resolution one is biased by its extra smoothing),
-            # with the derivatives that a refinement from here starts with
-            costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
-                                    p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c])  # fmt: skip
-        # refine in order of cost; skip a start that cannot beat the best so far
-        order = np.argsort(costs)
-        best = np.inf
-        p_best = p_c[order[0]].copy()
-        c_best = order[0]
-        for c in order:
-            if costs[c] == np.inf:
-                break
-            reach = costs[c] - margin
-            if prune_kappa > 0.0 and (
-                np.exp(-beta * reach) < prune_kappa or (best < np.inf and reach > best)
+            if _same_start(starts[k], c):  # (the scan repeats its best peak when it
+                continue  # finds fewer): it would converge where the earlier one did
+            # the start refined on the half-resolution pair (translations halve there); a
+            # later one stops where it cannot come within half_gap of the lowest so far
+            q[0], q[1], q[2] = p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]
+            hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2, uu2[i],
+                             vv2[j], q, coarse_iters, tol, beta, kappa_stop, coarse_stop,
+                             lowest + half_gap if prune_kappa > 0.0 else math.inf, lm,
+                             ws)  # fmt: skip
+            p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
+            lowest = min(lowest, hc)
+            # else it converged where an earlier one did: dropped
+            if not _repeats(p_c, c, same_angle, same_shift):
+                half_costs[c] = hc
+        lowest = math.inf
+        for c in range(n_c):
+            lowest = min(lowest, half_costs[c])
+    for c in range(n_c):
+        if coarse_iters > 0:
+            hc = half_costs[c]
+            # the smoother half-resolution pair has the lower cost (nearly always): a start it
+            # already rules out, or ranks far behind the pair's best, is not evaluated at full
+            # resolution
+            if hc == math.inf or (
+                prune_kappa > 0.0
+                and (math.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
             ):
                 continue
-            p = p_c[c].copy()
-            cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
-                                costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
-                                0.0, best if prune_kappa > 0.0 else np.inf, lm, ws)  # fmt: skip
-            if cost < best:
-                best = cost
-                p_best[:] = p
-                c_best = c
-        refined = best < np.inf
-        if not refined:  # no start can matter: report the best start's own cost
-            c_best = order[0] if costs[order[0]] < np.inf else np.argmin(half_costs)
-            p_best[:] = p_c[c_best]
-            best = costs[c_best]
-        if polish and best < np.inf:
-            # on all pixels: the cost (gradient, Hessian) on ``full``'s plus that on the
-            # tail's; the winner is then refined on all of them
-            at, bt = offt[i], offt[i + 1]
-            rest = best + uue[i] - uu[i]
-            if refined:
-                g, Hm = ws[0, 0], ws[1]
-                cost = _cost_derivs(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest,
-                                    0.0, p_best[0], p_best[1], p_best[2], g, Hm)  # fmt: skip
-                for a_ in range(3):
-                    g[a_] += g_c[c_best, a_]
-                    for b_ in range(3):
-                        Hm[a_, b_] += H_c[c_best, a_, b_]
-                ae, be = offe[i], offe[i + 1]
-                best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
-                                    vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop,
-                                    0.0, np.inf, lm, ws)  # fmt: skip
-            else:
-                best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
-                             p_best[0], p_best[1], p_best[2])  # fmt: skip
-        elif best == np.inf:  # the half-resolution stage ranked it best, and it was not
-            # evaluated at full resolution
+        elif _same_start(starts[k], c):
+            continue
+        # full-resolution cost (the half-resolution one is biased by its extra smoothing), with
+        # the derivatives that a refinement from here starts with
+        costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
+                                p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c])  # fmt: skip
+    _argsort_small(costs, order)
+    # refine in order of cost; skip a start that cannot beat the best so far
+    best = math.inf
+    c_best = order[0]
+    for d in range(3):
+        p_best[d] = p_c[c_best, d]
+    for r in range(n_c):
+        c = order[r]
+        if costs[c] == math.inf:
+            break
+        reach = costs[c] - margin
+        if prune_kappa > 0.0 and (
+            math.exp(-beta * reach) < prune_kappa or (best < math.inf and reach > best)
+        ):
+            continue
+        for d in range(3):
+            p[d] = p_c[c, d]
+        cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p, costs[c],
+                            g_c[c], H_c[c], iters, tol, beta, kappa_stop, 0.0,
+                            best if prune_kappa > 0.0 else math.inf, lm, ws)  # fmt: skip
+        if cost < best:
+            best = cost
+            for d in range(3):
+                p_best[d] = p[d]
+            c_best = c
+    refined = best < math.inf
+    if not refined:  # no start can matter: report the best start's own cost
+        if costs[order[0]] < math.inf:
+            c_best = order[0]
+        else:  # the first of the lowest half-resolution costs
+            c_best = 0
+            for c in range(1, n_c):
+                if half_costs[c] < half_costs[c_best]:
+                    c_best = c
+        for d in range(3):
+            p_best[d] = p_c[c_best, d]
+        best = costs[c_best]
+    if polish and best < math.inf:
+        # on all pixels: the cost (gradient, Hessian) on ``full``'s plus that on the tail's;
+        # the winner is then refined on all of them
+        at, bt = offt[i], offt[i + 1]
+        rest = best + uue[i] - uu[i]
+        if refined:
+            g, Hm = ws[0, 0], ws[1]
+            cost = _cost_derivs(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
+                                p_best[0], p_best[1], p_best[2], g, Hm)  # fmt: skip
+            for a_ in range(3):
+                g[a_] += g_c[c_best, a_]
+                for b_ in range(3):
+                    Hm[a_, b_] += H_c[c_best, a_, b_]
             ae, be = offe[i], offe[i + 1]
-            best = _cost(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i], vv[j],
+            best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
+                                vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop, 0.0,
+                                math.inf, lm, ws)  # fmt: skip
+        else:
+            best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
                          p_best[0], p_best[1], p_best[2])  # fmt: skip
-        out_p[k] = p_best
-        out_c[k] = best
+    elif best == math.inf:  # the half-resolution stage ranked it best, and it was not
+        # evaluated at full resolution
+        ae, be = offe[i], offe[i + 1]
+        best = _cost(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i], vv[j],
+                     p_best[0], p_best[1], p_best[2])  # fmt: skip
+    for d in range(3):
+        out_p[k, d] = p_best[d]
+    out_c[k] = best
+
+
+@njit(cache=True, parallel=True)
+def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
+            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lm,
+            polish, out_p, out_c):  # fmt: skip
+    """The CPU driver of :func:`_search_pair`: pairs in parallel over numba's threads, each
+    with its own scratch."""
+    n_c = starts.shape[1]
+    for k in prange(starts.shape[0]):
+        _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
+                     prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
+                     same_shift, lm, polish, np.empty(n_c), np.empty(n_c), np.empty((n_c, 3)),
+                     np.empty((n_c, 3, 3)), np.empty((n_c, 3)), np.empty(n_c, np.int64),
+                     _workspace(), out_p, out_c)  # fmt: skip
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -467,9 +535,10 @@ class Resolution:
     off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
     gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
     V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` moving images, zero-padded, flattened and
-        :func:`packed`
+        :func:`_packed` (the CPU kernels), or float32 (``packed=False``: the CUDA kernels);
+        the same float32 pixels either way
     uu, vv : squared norms of the targets and of the moving images (rounded to float32, as
-        :func:`packed` stores them)
+        ``V`` stores them)
     shape : ``(H, W)`` of the unpadded images
     """
 
@@ -483,7 +552,7 @@ class Resolution:
     shape: np.ndarray
 
     @classmethod
-    def of(cls, U: np.ndarray, V: np.ndarray) -> Resolution:
+    def of(cls, U: np.ndarray, V: np.ndarray, packed: bool = True) -> Resolution:
         """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``."""
         V = np.asarray(V, dtype=np.float64)
         H, W = V.shape[1:]
@@ -494,7 +563,7 @@ class Resolution:
             gy,
             gx,
             t,
-            packed(padded),
+            _packed(padded) if packed else padded.astype(np.float32),
             uu,
             # the squared norms of the moving images as the kernels read them (float32): then
             # d2 = ||u - v' o tau||^2 for the rounded v', whose distance to v is ~6e-8 ||v||
@@ -509,6 +578,10 @@ class Resolution:
 
     def arrays(self) -> tuple:
         return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
+
+    def to(self, xp: Any) -> Resolution:
+        """The same arrays as ``xp`` arrays (e.g. cupy: on the GPU)."""
+        return Resolution(*(xp.asarray(a) for a in self.arrays()))
 
 
 @dataclass(frozen=True)
@@ -564,21 +637,38 @@ class PairImages:
     search: Resolution | None = None
     tail: Resolution | None = None  # the target pixels of ``full`` that ``search`` lacks
 
+    def to(self, xp: Any) -> PairImages:
+        """The same images as ``xp`` arrays (e.g. cupy: on the GPU)."""
+        return PairImages(*(None if r is None else r.to(xp) for r in self.resolutions()))
+
+    def resolutions(self) -> tuple[Resolution, Resolution, Resolution, Resolution]:
+        """(exact, search, tail, half) as the kernels read them: ``full`` where one is
+        absent (the kernels then do not read it)."""
+        full = self.full
+        return (
+            full,
+            self.search if self.search is not None else full,
+            self.tail if self.tail is not None else full,
+            self.half if self.half is not None else full,
+        )
+
 
 def pair_images(
     U: np.ndarray,
     V: np.ndarray,
     half: tuple[np.ndarray, np.ndarray] | None = None,
     search: np.ndarray | None = None,
+    packed: bool = True,
 ) -> PairImages:
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
     :func:`ia_stages.kernels.half_resolution`) and optionally targets ``search (n_i, H, W)``
-    (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`."""
-    full = Resolution.of(U, V)
+    (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`; ``packed=False``: for
+    :func:`ia_stages.kmax.cuda.search_pairs_cuda` (after :meth:`PairImages.to`)."""
+    full = Resolution.of(U, V, packed)
     return PairImages(
         full,
-        None if half is None else Resolution.of(*half),
+        None if half is None else Resolution.of(*half, packed),
         None if search is None else full.with_targets(search),
         None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
     )
@@ -620,12 +710,9 @@ def search_pairs(
     m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
-    full = images.full
-    half = images.half if images.half is not None else full
-    search = images.search if images.search is not None else full
-    tail = images.tail if images.tail is not None else full
+    exact, search, tail, half = images.resolutions()
     _search(
-        full.arrays(), search.arrays(), tail.arrays(), half.arrays(), np.asarray(ii, np.int64),
+        exact.arrays(), search.arrays(), tail.arrays(), half.arrays(), np.asarray(ii, np.int64),
         np.asarray(jj, np.int64),
         np.ascontiguousarray(starts, dtype=np.float64), int(policy.iters), float(policy.tol),
         int(coarse_iters) if images.half is not None else 0, float(beta),

@@ -18,8 +18,9 @@ The search is global over the full circle of rotations, in two steps:
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
 2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated
-   objective: Newton steps with Levenberg-Marquardt damping, compiled and run in parallel over
-   pairs for numpy arrays (:mod:`ia_stages.kmax.refine`); Gauss-Newton-LM in array code for cupy.
+   objective: Newton steps with Levenberg-Marquardt damping, one compiled search per pair
+   (:mod:`ia_stages.kmax.refine`), written once and run in parallel over pairs on numba's CPU
+   threads for numpy arrays, or one GPU thread per pair (:mod:`ia_stages.kmax.cuda`) for cupy.
 
 Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
 array is ever held.
@@ -41,7 +42,6 @@ from ..backend import array_module, fft_module, to_numpy
 from ..groups import SE2, wrap_angle
 from ..kernels import half_resolution, normalize, smooth
 from ..warp import warp
-from .align import pair_cost, refine_alignment
 from .polar import (
     angle_synthesis,
     block_scores,
@@ -233,13 +233,9 @@ def kappa_max(
         chunks = _polar_chunks(Un, Vn, ii, jj, group, settings)
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
-    half = _half_resolution_pair(Un, Vn, sigma, settings)
-    search = _search_targets(Un, settings)
-    compiled = pair_images(Un, Vn, half, search) if xp is np else None
+    images = _pair_layout(Un, Vn, sigma, settings)
     for i, j, starts in _batched(chunks, REFINE_BATCH):
-        p, d2 = _refine_candidates(
-            Un, Vn, i, j, starts, group, settings, beta, half, compiled, search
-        )
+        p, d2 = _refine_candidates(images, i, j, starts, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -422,131 +418,43 @@ def _pair_peaks_array(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tupl
 
 
 def _refine_candidates(
-    Un: Any,
-    Vn: Any,
+    images: PairImages,
     i: np.ndarray,
     j: np.ndarray,
     starts: Any,
-    group: SE2,
     settings: SearchSettings,
     beta: float,
-    half: tuple[Any, Any] | None = None,
-    compiled: PairImages | None = None,
-    search: Any | None = None,
 ) -> tuple[Any, Any]:
-    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
+    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``,
+    by the compiled per-pair search (:mod:`ia_stages.kmax.refine`): on numba's CPU threads
+    for numpy ``starts``, on the GPU (:mod:`ia_stages.kmax.cuda`) for cupy ones. ``images``:
+    :func:`_pair_layout`. Returns params ``(m, n_params)`` and sqdist ``(m,)``."""
+    xp = array_module(starts)
+    policy = _policy(settings)
+    if xp is np:
+        return search_pairs(images, i, j, starts, beta, policy, settings.coarse_iters)
+    from .cuda import search_pairs_cuda
 
-    ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
-    on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
-    Full-resolution ranking and refinement use the targets ``search`` (:func:`_search_targets`;
-    None: ``Un``); where given, each pair's winner is then refined on ``Un`` (a pair nothing
-    was refined for gets its reported start's cost on ``Un``).
+    ix, jx = xp.asarray(i), xp.asarray(j)
+    return search_pairs_cuda(images, ix, jx, starts, beta, policy, settings.coarse_iters)
 
-    With ``compiled`` (:func:`ia_stages.kmax.refine.pair_images` of numpy ``Un``, ``Vn`` and
-    ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
-    code.
 
-    Returns params ``(m, n_params)`` and sqdist ``(m,)``.
-    """
+def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> PairImages:
+    """The pairs as the compiled search reads them (:func:`ia_stages.kmax.refine.pair_images`):
+    the half-resolution stage's images (when on) and the floored search targets (when
+    pruning), laid out on the host and, for cupy images, copied to the GPU."""
     xp = array_module(Un)
-    coarse = settings.coarse_iters if half is not None else 0
-    if compiled is not None:
-        return search_pairs(compiled, i, j, starts, beta, _policy(settings), coarse_iters=coarse)
-    T = Un if search is None else search
-    lm = {"lam0": settings.lam0, "lam_reject": settings.lam_reject, "abandon": settings.abandon}
-    m, c, k = starts.shape
-    same = to_numpy(_same_starts(starts))
-    ti, tj = np.repeat(i, c), np.repeat(j, c)
-    p = starts.reshape(m * c, k).copy()
-    # array code holds ~32 image-sized float64 arrays per candidate while refining
-    batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
-    if coarse:
-        U2, V2 = half
-        p = p.reshape(m, c, k)
-        p[..., 1:] /= 2.0
-        stop = (_kappa_stop(settings), settings.coarse_d2_stop)
-        args = (group, coarse, settings.refine_tol, "correlation", "exact", beta, *stop)
-        half_cost = xp.full((m, c), np.inf)
-        lowest = xp.full(m, np.inf)
-        # start by start: a later one stops where it cannot come within half_gap of its pair's
-        # lowest half-resolution cost so far (it would not be taken to full resolution); one
-        # equal to an earlier start (the scan repeats its best peak when it finds fewer) would
-        # converge where that one did, and is dropped
-        for cc in range(c):
-            bound = lowest + settings.half_gap if settings.prune_kappa > 0 else None
-            todo = np.flatnonzero(~same[:, cc])
-            for s in _slices(todo.size, batch):
-                r = todo[s]
-                p[r, cc], half_cost[r, cc] = refine_alignment(
-                    U2[i[r]],
-                    V2[j[r]],
-                    p[r, cc],
-                    *args,
-                    None if bound is None else bound[r],
-                    **lm,
-                )
-            lowest = xp.minimum(lowest, half_cost[:, cc])
-        p[..., 1:] *= 2.0
-        p = p.reshape(m * c, k)
-    # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
-    cost = xp.concatenate(
-        [
-            pair_cost(T[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
-            for s in _slices(m * c, batch)
-        ]
+    half = _half_resolution_pair(Un, Vn, sigma, settings)
+    search = _search_targets(Un, settings)
+    host = (
+        to_numpy(Un),
+        to_numpy(Vn),
+        None if half is None else tuple(to_numpy(h) for h in half),
+        None if search is None else to_numpy(search),
     )
-    full = cost.reshape(m, c)
-    p = p.reshape(m, c, k)
-    cost = xp.where(xp.asarray(same), xp.inf, full)
-    if coarse:
-        # candidates that converged where an earlier one did are dropped, and those that the
-        # (nearly always lower) half-resolution cost already rules out are not ranked
-        half_cost = xp.where(_repeats(p, settings), xp.inf, half_cost)
-        skip = ~xp.isfinite(half_cost)
-        if settings.prune_kappa > 0:
-            lowest = half_cost.min(1, keepdims=True)
-            far = half_cost > lowest + settings.half_gap
-            skip |= ~_can_matter(half_cost, beta, settings) | far
-        cost = xp.where(skip, xp.inf, full)
-    rows = xp.arange(m)
-    order = xp.argsort(cost, axis=1)
-    best = xp.full(m, np.inf)
-    best_p = p[rows, order[:, 0]].copy()
-    # refine in order of (coarse) cost; skip a start that cannot beat the pair's best so far
-    for cand in order.T:
-        todo = np.flatnonzero(to_numpy(_worth_refining(cost[rows, cand], best, beta, settings)))
-        for s in _slices(todo.size, batch):
-            r, cc = todo[s], to_numpy(cand)[todo[s]]
-            ps, cs = refine_alignment(
-                T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, settings.refine_tol,
-                "correlation", "exact", beta, _kappa_stop(settings), 0.0,
-                best[r] if settings.prune_kappa > 0 else None, **lm,
-            )  # fmt: skip
-            better = to_numpy(cs < best[r])
-            rb, bx = r[better], xp.asarray(better)
-            best_p[rb] = ps[bx]
-            best[rb] = cs[bx]
-    # no start could matter: the best start's own cost, or where none was ranked, the full
-    # cost where the half-resolution stage ended lowest
-    left = xp.isinf(best)
-    first = order[:, 0]
-    if coarse:
-        first = xp.where(xp.isfinite(cost[rows, first]), first, xp.argmin(half_cost, 1))
-    best[left] = full[rows, first][left]
-    best_p[left] = p[rows, first][left]
-    if search is not None:
-        done = np.flatnonzero(to_numpy(~left))
-        for s in _slices(done.size, batch):
-            r = done[s]
-            best_p[r], best[r] = refine_alignment(
-                Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, settings.refine_tol,
-                "correlation", "exact", beta, _kappa_stop(settings), **lm,
-            )  # fmt: skip
-        rest = np.flatnonzero(to_numpy(left))
-        for s in _slices(rest.size, batch):
-            r = rest[s]
-            best[r] = pair_cost(Un[i[r]], Vn[j[r]], best_p[r], group, objective="correlation")
-    return best_p, best
+    if xp is np:
+        return pair_images(*host)
+    return pair_images(*host, packed=False).to(xp)
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:
@@ -570,45 +478,6 @@ def _policy(settings: SearchSettings) -> RefinePolicy:
 def _kappa_stop(settings: SearchSettings) -> float:
     """Refinements stop where the Newton model promises the kernel value less than this."""
     return settings.kappa_stop_fraction * settings.prune_kappa
-
-
-def _same_starts(p: Any) -> Any:
-    """``(m, c)`` mask of the candidates of ``p (m, c, k)`` equal to an earlier one."""
-    xp = array_module(p)
-    same = xp.zeros(p.shape[:2], dtype=bool)
-    for c in range(1, p.shape[1]):
-        same[:, c] = (p[:, c : c + 1] == p[:, :c]).all(-1).any(-1)
-    return same
-
-
-def _repeats(p: Any, settings: SearchSettings) -> Any:
-    """Mask ``(m, c)`` of candidates ``p (m, c, k)`` within ``same_angle`` radians and
-    ``same_shift`` pixels of an earlier candidate of their pair."""
-    xp = array_module(p)
-    turn = xp.abs(wrap_angle(p[:, :, None, 0] - p[:, None, :, 0]))
-    shift = xp.abs(p[:, :, None, 1:] - p[:, None, :, 1:]).max(-1)
-    close = (turn < settings.same_angle) & (shift < settings.same_shift)
-    earlier = xp.tril(xp.ones(close.shape[1:], dtype=bool), -1)  # [c, e]: e < c
-    return (close & earlier).any(-1)
-
-
-def _slices(n: int, size: int) -> list[slice]:
-    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
-
-
-def _worth_refining(d0: Any, best: Any, beta: float, settings: SearchSettings) -> Any:
-    """Mask of starts (start cost ``d0``) worth refining given the pair's ``best`` so far."""
-    xp = array_module(d0)
-    if settings.prune_kappa <= 0:
-        return xp.isfinite(d0)  # all but dropped repeats
-    return _can_matter(d0, beta, settings) & (d0 - settings.prune_margin <= best)
-
-
-def _can_matter(cost: Any, beta: float, settings: SearchSettings) -> Any:
-    """Mask of starts whose kernel value can reach ``prune_kappa`` if refinement lowers their
-    ``cost`` by ``prune_margin``."""
-    xp = array_module(cost)
-    return xp.exp(-beta * (cost - settings.prune_margin)) >= settings.prune_kappa
 
 
 class _CoarseScan:

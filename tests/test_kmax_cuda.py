@@ -1,0 +1,138 @@
+"""The CUDA build of the per-pair kappa^max search (ia_stages.kmax.cuda) against the CPU build.
+
+Both are compiled from the same scalar source (ia_stages.kmax.refine.SHARED). Without a GPU the
+CUDA kernel runs in numba's CUDA simulator, which must be switched on before numba.cuda is first
+imported, so each check runs in a fresh Python process and leaves this test session alone.
+A second check compiles the kernel to PTX for a real GPU (sm_90) where NVVM is installed: the
+simulator runs the Python source, and only the compiler sees CUDA typing errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SIMULATED = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from numba import config
+    from ia_stages.kernels import normalize, smooth
+    from ia_stages.kmax import SearchSettings
+    from ia_stages.kmax.cuda import search_pairs_cuda
+    from ia_stages.kmax.refine import pair_images, search_pairs
+    from ia_stages.kmax.search import _half_resolution_pair, _pair_layout, _policy, _search_targets
+
+    assert config.ENABLE_CUDASIM
+    rng = np.random.default_rng(7)
+    X = np.zeros((4, 16, 16))
+    X[0, 3:12, 5:9] = 1.0
+    X[0, 3:6, 5:13] = 1.0
+    X[1, 4:13, 3:10] = 1.0
+    X[1, 7:10, 6:8] = 0.0
+    X[2, 2:14, 7:9] = 1.0
+    X[2, 11:14, 3:13] = 1.0
+    X[3] = X[0].T[::-1]
+    U = normalize(smooth(X, 1.0))
+    ii, jj = np.array([0, 0, 1, 2]), np.array([1, 3, 2, 3])
+    starts = np.concatenate(
+        [rng.uniform(-np.pi, np.pi, (4, 2, 1)), rng.uniform(-2, 2, (4, 2, 2))], -1
+    )
+    starts = np.concatenate([starts, starts[:, :1]], 1)  # the scan repeats its best peak
+    out = []
+    for beta, s in (
+        (5.0, SearchSettings(coarse_iters=0, prune_kappa=0.0)),  # every start, full resolution
+        (20.0, SearchSettings()),  # half resolution, pruning, floored targets
+        (60.0, SearchSettings()),  # most starts ruled out early
+    ):
+        cpu = search_pairs(
+            _pair_layout(U, U, 1.0, s), ii, jj, starts, beta, _policy(s), s.coarse_iters
+        )
+        # the GPU layout (float32 moving images, not packed); numpy arrays are the
+        # simulator's device arrays
+        half = _half_resolution_pair(U, U, 1.0, s)
+        gpu_images = pair_images(U, U, half, _search_targets(U, s), packed=False)
+        gpu = search_pairs_cuda(gpu_images, ii, jj, starts, beta, _policy(s), s.coarse_iters)
+        out.append(
+            {
+                "beta": beta,
+                "cost": float(np.abs(cpu[1] - gpu[1]).max()),
+                "params": float(np.abs(cpu[0] - gpu[0]).max()),
+                "spread": float(np.ptp(cpu[1])),
+            }
+        )
+    print(json.dumps(out))
+    """
+)
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
+    """Same pixels (float32 moving images), same float64 sums: the CUDA build reports the
+    CPU build's costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums)."""
+    proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 3
+    for r in results:
+        assert r["spread"] > 1e-3  # the pairs differ: the comparison is not of constants
+        assert r["cost"] < 1e-9, r
+        assert r["params"] < 1e-7, r
+
+
+PTX = textwrap.dedent(
+    """
+    import types
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, types as nt
+    from ia_stages.kmax.cuda import _kernel
+
+    # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    f64, i64 = nt.float64, nt.int64
+
+    def a(dtype, ndim):
+        return nt.Array(dtype, ndim, "C")
+
+    res = [a(i64, 1), a(f64, 1), a(f64, 1), a(f64, 1), a(nt.float32, 2), a(f64, 1), a(f64, 1),
+           a(i64, 1)]
+    sig = (a(i64, 1), a(i64, 1), a(f64, 3), *res * 4, i64, f64, i64, *[f64] * 11, nt.boolean,
+           a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3), a(i64, 2), a(f64, 4),
+           a(f64, 2), a(f64, 1))
+    ptx, _ = cuda.compile_ptx(_kernel().py_func, sig, cc=(9, 0))
+    print(len(ptx), ".entry" in ptx)
+    """
+)
+
+
+def _nvvm_available() -> bool:
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvvm")
+        load_nvidia_dynamic_lib("nvrtc")
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM / NVRTC not installed (pip: nvidia-nvvm)")
+def test_cuda_kernel_compiles_to_ptx_for_a_real_gpu():
+    proc = _run(PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    length, has_entry = proc.stdout.split()[-2:]
+    assert int(length) > 10_000 and has_entry == "True"
