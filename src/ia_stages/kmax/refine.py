@@ -260,8 +260,9 @@ def _min_eig3(A):
 @_shared()
 def _lift_damping(Hm, lam, S):
     """``lam``, raised where needed so that H + lam diag|H| is positive definite: to twice
-    the most negative eigenvalue of H scaled to a unit diagonal (as
-    :func:`ia_stages.kmax.align.lift_damping`; ``S (3, 3)``: scratch)."""
+    the most negative eigenvalue of H scaled to a unit diagonal (``S (3, 3)``: scratch). An
+    indefinite Newton model gives no descent step; this finds the damping that does without
+    spending evaluations of the objective on rejected steps."""
     if _positive_definite(Hm):
         return lam  # scaling keeps it so: the lift would be negative
     for a in range(3):
