@@ -66,6 +66,20 @@ SIMULATED = textwrap.dedent(
                 "spread": float(np.ptp(cpu[1])),
             }
         )
+    # the scan's peak picking, compiled from the same code
+    from ia_stages.kmax.cuda import pair_peaks_cuda
+    from ia_stages.kmax.scan_kernel import pair_peaks
+
+    M, n_o = 36, 4
+    angles = np.arange(M) * 2 * np.pi / M
+    coef = rng.normal(size=(3, 5, n_o, 4, 2))
+    k = np.arange(1, 5)[:, None]
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
+    ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
+    t1, o1 = pair_peaks(scores, ii, jj, 3)
+    t2, o2 = pair_peaks_cuda(scores, ii, jj, 3)
+    out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
     print(json.dumps(out))
     """
 )
@@ -83,11 +97,14 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
     """Same pixels (float32 moving images), same float64 sums: the CUDA build reports the
-    CPU build's costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums)."""
+    CPU build's costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
+    the CUDA peak picking the CPU's peaks and centres."""
     proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 3
+    assert len(results) == 4
+    peaks = results.pop()
+    assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
     for r in results:
         assert r["spread"] > 1e-3  # the pairs differ: the comparison is not of constants
         assert r["cost"] < 1e-9, r
@@ -99,7 +116,7 @@ PTX = textwrap.dedent(
     import types
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda, types as nt
-    from ia_stages.kmax.cuda import _kernel
+    from ia_stages.kmax.cuda import _kernel, _peaks_kernel
 
     # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
@@ -114,7 +131,10 @@ PTX = textwrap.dedent(
            a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3), a(i64, 2), a(f64, 4),
            a(f64, 2), a(f64, 1))
     ptx, _ = cuda.compile_ptx(_kernel().py_func, sig, cc=(9, 0))
-    print(len(ptx), ".entry" in ptx)
+    peaks_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(f64, 2), a(f64, 2),
+                 a(i64, 2), a(f64, 2), a(i64, 2))
+    ptx_peaks, _ = cuda.compile_ptx(_peaks_kernel().py_func, peaks_sig, cc=(9, 0))
+    print(len(ptx) + len(ptx_peaks), ".entry" in ptx and ".entry" in ptx_peaks)
     """
 )
 

@@ -25,7 +25,7 @@ from numba import cuda
 
 from .. import warp_kernel
 from ..backend import array_module
-from . import refine
+from . import refine, scan_kernel
 from .refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
@@ -38,9 +38,10 @@ def _taps_f32(v, b):
 
 
 def _sources() -> dict:
-    """Name -> CPU dispatcher of every function of the one source, and the Keys taps."""
+    """Name -> CPU dispatcher of every function of the one source: the search, the Keys taps
+    and the scan's peak picking."""
     keys = {name: getattr(warp_kernel, name) for name in ("_weights", "_first", "_second")}
-    return {**keys, **refine.SHARED}
+    return {**keys, **refine.SHARED, "_peaks_of_pair": scan_kernel._peaks_of_pair}
 
 
 @cache
@@ -83,6 +84,39 @@ def _kernel() -> Any:
                         out_c)  # fmt: skip
 
     return search_kernel
+
+
+@cache
+def _peaks_kernel() -> Any:
+    peaks_of_pair = _device_functions()["_peaks_of_pair"]
+
+    @cuda.jit
+    def peaks_kernel(scores, ii, jj, n_peaks, env, top, at, theta, centre):
+        k = cuda.grid(1)
+        if k < ii.shape[0]:
+            peaks_of_pair(scores, ii[k], jj[k], n_peaks, env[k], top[k], at[k], theta[k],
+                          centre[k])  # fmt: skip
+
+    return peaks_kernel
+
+
+def pair_peaks_cuda(scores: Any, ii: Any, jj: Any, n_peaks: int) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` on the GPU, one thread per pair: the
+    same arguments and results as device arrays (``scores`` float32 or float64)."""
+    xp = array_module(scores)
+    m, M = int(ii.shape[0]), scores.shape[3]
+    theta = xp.empty((m, n_peaks))
+    centre = xp.empty((m, n_peaks), dtype=np.int64)
+    if m == 0:
+        return theta, centre
+    env = xp.empty((m, M))  # float64, as the CPU's
+    top = xp.empty((m, n_peaks))
+    at = xp.empty((m, n_peaks), dtype=np.int64)
+    _peaks_kernel()[-(-m // THREADS), THREADS](
+        xp.ascontiguousarray(scores), xp.asarray(ii, dtype=np.int64),
+        xp.asarray(jj, dtype=np.int64), int(n_peaks), env, top, at, theta, centre,
+    )  # fmt: skip
+    return theta, centre
 
 
 def search_pairs_cuda(

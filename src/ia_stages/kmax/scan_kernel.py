@@ -3,12 +3,15 @@
 For every pair: the envelope over polar centres of the rotation scores, its ``c`` highest
 circular local maxima refined by a parabola through their neighbours (as
 :func:`ia_stages.kmax.polar.peak_angles`), and the centre that gave the envelope at each peak. One
-pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays. It runs serially and
+pass over the pair's ``(n_centres, M)`` scores, no intermediate arrays (:func:`_peaks_of_pair`,
+also compiled for CUDA by :mod:`ia_stages.kmax.cuda` for cupy scores). It runs serially and
 without the GIL: kappa^max scans its chunks of pairs on several Python threads, each with its
 BLAS products on that one thread (numba's threads would compete with BLAS's spinning workers).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit, prange
@@ -17,47 +20,52 @@ from ..warp_kernel import _PAD, _dot4, _weights
 
 
 @njit(cache=True, nogil=True)
-def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
-    m = ii.size
+def _peaks_of_pair(scores, i, j, n_peaks, env, top, at, theta, centre):
+    """The peaks of pair (i, j) into ``theta, centre (n_peaks,)``; scratch ``env (M,)``,
+    ``top, at (n_peaks,)``. Scalar code shared with the CUDA build (:mod:`.cuda`)."""
     n_o, M = scores.shape[2], scores.shape[3]
-    env = np.empty(M)
+    for a in range(M):
+        env[a] = scores[i, j, 0, a]
+    for o in range(1, n_o):
+        for a in range(M):
+            env[a] = max(env[a], scores[i, j, o, a])
+    # the n_peaks highest circular local maxima, in one pass (ties: the lower angle first)
+    found = 0
+    for a in range(M):
+        e = env[a]
+        if e < env[(a - 1) % M] or e < env[(a + 1) % M]:
+            continue
+        if found == n_peaks and e <= top[n_peaks - 1]:
+            continue
+        slot = min(found, n_peaks - 1)
+        while slot > 0 and top[slot - 1] < e:
+            top[slot], at[slot] = top[slot - 1], at[slot - 1]
+            slot -= 1
+        top[slot], at[slot] = e, a
+        found = min(found + 1, n_peaks)
+    for c in range(n_peaks):
+        best = at[c] if c < found else at[0]  # fewer local maxima: repeat the best one
+        lo, mid, hi = env[(best - 1) % M], env[best], env[(best + 1) % M]
+        curv = lo - 2.0 * mid + hi
+        frac = 0.5 * (lo - hi) / curv if curv < 0.0 else 0.0
+        frac = min(max(frac, -0.5), 0.5)
+        theta[c] = (best + frac) * (2.0 * math.pi / M)
+        # the centre that gives the envelope at the sample nearest to the peak
+        near = round(best + frac) % M
+        arg = 0
+        for o in range(1, n_o):
+            if scores[i, j, o, near] > scores[i, j, arg, near]:
+                arg = o
+        centre[c] = arg
+
+
+@njit(cache=True, nogil=True)
+def _pair_peaks(scores, ii, jj, n_peaks, theta, centre):
+    env = np.empty(scores.shape[3])
     top = np.empty(n_peaks)
     at = np.empty(n_peaks, dtype=np.int64)
-    for k in range(m):
-        i, j = ii[k], jj[k]
-        for a in range(M):
-            env[a] = scores[i, j, 0, a]
-        for o in range(1, n_o):
-            for a in range(M):
-                env[a] = max(env[a], scores[i, j, o, a])
-        # the n_peaks highest circular local maxima, in one pass (ties: the lower angle first)
-        found = 0
-        for a in range(M):
-            e = env[a]
-            if e < env[(a - 1) % M] or e < env[(a + 1) % M]:
-                continue
-            if found == n_peaks and e <= top[n_peaks - 1]:
-                continue
-            slot = min(found, n_peaks - 1)
-            while slot > 0 and top[slot - 1] < e:
-                top[slot], at[slot] = top[slot - 1], at[slot - 1]
-                slot -= 1
-            top[slot], at[slot] = e, a
-            found = min(found + 1, n_peaks)
-        for c in range(n_peaks):
-            best = at[c] if c < found else at[0]  # fewer local maxima: repeat the best one
-            lo, mid, hi = env[(best - 1) % M], env[best], env[(best + 1) % M]
-            curv = lo - 2.0 * mid + hi
-            frac = 0.5 * (lo - hi) / curv if curv < 0.0 else 0.0
-            frac = min(max(frac, -0.5), 0.5)
-            theta[k, c] = (best + frac) * (2.0 * np.pi / M)
-            # the centre that gives the envelope at the sample nearest to the peak
-            near = int(np.rint(best + frac)) % M
-            arg = 0
-            for o in range(1, n_o):
-                if scores[i, j, o, near] > scores[i, j, arg, near]:
-                    arg = o
-            centre[k, c] = arg
+    for k in range(ii.size):
+        _peaks_of_pair(scores, ii[k], jj[k], n_peaks, env, top, at, theta[k], centre[k])
 
 
 def pair_peaks(

@@ -47,7 +47,6 @@ from .polar import (
     block_scores,
     centroid_translation,
     centroids,
-    peak_angles,
     scan_spectra,
 )
 from .refine import PairImages, RefinePolicy, pair_images, search_pairs
@@ -378,7 +377,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         B = B_v[:, j0:].reshape(K, -1, R2)
         scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
         scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
-        peaks = pair_peaks if xp is np else _pair_peaks_array
+        peaks = pair_peaks if xp is np else _pair_peaks_gpu
         theta, best_o = peaks(scores, i - r0, j - j0, c)
         ix, jx = xp.asarray(i), xp.asarray(j)
         centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
@@ -406,15 +405,13 @@ def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
             yield pending.popleft().result()
 
 
-def _pair_peaks_array(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` in array code (cupy): per angle the best
-    centre; the ``c`` peaks of that envelope, each with its centre."""
+def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` for cupy scores, by the CUDA build of
+    the same code."""
+    from .cuda import pair_peaks_cuda
+
     xp = array_module(scores)
-    M = scores.shape[-1]
-    pair_scores = scores[xp.asarray(i), xp.asarray(j)]  # (m, n_o, M)
-    theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
-    k = xp.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
-    return theta, xp.take_along_axis(xp.argmax(pair_scores, axis=1), k, 1)
+    return pair_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c)
 
 
 def _refine_candidates(
