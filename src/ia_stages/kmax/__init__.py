@@ -6,10 +6,11 @@ Modules (imports point from the top of this list downwards):
   batching of pairs;
 - :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.scan_kernel`: the polar rotation
   scan (matrix products) and its compiled ring sampling and peak picking;
-- :mod:`~ia_stages.kmax.refine`: the per-pair refinement, one scalar source compiled with
-  numba for the CPU and with numba-cuda for the GPU;
-- :mod:`~ia_stages.kmax.align`: Levenberg-Marquardt alignment in array code (local descent,
-  reference in tests and benchmarks).
+- :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
+  for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and the scan's peak
+  picking) with numba-cuda for the GPU;
+- :mod:`~ia_stages.kmax.align`: Gauss-Newton Levenberg-Marquardt alignment in array code
+  (the paper-style local descent; a reference in tests and benchmarks).
 """
 
 from .search import (
