@@ -3,11 +3,12 @@
 Nothing here restates the algorithm. :data:`ia_stages.kmax.refine.SHARED` holds the functions
 that the CPU kernels are compiled from (plain scalar Python); :func:`_device_functions` makes
 each of them a CUDA device function from the same code object, with its global names bound to
-the device versions of the others, and with the one target-specific leaf replaced:
+the device versions of the others, and with the target-specific leaves replaced:
 :func:`_taps_f32` reads four float32 pixels where the CPU's ``_taps`` unpacks two int64
-words holding the same float32 values. One thread refines one pair; its scratch is its row of
-a workspace allocated per launch. The CPU kernels use fastmath (reassociated sums), these do
-not; both read the same float32 pixels and sum in float64.
+words holding the same float32 values, and :func:`_floor_f64` stands for ``np.floor``. One
+thread refines one pair; its scratch is its row of a workspace allocated per launch. The CPU
+kernels use fastmath (reassociated sums), these do not; both read the same float32 pixels and
+sum in float64.
 
 Arrays are anything with ``__cuda_array_interface__`` (cupy arrays), or numpy arrays under
 numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, which the tests use). This module imports
@@ -16,6 +17,7 @@ numba.cuda; :mod:`ia_stages.kmax` imports it only for arrays on a GPU.
 
 from __future__ import annotations
 
+import math
 import types
 from functools import cache
 from typing import Any
@@ -35,6 +37,11 @@ def _taps_f32(v, b):
     """Pixels b to b + 3 of a flat float32 image, as float64 (the CUDA leaf of
     :func:`ia_stages.kmax.refine._taps`)."""
     return float(v[b]), float(v[b + 1]), float(v[b + 2]), float(v[b + 3])
+
+
+def _floor_f64(x):
+    """floor(x) as a float64 (the CUDA leaf of :func:`ia_stages.kmax.refine._floor`)."""
+    return float(math.floor(x))
 
 
 def _sources() -> dict:
@@ -57,6 +64,7 @@ def _device_functions() -> dict:
         device[name] = cuda.jit(device=True)(clone)
         namespaces.append(namespace)
     device["_taps"] = cuda.jit(device=True)(_taps_f32)
+    device["_floor"] = cuda.jit(device=True)(_floor_f64)
     for namespace in namespaces:  # calls between them resolve to the device versions
         namespace.update(device)
     return device

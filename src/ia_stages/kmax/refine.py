@@ -31,8 +31,8 @@ from .align import _sumsq
 # The one source of the per-pair search: the functions decorated with ``_shared`` below are
 # plain scalar Python (``math`` functions, loops, indexing; no allocation: scratch comes in as
 # arguments), compiled here with numba for the CPU and, by :mod:`ia_stages.kmax.cuda`, the very
-# same code as CUDA device functions. Only the leaf :func:`_taps` (how four neighbouring pixels
-# of the moving image are read) differs per target.
+# same code as CUDA device functions. Only the leaves :func:`_taps` (how four neighbouring
+# pixels of the moving image are read) and :func:`_floor` differ per target.
 SHARED: dict = {}
 
 
@@ -80,6 +80,13 @@ def _taps(v, b):
     )
 
 
+@njit(cache=True, inline="always")
+def _floor(x):
+    """floor(x) as a float64 (CPU leaf: ``math.floor`` would return an int64, whose
+    conversions cost the vectorised loops; numba-cuda lacks ``np.floor``)."""
+    return np.floor(x)
+
+
 @_shared(inline="always")
 def _dot(w, r):
     """w . r of two 4-tuples."""
@@ -123,7 +130,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     cross = 0.0
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
-        y0, x0 = math.floor(y), math.floor(x)
+        y0, x0 = _floor(y), _floor(x)
         wy, wx = _weights(y - y0), _weights(x - x0)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         val = wy[0] * _dot(wx, _taps(v, b)) + wy[1] * _dot(wx, _taps(v, b + Wp))
@@ -143,7 +150,7 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
     h00 = h01 = h02 = h11 = h12 = h22 = 0.0
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
-        y0, x0 = math.floor(y), math.floor(x)
+        y0, x0 = _floor(y), _floor(x)
         fy, fx = y - y0, x - x0
         wy, dy, ddy = _weights(fy), _first(fy), _second(fy)
         wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
