@@ -209,7 +209,7 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
     base = _shapes(4, seed=7)
     truth = SE2().sample(rng, 4, (-180, 180), (3, 3))
     moved = warp(base, truth)
-    res = kappa_max(base, moved, beta=1.0)
+    res = kappa_max(base, moved, beta=1.0, sigma=0.0)
     # V[j] o tau ~ U[i] with V = base o s: tau = s^-1
     tau = np.stack([res.params[k, k] for k in range(4)])
     err = np.rad2deg(np.abs(np.angle(np.exp(1j * (tau[:, 0] - SE2().inverse(truth)[:, 0])))))
@@ -219,23 +219,25 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
 
 def test_polar_and_grid_scans_agree_on_the_kernel():
     X = _shapes(8, seed=4)
-    polar = kappa_max(X, beta=5.0)
-    grid = kappa_max(X, beta=5.0, settings=SearchSettings(method="grid"))
+    polar = kappa_max(X, beta=5.0, sigma=0.0)
+    grid = kappa_max(X, beta=5.0, sigma=0.0, settings=SearchSettings(method="grid"))
     np.testing.assert_allclose(polar.value, grid.value, atol=1e-6)
 
 
 def test_a_memory_budget_too_small_for_one_row_is_refused():
     X = _shapes(4)
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(memory_mb=0.01))
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(method="grid", memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(method="grid", memory_mb=0.01))
 
 
 def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
     X = _shapes(12, seed=9)
-    big = kappa_max(X, beta=2.0)
-    small = kappa_max(X, beta=2.0, settings=SearchSettings(memory_mb=3.0))  # 4 chunks of rows
+    big = kappa_max(X, beta=2.0, sigma=0.0)
+    small = kappa_max(
+        X, beta=2.0, sigma=0.0, settings=SearchSettings(memory_mb=3.0)
+    )  # 4 chunks of rows
     np.testing.assert_allclose(big.value, small.value, rtol=0, atol=1e-12)
 
 

@@ -175,7 +175,7 @@ def kappa_max(
     group: SE2 = SE2(),
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
-    sigma: float = 0.0,
+    sigma: float = 2.0,
 ) -> KappaMaxResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -191,9 +191,11 @@ def kappa_max(
     progress : called with the number of pairs finished after every chunk.
     sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
         Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
-        band-limiting the images makes Keys interpolation nearly exact: without it, warping an
-        image with sharp edges blurs it by a transform-dependent amount, which shows up as a
-        ~1e-2 change of ||u - v o tau||^2 under a transform of the inputs (~1e-3 with sigma=1.5).
+        it removes the content that makes kappa^max depend on the angle at which an image was
+        taken: what interpolation cannot reproduce and, for images of sharp edges, the
+        pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
+        measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
+        0 compares the raw images and is not invariant on such images.
 
     Returns
     -------
