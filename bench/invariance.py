@@ -88,9 +88,7 @@ def main() -> None:
         th_u = 2 * np.pi * np.arange(n) / n
         th_v = rng.permutation(th_u) + np.pi / n
         b = rng.uniform(-0.5, 0.5, (2, n, 2))
-        transforms.append(
-            (np.column_stack([th_u, b[0]]), np.column_stack([th_v, b[1]]))
-        )
+        transforms.append((np.column_stack([th_u, b[0]]), np.column_stack([th_v, b[1]])))
     print(
         f"{len(PAIRS)} pairs {PAIRS}, {n} renderings each + the upright one; "
         f"{args.size} px canvas, shapes {args.height:g} px, supersample {args.supersample}, "
@@ -140,7 +138,8 @@ def main() -> None:
                     )
                     secs["spline"] += time.perf_counter() - t0
                 for name, d in d2.items():
-                    rows[name].append(np.column_stack([d[1:] - d[0], np.expm1(-args.beta * (d[1:] - d[0]))]))
+                    dd = d[1:] - d[0]
+                    rows[name].append(np.column_stack([dd, np.expm1(-args.beta * dd)]))
                 up = normalize(smooth(ref_pair, sigma))
                 for k, (p_u, p_v) in enumerate(zip(pu, pv, strict=True)):
                     got = normalize(smooth(np.stack([ru[k], rv[k]]), sigma))
