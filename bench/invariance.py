@@ -1,7 +1,8 @@
 """Invariance error of kappa^max on shapes rendered at an angle (never warped by our code).
 
 Usage: python bench/invariance.py [--renderings 12] [--beta 2] [--size 48] [--height 24]
-       [--supersample 16] [--psf 0 1] [--sigma 1 2] [--no-dense] [--no-spline]
+       [--supersample 8] [--psf 0 1] [--sigma 1 2] [--interpolation keys bspline]
+       [--no-dense] [--no-spline]
 
 Pairs of different shapes (letters of DejaVu Sans, a polygon) are drawn from their vector
 outlines by :mod:`ia_stages.render`, each at its own angle (evenly spread over the circle, the
@@ -11,12 +12,14 @@ once upright and centred: the reference. For every rendering the relative error
 all renderings of all pairs, per camera ``psf`` (0: the pixels integrate the sharp outline;
 > 0: a Gaussian optical blur first) and kernel smoothing ``sigma``, for
 
-- ``polar``: kappa^max with its default search (Keys interpolation),
-- ``dense``: the dense reference search (1-degree grid, every integer shift, 4 starts): the same
-  objective, so a difference to ``polar`` is the search's,
-- ``spline``: the objective with prefiltered cubic B-spline interpolation instead of Keys,
-  minimised (Nelder-Mead, scipy) from the best of the two searches' optima: a difference to
-  ``dense`` is the interpolation's,
+- ``polar <interp>``: kappa^max with its default search, every warp by ``interp`` ('keys',
+  the paper's Keys cubic convolution, or 'bspline', cubic B-spline on spline coefficients:
+  ``SearchSettings.interpolation``),
+- ``dense <interp>``: the dense reference search (1-degree grid, every integer shift, 4
+  starts), same objective: a difference to ``polar`` is the search's,
+- ``scipy spline``: the objective with scipy's prefiltered cubic B-spline interpolation
+  (``ndimage.map_coordinates``, none of our warp code) minimised by Nelder-Mead from the best
+  optimum the searches found: a check of the 'bspline' objective,
 - ``data``: no search at all, the floor set by the data: the norm of the difference between
   the smoothed rendering and the exact (quintic-spline) rotation and shift of the smoothed
   upright rendering, ||g * r_tau - (g * r) o tau|| (unit-norm images), worst and median; a
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 from scipy import ndimage, optimize
 
 from ia_stages import SE2, kappa_max
 from ia_stages.kernels import normalize, smooth
-from ia_stages.kmax import DENSE_REFERENCE
+from ia_stages.kmax import DENSE_REFERENCE, SearchSettings
 from ia_stages.render import letter, polygon, regular_polygon, render
 from ia_stages.warp import sampling_field
 
@@ -73,9 +77,10 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=2.0)
     ap.add_argument("--size", type=int, default=48, help="canvas (px)")
     ap.add_argument("--height", type=float, default=24.0, help="shape height (px)")
-    ap.add_argument("--supersample", type=int, default=16)
+    ap.add_argument("--supersample", type=int, default=8, help="sub-pixels of the psf blur")
     ap.add_argument("--psf", type=float, nargs="+", default=[0.0, 1.0])
     ap.add_argument("--sigma", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--interpolation", nargs="+", default=["keys", "bspline"])
     ap.add_argument("--no-dense", action="store_true")
     ap.add_argument("--no-spline", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -113,30 +118,36 @@ def main() -> None:
                 )
             )
         for sigma in args.sigma:
-            rows: dict[str, list] = {"polar": [], "dense": [], "spline": []}
+            searches = [
+                (f"{kind} {interp}", replace(base, interpolation=interp))
+                for kind, base in (("polar", SearchSettings()), ("dense", DENSE_REFERENCE))
+                for interp in args.interpolation
+                if not (kind == "dense" and args.no_dense)
+            ]
+            names = [n for n, _ in searches] + ([] if args.no_spline else ["scipy spline"])
+            rows: dict[str, list] = {n: [] for n in names}
             floor = []
             secs = dict.fromkeys(rows, 0.0)
             for ref_pair, ru, rv, pu, pv in drawn:
                 X = np.concatenate([ref_pair[None], np.stack([ru, rv], 1)])  # (1 + n, 2, H, W)
                 d2 = {}
                 opt = {}
-                for name, settings in (("polar", None), ("dense", DENSE_REFERENCE)):
-                    if name == "dense" and args.no_dense:
-                        continue
+                for name, settings in searches:
                     t0 = time.perf_counter()
-                    kw = {} if settings is None else {"settings": settings}
-                    res = [kappa_max(x, beta=args.beta, sigma=sigma, **kw) for x in X]
+                    res = [kappa_max(x, beta=args.beta, sigma=sigma, settings=settings) for x in X]
                     secs[name] += time.perf_counter() - t0
                     d2[name] = np.array([r.sqdist[0, 1] for r in res])
-                    opt[name] = [r.params[0, 1] for r in res]
+                    opt[name] = np.stack([r.params[0, 1] for r in res])
                 if not args.no_spline:
                     t0 = time.perf_counter()
                     Xn = [normalize(smooth(x, sigma)) for x in X]
-                    best = min(d2, key=lambda k: d2[k].sum())
-                    d2["spline"] = np.array(
-                        [spline_d2(x[0], x[1], p) for x, p in zip(Xn, opt[best], strict=True)]
+                    found = np.stack([d2[n] for n, _ in searches])  # (searches, 1 + n)
+                    starts = np.stack([opt[n] for n, _ in searches])
+                    best = starts[np.argmin(found, 0), np.arange(found.shape[1])]
+                    d2["scipy spline"] = np.array(
+                        [spline_d2(x[0], x[1], p) for x, p in zip(Xn, best, strict=True)]
                     )
-                    secs["spline"] += time.perf_counter() - t0
+                    secs["scipy spline"] += time.perf_counter() - t0
                 for name, d in d2.items():
                     dd = d[1:] - d[0]
                     rows[name].append(np.column_stack([dd, np.expm1(-args.beta * dd)]))

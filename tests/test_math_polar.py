@@ -18,6 +18,7 @@ from ia_stages.lm_kernel import (
     _min_eig3,
     pair_images,
     search_pairs,
+    taps,
 )
 from ia_stages.polar import (
     angle_synthesis,
@@ -153,23 +154,27 @@ def test_damping_lift_makes_an_indefinite_newton_model_definite():
             assert lam == 1e-3  # a definite model keeps its damping
 
 
-def test_compiled_cost_gradient_and_hessian_match_the_array_code():
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_compiled_cost_gradient_and_hessian_match_the_array_code(interpolation):
     X = _shapes(2, seed=1)
-    side = Resolution.of(X[:1], X[1:])
+    side = Resolution.of(X[:1], X[1:], interpolation)
     _, gy, gx, t, V, uu, vv, (H, W) = side.arrays()
+    m = taps(interpolation)
     args = (gy, gx, t, V[0], W + 2 * _PAD, H, W, uu[0], vv[0])
     g, Hm = np.empty(3), np.empty((3, 3))
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
-    # the kernels read the moving image's pixels rounded to float32 (lm_kernel.packed), two
-    # per load, and sum in float64: exactly the array code on that rounded image
+    # the kernels read the moving image's pixels (Keys) rounded to float32 (lm_kernel.packed),
+    # two per load, and sum in float64: exactly the array code on that rounded image
     rounded = X[1:].astype(np.float32).astype(np.float64)
+    kw = {"objective": "correlation", "interpolation": interpolation}
     for p in rng.uniform([-3, -9, -9], [3, 9, 9], (6, 3)):
-        cost = _cost_derivs(*args, *p, g, Hm)
-        ref = pair_cost(X[:1], rounded, p[None], objective="correlation")[0]
-        assert cost == pytest.approx(ref, abs=1e-12)
-        assert _cost(*args, *p) == pytest.approx(ref, abs=1e-12)
-        exact = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
+        cost = _cost_derivs(*args, *p, g, Hm, m)
+        assert _cost(*args, *p, m) == pytest.approx(cost, abs=1e-12)
+        if interpolation == "keys":
+            ref = pair_cost(X[:1], rounded, p[None], **kw)[0]
+            assert cost == pytest.approx(ref, abs=1e-12)
+        exact = pair_cost(X[:1], X[1:], p[None], **kw)[0]
         assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # lm_kernel's promise
         assert cost != exact
         # gradient / 2 and Hessian / 2 against central differences of the cost
@@ -180,9 +185,9 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
         for k in range(3):
             e = np.zeros(3)
             e[k] = h
-            cp = _cost_derivs(*args, *(p + e), g2, H2)
+            cp = _cost_derivs(*args, *(p + e), g2, H2, m)
             gp = g2.copy()
-            cm = _cost_derivs(*args, *(p - e), g2, H2)
+            cm = _cost_derivs(*args, *(p - e), g2, H2, m)
             gm = g2.copy()
             fd_g[k] = (cp - cm) / (4 * h)
             fd_H[:, k] = (gp - gm) / (2 * h)
@@ -247,8 +252,10 @@ def test_unknown_search_method_is_refused():
 
 
 @pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
-def test_array_refinement_equals_the_compiled_one(beta):
-    """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_array_refinement_equals_the_compiled_one(beta, interpolation):
+    """The array code (cupy's path, run here on numpy) and the numba kernel agree (exactly for
+    Keys on float32-exact images; the kernel reads B-spline coefficients rounded to float32)."""
     from ia_stages.kmax import _half_resolution_pair, _refine_candidates, _search_targets
 
     X = _single(_shapes(8, seed=11))
@@ -259,18 +266,20 @@ def test_array_refinement_equals_the_compiled_one(beta):
     )
     starts = np.concatenate([starts, starts[:, :1]], 1)  # as the scan repeats its best peak
     for coarse in (0, 10):  # ordered by the starts' own cost / by the half-resolution stage
-        s = SearchSettings(coarse_iters=coarse)
+        s = SearchSettings(coarse_iters=coarse, interpolation=interpolation)
         half = _half_resolution_pair(X, X, 1.5, s)
         assert (half is None) == (coarse == 0)
         half = None if half is None else tuple(_single(h) for h in half)
         search = _search_targets(X, s)
-        compiled = pair_images(X, X, half, search)
+        compiled = pair_images(X, X, half, search, interpolation)
         p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
         p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None, search)
-        np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=1e-9)
+        tol = 1e-9 if interpolation == "keys" else 1e-6
+        np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=tol)
         # every reported cost is the full-resolution cost at the reported transform
-        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p1), c1, atol=1e-9)
-        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p2), c2, atol=1e-9)
+        kw = {"interpolation": interpolation}
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p1, **kw), c1, atol=tol)
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p2, **kw), c2, atol=tol)
 
 
 def test_half_resolution_keeps_angles_and_halves_translations():
@@ -459,7 +468,9 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     assert K._search_targets(Un, SearchSettings(prune_kappa=0.0)) is None
     got = kappa_max(digits, beta=20.0, sigma=2.0)
     ii, jj = np.triu_indices(24, 1)
-    on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
+    on_all = pair_cost(
+        Un[ii], Un[jj], got.params[ii, jj], SE2(), "correlation", SearchSettings().interpolation
+    )
     np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-7)  # float32 moving images
     monkeypatch.setattr(K, "FULL_FLOOR", 0.0)  # every pixel kept: the plain search
     assert np.count_nonzero(K._search_targets(Un, SearchSettings())) == np.count_nonzero(Un)
@@ -497,9 +508,9 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
         for bound, want in ((-1.0, c_start[k]), (np.inf, c_free[k])):
             p = start[k].copy()
             g, Hm = np.empty(3), np.empty((3, 3))
-            cost = _cost_derivs(*pixels, *p, g, Hm)
+            cost = _cost_derivs(*pixels, *p, g, Hm, taps("keys"))
             got = _refine_from(*pixels, p, cost, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0, bound,
-                               _workspace())  # fmt: skip
+                               _workspace(), taps("keys"))  # fmt: skip
             assert got == pytest.approx(want, abs=1e-9)
 
 

@@ -38,10 +38,16 @@ def _sumsq(a: Any) -> Any:
 
 
 def pair_cost(
-    target: Any, moving: Any, params: Any, group: SE2 = SE2(), objective: str = "correlation"
+    target: Any,
+    moving: Any,
+    params: Any,
+    group: SE2 = SE2(),
+    objective: str = "correlation",
+    interpolation: str = "keys",
 ) -> Any:
-    """The alignment objective for every pair, shape ``(m,)``."""
-    w = warp(moving, params, group)
+    """The alignment objective for every pair, shape ``(m,)`` (``moving`` warped by
+    ``interpolation``, :func:`ia_stages.warp.warp`)."""
+    w = warp(moving, params, group, interpolation)
     return _cost(target, moving, w, objective)
 
 
@@ -53,7 +59,15 @@ def _cost(target: Any, moving: Any, w: Any, objective: str) -> Any:
     return xp.maximum(_sumsq(target) + _sumsq(moving) - 2 * cross, 0.0)
 
 
-def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, exact: bool):
+def _terms(
+    target: Any,
+    moving: Any,
+    params: Any,
+    group: SE2,
+    objective: str,
+    exact: bool,
+    interpolation: str = "keys",
+):
     """Cost ``(m,)``, gradient / 2 ``(m, k)`` and the Hessian model / 2 ``(m, k, k)``.
 
     Gauss-Newton (J^T J) unless ``exact``, which gives the exact Hessian of the correlation
@@ -63,7 +77,7 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
     m, k = params.shape
     tgt = target.reshape(m, -1)
     if not exact:
-        w, J = warp_with_jacobian(moving, params, group)
+        w, J = warp_with_jacobian(moving, params, group, interpolation)
         cost = _cost(target, moving, w, objective)
         J = J.reshape(m, k, -1)
         # gradient / 2 of either objective: J^T (w - target), or -J^T target for correlation
@@ -71,7 +85,7 @@ def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, ex
         return cost, xp.einsum("mkp,mp->mk", J, resid), xp.einsum("mkp,mlp->mkl", J, J)
     shape = moving.shape[1:]
     field = sampling_field(group.matrix(params), group.translation(params), shape)
-    w, grad, hess = interpolate(moving, field, with_hessian=True)
+    w, grad, hess = interpolate(moving, field, with_hessian=True, interpolation=interpolation)
     cost = _cost(target, moving, w, objective)
     g = centred_grid(shape, xp)
     c, s = xp.cos(params[:, 0])[:, None, None], xp.sin(params[:, 0])[:, None, None]
@@ -140,6 +154,7 @@ def refine_alignment(
     kappa_stop: float = 0.0,
     d2_stop: float = 0.0,
     bound: Any = None,
+    interpolation: str = "keys",
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -160,6 +175,7 @@ def refine_alignment(
     bound : ``(m,)`` or None: ... or promises the cost less than a ``1 / ABANDON`` share of
         the drop to ``bound``: a start that cannot beat the best that its pair has elsewhere
         is not refined to the end
+    interpolation : how ``moving`` is warped, 'keys' or 'bspline' (:func:`ia_stages.warp.warp`)
 
     Returns
     -------
@@ -178,7 +194,7 @@ def refine_alignment(
     m, k = params.shape
     lam = xp.full(m, LAM0)
     active = xp.arange(m)
-    cost, g, H = _terms(target, moving, params, group, objective, exact)
+    cost, g, H = _terms(target, moving, params, group, objective, exact, interpolation)
     eye = xp.eye(k)
     for _ in range(iters):
         if active.size == 0:
@@ -195,7 +211,9 @@ def refine_alignment(
             if active.size == 0:
                 break
         trial = params[active] + step
-        cost_t, g_t, H_t = _terms(target[active], moving[active], trial, group, objective, exact)
+        cost_t, g_t, H_t = _terms(
+            target[active], moving[active], trial, group, objective, exact, interpolation
+        )
         better = cost_t < cost[active]
         gain = cost[active] - cost_t
         idx = active[better]

@@ -51,7 +51,7 @@ from .polar import (
     scan_spectra,
 )
 from .scan_kernel import pair_peaks
-from .warp import warp
+from .warp import INTERPOLATIONS, warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
 # ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
@@ -106,6 +106,9 @@ class SearchSettings:
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
+    interpolation : how every warp of the search samples an image: 'bspline' (cubic B-spline
+        on the image's spline coefficients; its passband is flatter, so the objective hardly
+        depends on the angle of the warp) or 'keys' (Keys cubic convolution, the paper's)
     """
 
     method: str = "polar"
@@ -121,10 +124,15 @@ class SearchSettings:
     prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
+    interpolation: str = "bspline"
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
             raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"search interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
+            )
 
 
 SEARCH_METHODS = ("polar", "grid")
@@ -223,7 +231,7 @@ def kappa_max(
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
     half = _half_resolution_pair(Un, Vn, sigma, settings)
     search = _search_targets(Un, settings)
-    compiled = pair_images(Un, Vn, half, search) if xp is np else None
+    compiled = pair_images(Un, Vn, half, search, settings.interpolation) if xp is np else None
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         p, d2 = _refine_candidates(
             Un, Vn, i, j, starts, group, settings, beta, half, compiled, search
@@ -335,9 +343,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     offs = xp.asarray(offs)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
-    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
+    interp = settings.interpolation
+    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M, interpolation=interp)
     K, R2 = B_v.shape[0], B_v.shape[3]
-    A_u = B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M)[:, :, 0]  # (K, n_i, 2R)
+    A_u = (  # (K, n_i, 2R)
+        B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M, interpolation=interp)[:, :, 0]
+    )
     synthesis = xp.asarray(angle_synthesis(M))
     per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
     fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
@@ -469,15 +480,16 @@ def _refine_candidates(
             for s in _slices(todo.size, batch):
                 r = todo[s]
                 p[r, cc], half_cost[r, cc] = refine_alignment(
-                    U2[i[r]], V2[j[r]], p[r, cc], *args, None if bound is None else bound[r]
-                )
+                    U2[i[r]], V2[j[r]], p[r, cc], *args, None if bound is None else bound[r],
+                    interpolation=settings.interpolation,
+                )  # fmt: skip
             lowest = xp.minimum(lowest, half_cost[:, cc])
         p[..., 1:] *= 2.0
         p = p.reshape(m * c, k)
     # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
     cost = xp.concatenate(
         [
-            pair_cost(T[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
+            pair_cost(T[ti[s]], Vn[tj[s]], p[s], group, "correlation", settings.interpolation)
             for s in _slices(m * c, batch)
         ]
     )
@@ -505,7 +517,7 @@ def _refine_candidates(
             ps, cs = refine_alignment(
                 T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
                 "correlation", "exact", beta, _kappa_stop(settings), 0.0,
-                best[r] if settings.prune_kappa > 0 else None,
+                best[r] if settings.prune_kappa > 0 else None, settings.interpolation,
             )  # fmt: skip
             better = to_numpy(cs < best[r])
             rb, bx = r[better], xp.asarray(better)
@@ -526,11 +538,14 @@ def _refine_candidates(
             best_p[r], best[r] = refine_alignment(
                 Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, REFINE_TOL,
                 "correlation", "exact", beta, _kappa_stop(settings),
+                interpolation=settings.interpolation,
             )  # fmt: skip
         rest = np.flatnonzero(to_numpy(left))
         for s in _slices(rest.size, batch):
             r = rest[s]
-            best[r] = pair_cost(Un[i[r]], Vn[j[r]], best_p[r], group, objective="correlation")
+            best[r] = pair_cost(
+                Un[i[r]], Vn[j[r]], best_p[r], group, "correlation", settings.interpolation
+            )
     return best_p, best
 
 
@@ -594,6 +609,7 @@ class _CoarseScan:
         # linear (not circular) correlation for |shift| <= s needs H + s points
         self.fshape = (self.fft.next_fast_len(H + s), self.fft.next_fast_len(W + s))
         self.extra_sigma = extra_sigma
+        self.interpolation = settings.interpolation
         self.U_s = smooth(Un, extra_sigma)
         self.V_s = smooth(Vn, extra_sigma)
         self.angles = np.arange(settings.n_angles) * (2 * np.pi / settings.n_angles)
@@ -612,7 +628,7 @@ class _CoarseScan:
             xp, R = self.xp, self.angles.size
             p = xp.zeros((R, self.group.n_params))
             p[:, 0] = xp.asarray(self.angles)
-            rot = _warp_rotations(self.V_s[j], p, self.group)
+            rot = _warp_rotations(self.V_s[j], p, self.group, self.interpolation)
             self._rot_cache = {j: self.fft.rfft2(rot, s=self.fshape)}
         return self._rot_cache[j]
 
@@ -644,9 +660,10 @@ class _CoarseScan:
         return out
 
 
-def _warp_rotations(image: Any, params: Any, group: SE2) -> Any:
+def _warp_rotations(image: Any, params: Any, group: SE2, interpolation: str = "keys") -> Any:
     xp = array_module(image)
-    return warp(xp.broadcast_to(image, (params.shape[0], *image.shape)), params, group)
+    batch = xp.broadcast_to(image, (params.shape[0], *image.shape))
+    return warp(batch, params, group, interpolation)
 
 
 def _distinct_minima(d2: Any, c: int) -> Any:

@@ -23,8 +23,8 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .align import ABANDON, LAM0, LAM_REJECT, _sumsq
+from .warp import spline_coefficients, tap_polynomials
 
-_A = -0.5  # Keys parameter, as ia_stages.warp.KEYS_A
 # zero border of the moving image: the taps of any point within 2 px of the image (floor - 1
 # to floor + 2, the point clamped to [-2, H + 1]) stay inside
 _PAD = 4
@@ -33,43 +33,45 @@ SAME_ANGLE, SAME_SHIFT = 1e-2, 5e-2
 
 
 @njit(cache=True, inline="always")
-def _weights(f):
-    """Keys weights phi(f + 1), phi(f), phi(f - 1), phi(f - 2) for f in [0, 1)."""
-    g = 1.0 - f
-    f1 = f + 1.0
-    g1 = g + 1.0
+def _pw(f, m):
+    """The 4 taps at fractional part f of the interpolation whose tap polynomials
+    (:func:`ia_stages.warp.tap_polynomials`) are the 16-tuple ``m`` (row-major)."""
+    f2 = f * f
+    f3 = f2 * f
     return (
-        ((_A * f1 - 5.0 * _A) * f1 + 8.0 * _A) * f1 - 4.0 * _A,
-        ((_A + 2.0) * f - (_A + 3.0)) * f * f + 1.0,
-        ((_A + 2.0) * g - (_A + 3.0)) * g * g + 1.0,
-        ((_A * g1 - 5.0 * _A) * g1 + 8.0 * _A) * g1 - 4.0 * _A,
+        m[0] + m[1] * f + m[2] * f2 + m[3] * f3,
+        m[4] + m[5] * f + m[6] * f2 + m[7] * f3,
+        m[8] + m[9] * f + m[10] * f2 + m[11] * f3,
+        m[12] + m[13] * f + m[14] * f2 + m[15] * f3,
     )
 
 
 @njit(cache=True, inline="always")
-def _first(f):
-    """phi' at f + 1, f, f - 1, f - 2 for f in [0, 1)."""
-    g = 1.0 - f
-    f1 = f + 1.0
-    g1 = g + 1.0
+def _pd(f, m):
+    """d/df of :func:`_pw`."""
+    f2 = f * f
     return (
-        (3.0 * _A * f1 - 10.0 * _A) * f1 + 8.0 * _A,
-        (3.0 * (_A + 2.0) * f - 2.0 * (_A + 3.0)) * f,
-        -(3.0 * (_A + 2.0) * g - 2.0 * (_A + 3.0)) * g,
-        -((3.0 * _A * g1 - 10.0 * _A) * g1 + 8.0 * _A),
+        m[1] + 2.0 * m[2] * f + 3.0 * m[3] * f2,
+        m[5] + 2.0 * m[6] * f + 3.0 * m[7] * f2,
+        m[9] + 2.0 * m[10] * f + 3.0 * m[11] * f2,
+        m[13] + 2.0 * m[14] * f + 3.0 * m[15] * f2,
     )
 
 
 @njit(cache=True, inline="always")
-def _second(f):
-    """phi'' at f + 1, f, f - 1, f - 2 for f in [0, 1)."""
-    g = 1.0 - f
+def _pdd(f, m):
+    """d2/df2 of :func:`_pw`."""
     return (
-        6.0 * _A * (f + 1.0) - 10.0 * _A,
-        6.0 * (_A + 2.0) * f - 2.0 * (_A + 3.0),
-        6.0 * (_A + 2.0) * g - 2.0 * (_A + 3.0),
-        6.0 * _A * (g + 1.0) - 10.0 * _A,
+        2.0 * m[2] + 6.0 * m[3] * f,
+        2.0 * m[6] + 6.0 * m[7] * f,
+        2.0 * m[10] + 6.0 * m[11] * f,
+        2.0 * m[14] + 6.0 * m[15] * f,
     )
+
+
+def taps(interpolation: str) -> tuple:
+    """The 16-tuple of tap polynomial coefficients the kernels take for ``interpolation``."""
+    return tuple(float(x) for x in tap_polynomials(interpolation).ravel())
 
 
 @njit(cache=True, inline="always")
@@ -142,7 +144,7 @@ def _position(gy, gx, c, s, cy, cx, b0, b1, H, W):
 # (gathers for the 16 taps, no branches, reductions reassociated by fastmath): 2-3x faster
 # than a loop over the image that skips zero pixels and out-of-range points.
 @njit(cache=True, fastmath=True, error_model="numpy")
-def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
+def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, m):
     """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
 
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
@@ -155,7 +157,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
         y0, x0 = np.floor(y), np.floor(x)
-        wy, wx = _weights(y - y0), _weights(x - x0)
+        wy, wx = _pw(y - y0, m), _pw(x - x0, m)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         val = wy[0] * _dot(wx, _taps(v, b)) + wy[1] * _dot(wx, _taps(v, b + Wp))
         val += wy[2] * _dot(wx, _taps(v, b + 2 * Wp)) + wy[3] * _dot(wx, _taps(v, b + 3 * Wp))
@@ -164,7 +166,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
 
 
 @njit(cache=True, fastmath=True, error_model="numpy")
-def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
+def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm, m):
     """:func:`_cost`, and its gradient / 2 in ``g (3,)`` and exact Hessian / 2 in ``Hm (3, 3)``
     (d2 = const - 2 sum_p t[p] w[p]: both only need the target's non-zero pixels)."""
     c, s = np.cos(th), np.sin(th)
@@ -176,8 +178,8 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
         y0, x0 = np.floor(y), np.floor(x)
         fy, fx = y - y0, x - x0
-        wy, dy, ddy = _weights(fy), _first(fy), _second(fy)
-        wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
+        wy, dy, ddy = _pw(fy, m), _pd(fy, m), _pdd(fy, m)
+        wx, dx, ddx = _pw(fx, m), _pd(fx, m), _pdd(fx, m)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         # rows of taps, interpolated along x with the weights and their derivatives
         r0, r1, r2, r3 = _taps(v, b), _taps(v, b + Wp), _taps(v, b + 2 * Wp), _taps(v, b + 3 * Wp)
@@ -310,20 +312,20 @@ def _workspace():
 
 @njit(cache=True, inline="always")
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
-                ws):  # fmt: skip
+                ws, m):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
     :func:`_converged`; returns the cost at the final ``p``. ``ws``: :func:`_workspace`."""
     g = ws[0, 0]
     Hm = ws[1]
-    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
+    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm, m)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop, bound, ws)  # fmt: skip
+                        kappa_stop, d2_stop, bound, ws, m)  # fmt: skip
 
 
 @njit(cache=True, inline="always")
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
-                 d2_stop, bound, ws):  # fmt: skip
+                 d2_stop, bound, ws, m):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
     are known (``p``, ``g``, ``Hm`` are updated in place; they may be ``ws[0, 0]`` and
     ``ws[1]``), also stopping where the start cannot beat ``bound`` (:func:`_converged`)."""
@@ -342,7 +344,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
         if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
-        cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
+        cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t, m)
         if cost_t < cost:
             gain = cost - cost_t
             p[0], p[1], p[2] = t0, t1, t2
@@ -388,7 +390,7 @@ def _same_start(p, c):
 @njit(cache=True, parallel=True)
 def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
             prune_kappa, margin, kappa_stop, coarse_stop, half_gap, polish, out_p,
-            out_c):  # fmt: skip
+            out_c, m_taps):  # fmt: skip
     """:func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full`` ranks and
     refines at full resolution; with ``polish`` the winner is refined again on ``exact``,
     whose target pixels are those of ``full`` and ``tail``."""
@@ -421,7 +423,7 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
                 hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2,
                                  uu2[i], vv2[j], q, coarse_iters, tol, beta, kappa_stop,
                                  coarse_stop, lowest + half_gap if prune_kappa > 0.0 else np.inf,
-                                 ws)  # fmt: skip
+                                 ws, m_taps)  # fmt: skip
                 p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
                 lowest = min(lowest, hc)
                 if not _repeats(p_c, c):  # else converged where an earlier one did: dropped
@@ -443,7 +445,8 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
             # full-resolution cost (the half-resolution one is biased by its extra smoothing),
             # with the derivatives that a refinement from here starts with
             costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
-                                    p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c])  # fmt: skip
+                                    p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c],
+                                    m_taps)  # fmt: skip
         # refine in order of cost; skip a start that cannot beat the best so far
         order = np.argsort(costs)
         best = np.inf
@@ -460,7 +463,8 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
             p = p_c[c].copy()
             cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p,
                                 costs[c], g_c[c], H_c[c], iters, tol, beta, kappa_stop,
-                                0.0, best if prune_kappa > 0.0 else np.inf, ws)  # fmt: skip
+                                0.0, best if prune_kappa > 0.0 else np.inf, ws,
+                                m_taps)  # fmt: skip
             if cost < best:
                 best = cost
                 p_best[:] = p
@@ -478,7 +482,8 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
             if refined:
                 g, Hm = ws[0, 0], ws[1]
                 cost = _cost_derivs(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest,
-                                    0.0, p_best[0], p_best[1], p_best[2], g, Hm)  # fmt: skip
+                                    0.0, p_best[0], p_best[1], p_best[2], g, Hm,
+                                    m_taps)  # fmt: skip
                 for a_ in range(3):
                     g[a_] += g_c[c_best, a_]
                     for b_ in range(3):
@@ -486,15 +491,15 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
                 ae, be = offe[i], offe[i + 1]
                 best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
                                     vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop,
-                                    0.0, np.inf, ws)  # fmt: skip
+                                    0.0, np.inf, ws, m_taps)  # fmt: skip
             else:
                 best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
-                             p_best[0], p_best[1], p_best[2])  # fmt: skip
+                             p_best[0], p_best[1], p_best[2], m_taps)  # fmt: skip
         elif best == np.inf:  # the half-resolution stage ranked it best, and it was not
             # evaluated at full resolution
             ae, be = offe[i], offe[i + 1]
             best = _cost(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i], vv[j],
-                         p_best[0], p_best[1], p_best[2])  # fmt: skip
+                         p_best[0], p_best[1], p_best[2], m_taps)  # fmt: skip
         out_p[k] = p_best
         out_c[k] = best
 
@@ -532,11 +537,13 @@ class Resolution:
     shape: np.ndarray
 
     @classmethod
-    def of(cls, U: np.ndarray, V: np.ndarray) -> Resolution:
-        """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``."""
+    def of(cls, U: np.ndarray, V: np.ndarray, interpolation: str = "keys") -> Resolution:
+        """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``, sampled by
+        ``interpolation`` (the kernels read its :func:`ia_stages.warp.spline_coefficients`)."""
         V = np.asarray(V, dtype=np.float64)
         H, W = V.shape[1:]
-        padded = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
+        Q = spline_coefficients(V, interpolation)
+        padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
         off, gy, gx, t, uu = _target_pixels(U)
         return cls(
             off,
@@ -570,6 +577,7 @@ class PairImages:
     half: Resolution | None
     search: Resolution | None = None
     tail: Resolution | None = None  # the target pixels of ``full`` that ``search`` lacks
+    interpolation: str = "keys"
 
 
 def pair_images(
@@ -577,17 +585,20 @@ def pair_images(
     V: np.ndarray,
     half: tuple[np.ndarray, np.ndarray] | None = None,
     search: np.ndarray | None = None,
+    interpolation: str = "keys",
 ) -> PairImages:
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
     :func:`ia_stages.kernels.half_resolution`) and optionally targets ``search (n_i, H, W)``
-    (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`."""
-    full = Resolution.of(U, V)
+    (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`, which interpolates the
+    moving images by ``interpolation`` ('keys' or 'bspline')."""
+    full = Resolution.of(U, V, interpolation)
     return PairImages(
         full,
-        None if half is None else Resolution.of(*half),
+        None if half is None else Resolution.of(*half, interpolation),
         None if search is None else full.with_targets(search),
         None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
+        interpolation,
     )
 
 
@@ -654,13 +665,13 @@ def search_pairs(
         np.ascontiguousarray(starts, dtype=np.float64), int(iters), float(tol),
         int(coarse_iters) if images.half is not None else 0, float(beta), float(prune_kappa),
         float(prune_margin), float(kappa_stop), float(coarse_stop), float(half_gap),
-        images.search is not None, out_p, out_c,
+        images.search is not None, out_p, out_c, taps(images.interpolation),
     )  # fmt: skip
     return out_p, out_c
 
 
 @njit(cache=True, parallel=True)
-def _warp_jacobian(V, params, out, jac):
+def _warp_jacobian(V, params, out, jac, m_taps):
     n, H, W = out.shape
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     for m in prange(n):
@@ -681,10 +692,10 @@ def _warp_jacobian(V, params, out, jac):
                     continue
                 y0 = np.floor(y)
                 x0 = np.floor(x)
-                wy = _weights(y - y0)
-                wx = _weights(x - x0)
-                dy = _first(y - y0)
-                dx = _first(x - x0)
+                wy = _pw(y - y0, m_taps)
+                wx = _pw(x - x0, m_taps)
+                dy = _pd(y - y0, m_taps)
+                dx = _pd(x - x0, m_taps)
                 iy = int(y0) + _PAD - 1
                 ix = int(x0) + _PAD - 1
                 val = 0.0
@@ -701,15 +712,18 @@ def _warp_jacobian(V, params, out, jac):
                 jac[m, 2, h, k] = vx
 
 
-def warp_with_jacobian_se2(images: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def warp_with_jacobian_se2(
+    images: np.ndarray, params: np.ndarray, interpolation: str = "keys"
+) -> tuple[np.ndarray, np.ndarray]:
     """Compiled :func:`ia_stages.warp.warp_with_jacobian` for SE(2) and numpy arrays.
 
     Returns out ``(n, H, W)`` and jac ``(n, 3, H, W)``.
     """
-    images = np.asarray(images, dtype=np.float64)
+    images = spline_coefficients(np.asarray(images, dtype=np.float64), interpolation)
     n, H, W = images.shape
     padded = np.pad(images, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
     out = np.empty((n, H, W))
     jac = np.empty((n, 3, H, W))
-    _warp_jacobian(padded, np.ascontiguousarray(params, dtype=np.float64), out, jac)
+    params = np.ascontiguousarray(params, dtype=np.float64)
+    _warp_jacobian(padded, params, out, jac, taps(interpolation))
     return out, jac
