@@ -83,7 +83,7 @@ def rendered_invariance_error(
     rng: np.random.Generator,
     pairs: int = 2,
     renderings: int = 2,
-    psf: float = 0.0,
+    psf: float = 0.5,
     supersample: int = 8,
 ) -> RenderedInvariance:
     """Change of ``kernel`` between two different letters when each is drawn at its own angle.
