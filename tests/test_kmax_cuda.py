@@ -49,6 +49,7 @@ SIMULATED = textwrap.dedent(
         (5.0, SearchSettings(coarse_iters=0, prune_kappa=0.0)),  # every start, full resolution
         (20.0, SearchSettings()),  # half resolution, pruning, floored targets
         (60.0, SearchSettings()),  # most starts ruled out early
+        (20.0, SearchSettings(interpolation="keys")),  # the other taps, on the raw pixels
     ):
         cpu = search_pairs(
             _pair_layout(U, U, 1.0, s), ii, jj, starts, beta, _policy(s), s.coarse_iters
@@ -56,11 +57,14 @@ SIMULATED = textwrap.dedent(
         # the GPU layout (float32 moving images, not packed); numpy arrays are the
         # simulator's device arrays
         half = _half_resolution_pair(U, U, 1.0, s)
-        gpu_images = pair_images(U, U, half, _search_targets(U, s), packed=False)
+        gpu_images = pair_images(
+            U, U, half, _search_targets(U, s), packed=False, interpolation=s.interpolation
+        )
         gpu = search_pairs_cuda(gpu_images, ii, jj, starts, beta, _policy(s), s.coarse_iters)
         out.append(
             {
                 "beta": beta,
+                "interpolation": s.interpolation,
                 "cost": float(np.abs(cpu[1] - gpu[1]).max()),
                 "params": float(np.abs(cpu[0] - gpu[0]).max()),
                 "spread": float(np.ptp(cpu[1])),
@@ -96,13 +100,14 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
-    """Same pixels (float32 moving images), same float64 sums: the CUDA build reports the
-    CPU build's costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
+    """Same pixels (float32 moving images, or their float32 B-spline coefficients), same
+    float64 sums, the same taps (both interpolations): the CUDA build reports the CPU build's
+    costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
     the CUDA peak picking the CPU's peaks and centres."""
     proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 4
+    assert len(results) == 5
     peaks = results.pop()
     assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
     for r in results:
@@ -128,8 +133,8 @@ PTX = textwrap.dedent(
     res = [a(i64, 1), a(f64, 1), a(f64, 1), a(f64, 1), a(nt.float32, 2), a(f64, 1), a(f64, 1),
            a(i64, 1)]
     sig = (a(i64, 1), a(i64, 1), a(f64, 3), *res * 4, i64, f64, i64, *[f64] * 11, nt.boolean,
-           a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3), a(i64, 2), a(f64, 4),
-           a(f64, 2), a(f64, 1))
+           nt.UniTuple(f64, 16), a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3),
+           a(i64, 2), a(f64, 4), a(f64, 2), a(f64, 1))
     ptx, _ = cuda.compile_ptx(_kernel().py_func, sig, cc=(9, 0))
     peaks_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(f64, 2), a(f64, 2),
                  a(i64, 2), a(f64, 2), a(i64, 2))

@@ -24,10 +24,11 @@ from ia_stages.kmax.refine import (
 )
 from ia_stages.store import config_hash
 from ia_stages.warp import warp
-from ia_stages.warp_kernel import _PAD
+from ia_stages.warp_kernel import _PAD, taps
 
 # the refinement's tolerances, each with a value that moves kappa^max on a few digit pairs
-# (same_angle only where same_shift also lets candidates merge)
+# (same_angle only where same_shift also lets candidates merge; same_shift alone moves it on
+# these digits with Keys taps, not with the default B-spline ones)
 CHANGED = {
     "refine_tol": {"refine_tol": 0.1},
     "kappa_stop_fraction": {"kappa_stop_fraction": 1e4},
@@ -35,7 +36,7 @@ CHANGED = {
     "half_floor": {"half_floor": 0.5},
     "half_gap": {"half_gap": 0.0},
     "full_floor": {"full_floor": 0.5},
-    "same_shift": {"same_shift": 100.0},
+    "same_shift": {"same_shift": 100.0, "interpolation": "keys"},
     "same_angle": {"same_shift": 100.0, "same_angle": 3.2},
     "lam0": {"lam0": 10.0},
     "lam_reject": {"lam_reject": 100.0},
@@ -59,7 +60,10 @@ def test_every_search_setting_is_a_config_key_with_the_same_default(schema_path)
                                                                "refine_iters"}  # fmt: skip
 
 
-@pytest.mark.parametrize("key", sorted({k for v in CHANGED.values() for k in v} | {"abandon"}))
+TOLERANCES = sorted({k for v in CHANGED.values() for k in v} - {"interpolation"} | {"abandon"})
+
+
+@pytest.mark.parametrize("key", TOLERANCES)
 def test_a_changed_tolerance_changes_the_config_hash_and_the_settings(
     default_config, schema_path, key
 ):
@@ -86,15 +90,38 @@ def digits():
     return np.pad(X[rng.choice(len(X), 8, replace=False)], ((0, 0), (6, 6), (6, 6))).astype(float)
 
 
+def test_the_interpolation_is_a_config_key_that_changes_the_config_hash(
+    default_config, schema_path
+):
+    cfg = validate_config(copy.deepcopy(default_config), schema_path)
+    dataset = next(iter(cfg["datasets"]))
+    before = stage_settings(cfg, "kmax", dataset)
+    changed = copy.deepcopy(default_config)
+    changed.setdefault("ia", {}).setdefault("search", {})["interpolation"] = "keys"
+    after = stage_settings(validate_config(changed, schema_path), "kmax", dataset)
+    assert before["search"]["interpolation"] == "bspline"
+    assert config_hash(after) != config_hash(before)
+    assert SearchSettings(**after["search"]).interpolation == "keys"
+
+
 @pytest.fixture(scope="module")
 def reference(digits):
-    return kappa_max(digits, beta=20.0, sigma=1.0)
+    return {
+        name: kappa_max(digits, beta=20.0, sigma=1.0, settings=SearchSettings(interpolation=name))
+        for name in ("bspline", "keys")
+    }
 
 
 @pytest.mark.parametrize("name", list(CHANGED))
 def test_a_changed_tolerance_changes_kappa_max(digits, reference, name):
-    got = kappa_max(digits, beta=20.0, sigma=1.0, settings=SearchSettings(**CHANGED[name]))
-    assert np.abs(got.sqdist - reference.sqdist).max() > 1e-6
+    settings = SearchSettings(**CHANGED[name])
+    got = kappa_max(digits, beta=20.0, sigma=1.0, settings=settings)
+    assert np.abs(got.sqdist - reference[settings.interpolation].sqdist).max() > 1e-6
+
+
+def test_the_interpolation_changes_kappa_max(reference):
+    diff = np.abs(reference["bspline"].sqdist - reference["keys"].sqdist)
+    assert diff.max() > 1e-4
 
 
 def test_abandon_decides_where_a_start_that_cannot_beat_the_bound_stops():
@@ -109,14 +136,15 @@ def test_abandon_decides_where_a_start_that_cannot_beat_the_bound_stops():
     R = pair_images(u, v).full
     H, W = R.shape
     pixels = (R.gy, R.gx, R.t, R.V[0], W + 2 * _PAD, H, W, R.uu[0], R.vv[0])
-    start_cost = _cost(*pixels, *start)
+    keys = taps("keys")  # pair_images' default
+    start_cost = _cost(*pixels, *start, keys)
     ends = {}
     for abandon in (4.0, 1e12):
         p = start.copy()
         g, Hm = np.empty(3), np.empty((3, 3))
-        cost = _cost_derivs(*pixels, *p, g, Hm)
+        cost = _cost_derivs(*pixels, *p, g, Hm, keys)
         lm = RefinePolicy(abandon=abandon).lm()
         ends[abandon] = _refine_from(*pixels, p, cost, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0, -1.0,
-                                     lm, _workspace())  # fmt: skip
+                                     lm, _workspace(), keys)  # fmt: skip
     assert ends[4.0] == pytest.approx(start_cost, abs=1e-12)
     assert ends[1e12] < start_cost - 0.01

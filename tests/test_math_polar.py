@@ -31,7 +31,7 @@ from ia_stages.kmax.refine import (
 )
 from ia_stages.kmax.scan_kernel import pair_peaks
 from ia_stages.warp import warp
-from ia_stages.warp_kernel import _PAD
+from ia_stages.warp_kernel import _PAD, taps
 
 SIZE = 40
 
@@ -162,23 +162,28 @@ def test_damping_lift_makes_an_indefinite_newton_model_definite():
             assert lam == 1e-3  # a definite model keeps its damping
 
 
-def test_compiled_cost_gradient_and_hessian_match_the_array_code():
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_compiled_cost_gradient_and_hessian_match_the_array_code(interpolation):
     X = _shapes(2, seed=1)
-    side = Resolution.of(X[:1], X[1:])
+    side = Resolution.of(X[:1], X[1:], interpolation=interpolation)
     _, gy, gx, t, V, uu, vv, (H, W) = side.arrays()
+    m = taps(interpolation)
     args = (gy, gx, t, V[0], W + 2 * _PAD, H, W, uu[0], vv[0])
     g, Hm = np.empty(3), np.empty((3, 3))
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
-    # the kernels read the moving image's pixels rounded to float32 (kmax.refine.packed), two
-    # per load, and sum in float64: exactly the array code on that rounded image
+    # the kernels read what the taps weigh (Keys: the pixels; B-spline: their coefficients)
+    # rounded to float32 (kmax.refine._packed), two per load, and sum in float64: for Keys
+    # exactly the array code on that rounded image
     rounded = X[1:].astype(np.float32).astype(np.float64)
+    kw = {"objective": "correlation", "interpolation": interpolation}
     for p in rng.uniform([-3, -9, -9], [3, 9, 9], (6, 3)):
-        cost = _cost_derivs(*args, *p, g, Hm)
-        ref = pair_cost(X[:1], rounded, p[None], objective="correlation")[0]
-        assert cost == pytest.approx(ref, abs=1e-12)
-        assert _cost(*args, *p) == pytest.approx(ref, abs=1e-12)
-        exact = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
+        cost = _cost_derivs(*args, *p, g, Hm, m)
+        assert _cost(*args, *p, m) == pytest.approx(cost, abs=1e-12)
+        if interpolation == "keys":
+            ref = pair_cost(X[:1], rounded, p[None], **kw)[0]
+            assert cost == pytest.approx(ref, abs=1e-12)
+        exact = pair_cost(X[:1], X[1:], p[None], **kw)[0]
         assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # kmax.refine's promise
         assert cost != exact
         # gradient / 2 and Hessian / 2 against central differences of the cost
@@ -189,9 +194,9 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
         for k in range(3):
             e = np.zeros(3)
             e[k] = h
-            cp = _cost_derivs(*args, *(p + e), g2, H2)
+            cp = _cost_derivs(*args, *(p + e), g2, H2, m)
             gp = g2.copy()
-            cm = _cost_derivs(*args, *(p - e), g2, H2)
+            cm = _cost_derivs(*args, *(p - e), g2, H2, m)
             gm = g2.copy()
             fd_g[k] = (cp - cm) / (4 * h)
             fd_H[:, k] = (gp - gm) / (2 * h)
@@ -219,7 +224,7 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
     base = _shapes(4, seed=7)
     truth = SE2().sample(rng, 4, (-180, 180), (3, 3))
     moved = warp(base, truth)
-    res = kappa_max(base, moved, beta=1.0)
+    res = kappa_max(base, moved, beta=1.0, sigma=0.0)
     # V[j] o tau ~ U[i] with V = base o s: tau = s^-1
     tau = np.stack([res.params[k, k] for k in range(4)])
     err = np.rad2deg(np.abs(np.angle(np.exp(1j * (tau[:, 0] - SE2().inverse(truth)[:, 0])))))
@@ -229,23 +234,25 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
 
 def test_polar_and_grid_scans_agree_on_the_kernel():
     X = _shapes(8, seed=4)
-    polar = kappa_max(X, beta=5.0)
-    grid = kappa_max(X, beta=5.0, settings=SearchSettings(method="grid"))
+    polar = kappa_max(X, beta=5.0, sigma=0.0)
+    grid = kappa_max(X, beta=5.0, sigma=0.0, settings=SearchSettings(method="grid"))
     np.testing.assert_allclose(polar.value, grid.value, atol=1e-6)
 
 
 def test_a_memory_budget_too_small_for_one_row_is_refused():
     X = _shapes(4)
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(memory_mb=0.01))
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(method="grid", memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(method="grid", memory_mb=0.01))
 
 
 def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
     X = _shapes(12, seed=9)
-    big = kappa_max(X, beta=2.0)
-    small = kappa_max(X, beta=2.0, settings=SearchSettings(memory_mb=3.0))  # 4 chunks of rows
+    big = kappa_max(X, beta=2.0, sigma=0.0)
+    small = kappa_max(
+        X, beta=2.0, sigma=0.0, settings=SearchSettings(memory_mb=3.0)
+    )  # 4 chunks of rows
     np.testing.assert_allclose(big.value, small.value, rtol=0, atol=1e-12)
 
 
@@ -255,9 +262,12 @@ def test_unknown_search_method_is_refused():
 
 
 @pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
-def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(beta):
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(beta, interpolation):
     """With and without the half-resolution stage, every pair's reported cost is the
-    correlation-form d2 on all pixels at its reported transform, and no start is lower."""
+    correlation-form d2 on all pixels at its reported transform (under the search's
+    interpolation), and no start is lower. Keys reads the float32-exact pixels; B-spline
+    reads coefficients rounded to float32."""
     from ia_stages.kmax.search import _pair_layout, _refine_candidates
 
     X = _single(_shapes(8, seed=11))
@@ -268,16 +278,19 @@ def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(bet
     )
     starts = np.concatenate([starts, starts[:, :1]], 1)  # as the scan repeats its best peak
     for coarse in (0, 10):  # ordered by the starts' own cost / by the half-resolution stage
-        s = SearchSettings(coarse_iters=coarse)
+        s = SearchSettings(coarse_iters=coarse, interpolation=interpolation)
         images = _pair_layout(X, X, 1.5, s)
         assert (images.half is None) == (coarse == 0)
+        assert images.interpolation == interpolation
         p, c = _refine_candidates(images, ii, jj, starts, s, beta)
-        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p), c, atol=1e-9)
+        kw = {"interpolation": interpolation}
+        tol = 1e-9 if interpolation == "keys" else 1e-6
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p, **kw), c, atol=tol)
         # and no higher than the best start's own cost
         start_cost = pair_cost(
-            np.repeat(X[ii], 3, 0), np.repeat(X[jj], 3, 0), starts.reshape(-1, 3)
+            np.repeat(X[ii], 3, 0), np.repeat(X[jj], 3, 0), starts.reshape(-1, 3), **kw
         )
-        assert (c <= start_cost.reshape(-1, 3).min(1) + 1e-9).all()
+        assert (c <= start_cost.reshape(-1, 3).min(1) + tol).all()
 
 
 def test_half_resolution_keeps_angles_and_halves_translations():
@@ -301,17 +314,18 @@ def test_half_resolution_keeps_angles_and_halves_translations():
         half_resolution(X[:, 1:])
 
 
-def test_compiled_warp_with_jacobian_equals_the_array_code():
-    from ia_stages.warp import centred_grid, interpolate, sampling_field
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_compiled_warp_with_jacobian_equals_the_array_code(interpolation):
+    from ia_stages.warp import centred_grid, interpolate, sampling_field, spline_coefficients
     from ia_stages.warp_kernel import warp_with_jacobian_se2
 
     rng = np.random.default_rng(0)
     X = rng.random((6, 20, 24))
     p = SE2().sample(rng, 6, (-180, 180), (15, 15))  # some points far off the canvas
-    out, jac = warp_with_jacobian_se2(X, p)
+    out, jac = warp_with_jacobian_se2(spline_coefficients(X, interpolation), p, interpolation)
     g = SE2()
     field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
-    ref, grad = interpolate(X, field, with_gradient=True)
+    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
     dA, db = g.jacobian(p)
     dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
     np.testing.assert_allclose(out, ref, atol=1e-12)
@@ -453,7 +467,9 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     assert K._search_targets(Un, SearchSettings(prune_kappa=0.0)) is None
     got = kappa_max(digits, beta=20.0, sigma=2.0)
     ii, jj = np.triu_indices(24, 1)
-    on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
+    on_all = pair_cost(
+        Un[ii], Un[jj], got.params[ii, jj], SE2(), "correlation", SearchSettings().interpolation
+    )
     np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-7)  # float32 moving images
     every = SearchSettings(full_floor=0.0)  # every pixel kept: the plain search
     assert np.count_nonzero(K._search_targets(Un, every)) == np.count_nonzero(Un)
@@ -481,11 +497,12 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
         for bound in (-1.0, np.inf, None):
             p = start[k].copy()
             g, Hm = np.empty(3), np.empty((3, 3))
-            c_start = _cost_derivs(*pixels, *p, g, Hm)
+            c_start = _cost_derivs(*pixels, *p, g, Hm, taps("keys"))
             if bound is None:  # reachable: the start's own cost
                 bound = c_start
             ends[bound] = _refine_from(*pixels, p, c_start, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0,
-                                       bound, RefinePolicy().lm(), _workspace())  # fmt: skip
+                                       bound, RefinePolicy().lm(), _workspace(),
+                                       taps("keys"))  # fmt: skip
         assert ends[-1.0] == pytest.approx(c_start, abs=1e-12)
         assert ends[np.inf] < c_start - 0.01
         assert ends[c_start] == pytest.approx(ends[np.inf], abs=1e-12)

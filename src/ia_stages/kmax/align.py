@@ -33,10 +33,16 @@ def _sumsq(a: Any) -> Any:
 
 
 def pair_cost(
-    target: Any, moving: Any, params: Any, group: SE2 = SE2(), objective: str = "correlation"
+    target: Any,
+    moving: Any,
+    params: Any,
+    group: SE2 = SE2(),
+    objective: str = "correlation",
+    interpolation: str = "keys",
 ) -> Any:
-    """The alignment objective for every pair, shape ``(m,)``."""
-    w = warp(moving, params, group)
+    """The alignment objective for every pair, shape ``(m,)`` (``moving`` warped by
+    ``interpolation``, :func:`ia_stages.warp.warp`)."""
+    w = warp(moving, params, group, interpolation)
     return _cost(target, moving, w, objective)
 
 
@@ -48,12 +54,12 @@ def _cost(target: Any, moving: Any, w: Any, objective: str) -> Any:
     return xp.maximum(_sumsq(target) + _sumsq(moving) - 2 * cross, 0.0)
 
 
-def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str):
+def _terms(target: Any, moving: Any, params: Any, group: SE2, objective: str, interpolation: str):
     """Cost ``(m,)``, gradient / 2 ``(m, k)`` and the Gauss-Newton matrix J^T J ``(m, k, k)``."""
     xp = array_module(target, moving)
     m, k = params.shape
     tgt = target.reshape(m, -1)
-    w, J = warp_with_jacobian(moving, params, group)
+    w, J = warp_with_jacobian(moving, params, group, interpolation)
     cost = _cost(target, moving, w, objective)
     J = J.reshape(m, k, -1)
     # gradient / 2 of either objective: J^T (w - target), or -J^T target for correlation
@@ -71,6 +77,7 @@ def refine_alignment(
     objective: str = "least-squares",
     lam0: float = 1e-3,
     lam_reject: float = 0.3,
+    interpolation: str = "keys",
 ) -> tuple[Any, Any]:
     """Levenberg-Marquardt descent of the alignment objective from ``params``.
 
@@ -84,6 +91,7 @@ def refine_alignment(
     objective : 'least-squares' or 'correlation' (see the module docstring)
     lam0 : initial damping, relative to the diagonal of J^T J
     lam_reject : after a rejected step the damping rises 5x, and to at least this
+    interpolation : how ``moving`` is warped, 'keys' or 'bspline' (:func:`ia_stages.warp.warp`)
 
     Returns
     -------
@@ -97,7 +105,7 @@ def refine_alignment(
     m, k = params.shape
     lam = xp.full(m, lam0)
     active = xp.arange(m)
-    cost, g, H = _terms(target, moving, params, group, objective)
+    cost, g, H = _terms(target, moving, params, group, objective, interpolation)
     eye = xp.eye(k)
     for _ in range(iters):
         if active.size == 0:
@@ -106,7 +114,9 @@ def refine_alignment(
         damp = lam[active, None, None] * diag * eye
         step = -xp.linalg.solve(H + damp, g[..., None])[..., 0]
         trial = params[active] + step
-        cost_t, g_t, H_t = _terms(target[active], moving[active], trial, group, objective)
+        cost_t, g_t, H_t = _terms(
+            target[active], moving[active], trial, group, objective, interpolation
+        )
         better = cost_t < cost[active]
         gain = cost[active] - cost_t
         idx = active[better]

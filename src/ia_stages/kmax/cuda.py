@@ -45,10 +45,11 @@ def _floor_f64(x):
 
 
 def _sources() -> dict:
-    """Name -> CPU dispatcher of every function of the one source: the search, the Keys taps
-    and the scan's peak picking."""
-    keys = {name: getattr(warp_kernel, name) for name in ("_weights", "_first", "_second")}
-    return {**keys, **refine.SHARED, "_peaks_of_pair": scan_kernel._peaks_of_pair}
+    """Name -> CPU dispatcher of every function of the one source: the search, the tap
+    polynomials' evaluation (:data:`ia_stages.warp_kernel.TAPS`, any interpolation) and the
+    scan's peak picking."""
+    tap_functions = {name: getattr(warp_kernel, name) for name in ("_pw", "_pd", "_pdd")}
+    return {**tap_functions, **refine.SHARED, "_peaks_of_pair": scan_kernel._peaks_of_pair}
 
 
 @cache
@@ -79,7 +80,7 @@ def _kernel() -> Any:
                       s6, s7, t0, t1, t2, t3, t4, t5, t6, t7, h0, h1, h2, h3, h4, h5, h6, h7,
                       iters, tol, coarse_iters, beta, prune_kappa, margin, kappa_stop,
                       coarse_stop, half_gap, same_angle, same_shift, lam0, lam_reject, abandon,
-                      polish, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
+                      polish, m_taps, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
                       out_c):  # fmt: skip
         k = cuda.grid(1)
         if k < starts.shape[0]:
@@ -87,7 +88,7 @@ def _kernel() -> Any:
                         (s0, s1, s2, s3, s4, s5, s6, s7), (t0, t1, t2, t3, t4, t5, t6, t7),
                         (h0, h1, h2, h3, h4, h5, h6, h7), iters, tol, coarse_iters, beta,
                         prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
-                        same_shift, (lam0, lam_reject, abandon), polish, costs[k],
+                        same_shift, (lam0, lam_reject, abandon), polish, m_taps, costs[k],
                         half_costs[k], g_c[k], H_c[k], p_c[k], order[k], ws[k], out_p,
                         out_c)  # fmt: skip
 
@@ -175,6 +176,6 @@ def search_pairs_cuda(
         float(policy.tol), coarse, float(beta), float(policy.prune_kappa),
         float(policy.prune_margin), float(policy.kappa_stop), float(policy.coarse_stop),
         float(policy.half_gap), float(policy.same_angle), float(policy.same_shift),
-        *policy.lm(), images.search is not None, *scratch, out_p, out_c,
+        *policy.lm(), images.search is not None, images.taps(), *scratch, out_p, out_c,
     )  # fmt: skip
     return out_p, out_c

@@ -6,12 +6,13 @@ The objective is d2(tau) = ||u||^2 + ||v||^2 - 2 <u, v o tau> (the correlation f
 :func:`ia_stages.kmax.align.pair_cost`), with Newton steps on its exact Hessian: J^T J is a
 poor model of the correlation objective when u and v differ, and Gauss-Newton then needs ~15
 steps per pair where Newton needs ~5. One pass over the target's non-zero pixels computes the
-Keys-interpolated warp with its first and second derivatives, the cost, gradient and Hessian,
-without storing any image-sized array. On the CPU, pairs run in parallel over numba's threads
-and the moving images are read as float32, two pixels per load (:func:`_packed`): the loop is
-bound by its gathered loads. The CUDA kernels read the same float32 pixels one by one. The
-sums stay float64; the float32 rounding of the moving images (relative 6e-8 per pixel) moves
-d2 far below the search's tolerances.
+interpolated warp (B-spline or Keys taps, :data:`ia_stages.warp_kernel.TAPS`, on the moving
+image's prefiltered coefficients) with its first and second derivatives, the cost, gradient and
+Hessian, without storing any image-sized array. On the CPU, pairs run in parallel over numba's
+threads and the moving images (what the taps weigh) are read as float32, two values per load
+(:func:`_packed`): the loop is bound by its gathered loads. The CUDA kernels read the same
+float32 values one by one. The sums stay float64; the float32 rounding of the moving images
+(relative 6e-8 per value) moves d2 far below the search's tolerances.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from ..warp_kernel import _PAD, _first, _second, _weights
+from ..warp import spline_coefficients
+from ..warp_kernel import _PAD, _pd, _pdd, _pw, taps
 from .align import _sumsq
 
 # The one source of the per-pair search: the functions decorated with ``_shared`` below are
@@ -118,12 +120,14 @@ def _position(gy, gx, c, s, cy, cx, b0, b1, H, W):
 # (gathers for the 16 taps, no branches, reductions reassociated by fastmath): 2-3x faster
 # than a loop over the image that skips zero pixels and out-of-range points.
 @_shared(fastmath=True, error_model="numpy")
-def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
+def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, m):
     """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
 
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
     (:class:`Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
-    :func:`_packed`, row length ``Wp``; ``H, W``: the unpadded image shape.
+    :func:`_packed`, row length ``Wp``; ``H, W``: the unpadded image shape; ``m``: the
+    interpolation's 16 tap coefficients (:func:`ia_stages.warp_kernel.taps`), ``v`` holding
+    what its taps weigh (:func:`ia_stages.warp.spline_coefficients`).
     """
     c, s = math.cos(th), math.sin(th)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
@@ -131,7 +135,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
     for n in range(t.size):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
         y0, x0 = _floor(y), _floor(x)
-        wy, wx = _weights(y - y0), _weights(x - x0)
+        wy, wx = _pw(y - y0, m), _pw(x - x0, m)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         val = wy[0] * _dot(wx, _taps(v, b)) + wy[1] * _dot(wx, _taps(v, b + Wp))
         val += wy[2] * _dot(wx, _taps(v, b + 2 * Wp)) + wy[3] * _dot(wx, _taps(v, b + 3 * Wp))
@@ -140,7 +144,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1):
 
 
 @_shared(fastmath=True, error_model="numpy")
-def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
+def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm, m):
     """:func:`_cost`, and its gradient / 2 in ``g (3,)`` and exact Hessian / 2 in ``Hm (3, 3)``
     (d2 = const - 2 sum_p t[p] w[p]: both only need the target's non-zero pixels)."""
     c, s = math.cos(th), math.sin(th)
@@ -152,8 +156,8 @@ def _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, g, Hm):
         y, x, ok = _position(gy[n], gx[n], c, s, cy, cx, b0, b1, H, W)
         y0, x0 = _floor(y), _floor(x)
         fy, fx = y - y0, x - x0
-        wy, dy, ddy = _weights(fy), _first(fy), _second(fy)
-        wx, dx, ddx = _weights(fx), _first(fx), _second(fx)
+        wy, dy, ddy = _pw(fy, m), _pd(fy, m), _pdd(fy, m)
+        wx, dx, ddx = _pw(fx, m), _pd(fx, m), _pdd(fx, m)
         b = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
         # rows of taps, interpolated along x with the weights and their derivatives
         r0, r1, r2, r3 = _taps(v, b), _taps(v, b + Wp), _taps(v, b + 2 * Wp), _taps(v, b + 3 * Wp)
@@ -287,21 +291,22 @@ def _workspace():
 
 @_shared(inline="always")
 def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop, d2_stop, bound,
-                lm, ws):  # fmt: skip
+                lm, ws, m):  # fmt: skip
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
     :func:`_converged`; returns the cost at the final ``p``. ``lm``: (lam0, lam_reject,
-    abandon) as in :class:`RefinePolicy`; ``ws``: :func:`_workspace`."""
+    abandon) as in :class:`RefinePolicy`; ``ws``: :func:`_workspace`; ``m``: the tap
+    coefficients (:func:`_cost`)."""
     g = ws[0, 0]
     Hm = ws[1]
-    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm)
+    cost = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, p[0], p[1], p[2], g, Hm, m)
     return _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta,
-                        kappa_stop, d2_stop, bound, lm, ws)  # fmt: skip
+                        kappa_stop, d2_stop, bound, lm, ws, m)  # fmt: skip
 
 
 @_shared(inline="always")
 def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, beta, kappa_stop,
-                 d2_stop, bound, lm, ws):  # fmt: skip
+                 d2_stop, bound, lm, ws, m):  # fmt: skip
     """:func:`_refine_one` from ``p`` whose cost, gradient / 2 ``g`` and Hessian / 2 ``Hm``
     are known (``p``, ``g``, ``Hm`` are updated in place; they may be ``ws[0, 0]`` and
     ``ws[1]``), also stopping where the start cannot beat ``bound`` (:func:`_converged`)."""
@@ -321,7 +326,7 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
         if _converged(g, Hm, cost, beta, kappa_stop, d2_stop, bound, abandon, ws):
             break
         t0, t1, t2 = p[0] + step[0], p[1] + step[1], p[2] + step[2]
-        cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t)
+        cost_t = _cost_derivs(gy, gx, t, v, Wp, H, W, uu, vv, t0, t1, t2, g_t, H_t, m)
         if cost_t < cost:
             gain = cost - cost_t
             p[0], p[1], p[2] = t0, t1, t2
@@ -384,11 +389,12 @@ def _argsort_small(x, order):
 @_shared()
 def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
                  prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift,
-                 lm, polish, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
+                 lm, polish, m_taps, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
                  out_c):  # fmt: skip
     """Pair ``k`` of :func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full``
     ranks and refines at full resolution; with ``polish`` the winner is refined again on
-    ``exact``, whose target pixels are those of ``full`` and ``tail``. Scratch, all
+    ``exact``, whose target pixels are those of ``full`` and ``tail``; ``m_taps``: the
+    interpolation's tap coefficients (:func:`_cost`). Scratch, all
     overwritten: ``costs, half_costs, order (n_c,)``, ``g_c, p_c (n_c, 3)``,
     ``H_c (n_c, 3, 3)``, ``ws`` (:func:`_workspace`)."""
     off, gy, gx, t, V, uu, vv, shape = full
@@ -418,7 +424,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
             hc = _refine_one(gy2[a2:b2], gx2[a2:b2], t2[a2:b2], V2[j], Wp2, H2, W2, uu2[i],
                              vv2[j], q, coarse_iters, tol, beta, kappa_stop, coarse_stop,
                              lowest + half_gap if prune_kappa > 0.0 else math.inf, lm,
-                             ws)  # fmt: skip
+                             ws, m_taps)  # fmt: skip
             p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
             lowest = min(lowest, hc)
             # else it converged where an earlier one did: dropped
@@ -443,7 +449,8 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
         # full-resolution cost (the half-resolution one is biased by its extra smoothing), with
         # the derivatives that a refinement from here starts with
         costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
-                                p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c])  # fmt: skip
+                                p_c[c, 0], p_c[c, 1], p_c[c, 2], g_c[c], H_c[c],
+                                m_taps)  # fmt: skip
     _argsort_small(costs, order)
     # refine in order of cost; skip a start that cannot beat the best so far
     best = math.inf
@@ -463,7 +470,8 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
             p[d] = p_c[c, d]
         cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p, costs[c],
                             g_c[c], H_c[c], iters, tol, beta, kappa_stop, 0.0,
-                            best if prune_kappa > 0.0 else math.inf, lm, ws)  # fmt: skip
+                            best if prune_kappa > 0.0 else math.inf, lm, ws,
+                            m_taps)  # fmt: skip
         if cost < best:
             best = cost
             for d in range(3):
@@ -489,7 +497,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
         if refined:
             g, Hm = ws[0, 0], ws[1]
             cost = _cost_derivs(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
-                                p_best[0], p_best[1], p_best[2], g, Hm)  # fmt: skip
+                                p_best[0], p_best[1], p_best[2], g, Hm, m_taps)  # fmt: skip
             for a_ in range(3):
                 g[a_] += g_c[c_best, a_]
                 for b_ in range(3):
@@ -497,15 +505,15 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
             ae, be = offe[i], offe[i + 1]
             best = _refine_from(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i],
                                 vv[j], p_best, cost, g, Hm, iters, tol, beta, kappa_stop, 0.0,
-                                math.inf, lm, ws)  # fmt: skip
+                                math.inf, lm, ws, m_taps)  # fmt: skip
         else:
             best = _cost(gyt[at:bt], gxt[at:bt], tt[at:bt], V[j], Wp, H, W, rest, 0.0,
-                         p_best[0], p_best[1], p_best[2])  # fmt: skip
+                         p_best[0], p_best[1], p_best[2], m_taps)  # fmt: skip
     elif best == math.inf:  # the half-resolution stage ranked it best, and it was not
         # evaluated at full resolution
         ae, be = offe[i], offe[i + 1]
         best = _cost(gye[ae:be], gxe[ae:be], te[ae:be], V[j], Wp, H, W, uue[i], vv[j],
-                     p_best[0], p_best[1], p_best[2])  # fmt: skip
+                     p_best[0], p_best[1], p_best[2], m_taps)  # fmt: skip
     for d in range(3):
         out_p[k, d] = p_best[d]
     out_c[k] = best
@@ -514,16 +522,16 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
 @njit(cache=True, parallel=True)
 def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
             prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lm,
-            polish, out_p, out_c):  # fmt: skip
+            polish, m_taps, out_p, out_c):  # fmt: skip
     """The CPU driver of :func:`_search_pair`: pairs in parallel over numba's threads, each
     with its own scratch."""
     n_c = starts.shape[1]
     for k in prange(starts.shape[0]):
         _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
                      prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
-                     same_shift, lm, polish, np.empty(n_c), np.empty(n_c), np.empty((n_c, 3)),
-                     np.empty((n_c, 3, 3)), np.empty((n_c, 3)), np.empty(n_c, np.int64),
-                     _workspace(), out_p, out_c)  # fmt: skip
+                     same_shift, lm, polish, m_taps, np.empty(n_c), np.empty(n_c),
+                     np.empty((n_c, 3)), np.empty((n_c, 3, 3)), np.empty((n_c, 3)),
+                     np.empty(n_c, np.int64), _workspace(), out_p, out_c)  # fmt: skip
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -542,9 +550,11 @@ class Resolution:
 
     off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
     gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
-    V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` moving images, zero-padded, flattened and
+    V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` what the interpolation's taps weigh for the
+        moving images (:func:`ia_stages.warp.spline_coefficients`: the images for 'keys',
+        their B-spline coefficients for 'bspline'), zero-padded, flattened and
         :func:`_packed` (the CPU kernels), or float32 (``packed=False``: the CUDA kernels);
-        the same float32 pixels either way
+        the same float32 values either way
     uu, vv : squared norms of the targets and of the moving images (rounded to float32, as
         ``V`` stores them)
     shape : ``(H, W)`` of the unpadded images
@@ -560,11 +570,16 @@ class Resolution:
     shape: np.ndarray
 
     @classmethod
-    def of(cls, U: np.ndarray, V: np.ndarray, packed: bool = True) -> Resolution:
-        """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``."""
+    def of(
+        cls, U: np.ndarray, V: np.ndarray, packed: bool = True, interpolation: str = "keys"
+    ) -> Resolution:
+        """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``, sampled by
+        ``interpolation``: its prefilter (:func:`ia_stages.warp.spline_coefficients`) runs
+        here, once per moving image, for the CPU and the CUDA kernels alike."""
         V = np.asarray(V, dtype=np.float64)
         H, W = V.shape[1:]
-        padded = np.pad(V, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
+        Q = spline_coefficients(V, interpolation)
+        padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
         off, gy, gx, t, uu = _target_pixels(U)
         return cls(
             off,
@@ -638,16 +653,24 @@ class RefinePolicy:
 class PairImages:
     """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
     pairs, optionally their half-resolution versions, and optionally the full-resolution
-    pairs with fewer target pixels (``search``) that rank and refine in their place."""
+    pairs with fewer target pixels (``search``) that rank and refine in their place, all
+    sampled by ``interpolation`` ('keys' or 'bspline', :data:`ia_stages.warp_kernel.TAPS`)."""
 
     full: Resolution
     half: Resolution | None
     search: Resolution | None = None
     tail: Resolution | None = None  # the target pixels of ``full`` that ``search`` lacks
+    interpolation: str = "keys"
 
     def to(self, xp: Any) -> PairImages:
         """The same images as ``xp`` arrays (e.g. cupy: on the GPU)."""
-        return PairImages(*(None if r is None else r.to(xp) for r in self.resolutions()))
+        return PairImages(
+            *(None if r is None else r.to(xp) for r in self.resolutions()), self.interpolation
+        )
+
+    def taps(self) -> tuple:
+        """The interpolation's 16 tap coefficients, as the kernels take them."""
+        return taps(self.interpolation)
 
     def resolutions(self) -> tuple[Resolution, Resolution, Resolution, Resolution]:
         """(exact, search, tail, half) as the kernels read them: ``full`` where one is
@@ -667,18 +690,21 @@ def pair_images(
     half: tuple[np.ndarray, np.ndarray] | None = None,
     search: np.ndarray | None = None,
     packed: bool = True,
+    interpolation: str = "keys",
 ) -> PairImages:
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
     :func:`ia_stages.kernels.half_resolution`) and optionally targets ``search (n_i, H, W)``
     (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`; ``packed=False``: for
-    :func:`ia_stages.kmax.cuda.search_pairs_cuda` (after :meth:`PairImages.to`)."""
-    full = Resolution.of(U, V, packed)
+    :func:`ia_stages.kmax.cuda.search_pairs_cuda` (after :meth:`PairImages.to`). The moving
+    images are sampled by ``interpolation`` ('keys' or 'bspline')."""
+    full = Resolution.of(U, V, packed, interpolation)
     return PairImages(
         full,
-        None if half is None else Resolution.of(*half, packed),
+        None if half is None else Resolution.of(*half, packed, interpolation),
         None if search is None else full.with_targets(search),
         None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
+        interpolation,
     )
 
 
@@ -726,6 +752,7 @@ def search_pairs(
         int(coarse_iters) if images.half is not None else 0, float(beta),
         float(policy.prune_kappa), float(policy.prune_margin), float(policy.kappa_stop),
         float(policy.coarse_stop), float(policy.half_gap), float(policy.same_angle),
-        float(policy.same_shift), policy.lm(), images.search is not None, out_p, out_c,
+        float(policy.same_shift), policy.lm(), images.search is not None, images.taps(), out_p,
+        out_c,
     )  # fmt: skip
     return out_p, out_c

@@ -16,7 +16,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..warp_kernel import _PAD, _dot4, _weights
+from ..warp import spline_coefficients
+from ..warp_kernel import _PAD, _dot4, _pw, taps
 
 
 @njit(cache=True, nogil=True)
@@ -100,7 +101,7 @@ def pair_peaks(
 
 
 @njit(cache=True, parallel=True)
-def _polar_samples(padded, pad, H, W, centres, dy, dx, out):
+def _polar_samples(padded, pad, H, W, centres, dy, dx, out, m_taps):
     n_c, n = centres.shape[0], centres.shape[1]
     R, M = dy.shape
     for k in prange(n):
@@ -112,7 +113,7 @@ def _polar_samples(padded, pad, H, W, centres, dy, dx, out):
                     y = min(max(centres[o, k, 0] + dy[r, a], -2.5), H + 1.5)
                     x = min(max(centres[o, k, 1] + dx[r, a], -2.5), W + 1.5)
                     y0, x0 = np.floor(y), np.floor(x)
-                    wy, wx = _weights(y - y0), _weights(x - x0)
+                    wy, wx = _pw(y - y0, m_taps), _pw(x - x0, m_taps)
                     iy, ix = int(y0) + pad - 1, int(x0) + pad - 1
                     acc = 0.0
                     for b in range(4):
@@ -120,8 +121,15 @@ def _polar_samples(padded, pad, H, W, centres, dy, dx, out):
                     out[o, k, r, a] = acc
 
 
-def polar_samples(images: np.ndarray, centres: np.ndarray, dy: np.ndarray, dx: np.ndarray):
-    """Keys-interpolated samples of every image on rings about each of its centres.
+def polar_samples(
+    images: np.ndarray,
+    centres: np.ndarray,
+    dy: np.ndarray,
+    dx: np.ndarray,
+    interpolation: str = "keys",
+):
+    """Samples of every image on rings about each of its centres, interpolated by
+    ``interpolation`` ('keys' or 'bspline').
 
     Parameters
     ----------
@@ -136,11 +144,12 @@ def polar_samples(images: np.ndarray, centres: np.ndarray, dy: np.ndarray, dx: n
     """
     n, H, W = images.shape
     pad = _PAD  # >= 4: the taps of a point clipped to 2.5 px outside stay inside
-    padded = np.pad(np.asarray(images, dtype=np.float64), ((0, 0), (pad, pad), (pad, pad)))
+    Q = spline_coefficients(np.asarray(images, dtype=np.float64), interpolation)
+    padded = np.pad(Q, ((0, 0), (pad, pad), (pad, pad)))
     out = np.empty((centres.shape[0], n, *dy.shape), dtype=np.float32)
     _polar_samples(
         padded, pad, H, W, np.ascontiguousarray(centres, dtype=np.float64),
         np.ascontiguousarray(dy, dtype=np.float64), np.ascontiguousarray(dx, dtype=np.float64),
-        out,
+        out, taps(interpolation),
     )  # fmt: skip
     return out

@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits
 from ..backend import array_module, fft_module, to_numpy
 from ..groups import SE2, wrap_angle
 from ..kernels import half_resolution, normalize, smooth
-from ..warp import warp
+from ..warp import INTERPOLATIONS, warp
 from .polar import (
     angle_synthesis,
     block_scores,
@@ -108,6 +108,13 @@ class SearchSettings:
     lam0 : initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
     lam_reject : after a rejected step the damping rises 5x, and to at least this (from a small
         damping, a step 5x more damped is nearly the step just rejected)
+
+    How every warp samples an image:
+
+    interpolation : 'bspline' (cubic B-spline on the image's spline coefficients, prefiltered
+        once per image; its passband is flatter, so the objective hardly depends on the angle
+        of the warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling,
+        the grid scan's rotations and the per-pair search (CPU and CUDA) all use it
     """
 
     method: str = "polar"
@@ -134,10 +141,15 @@ class SearchSettings:
     abandon: float = 4.0
     lam0: float = 1e-3
     lam_reject: float = 0.3
+    interpolation: str = "bspline"
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
             raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"search interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
+            )
 
 
 SEARCH_METHODS = ("polar", "grid")
@@ -188,7 +200,7 @@ def kappa_max(
     group: SE2 = SE2(),
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
-    sigma: float = 0.0,
+    sigma: float = 2.0,
 ) -> KappaMaxResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -204,9 +216,11 @@ def kappa_max(
     progress : called with the number of pairs finished after every chunk.
     sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
         Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
-        band-limiting the images makes Keys interpolation nearly exact: without it, warping an
-        image with sharp edges blurs it by a transform-dependent amount, which shows up as a
-        ~1e-2 change of ||u - v o tau||^2 under a transform of the inputs (~1e-3 with sigma=1.5).
+        it removes the content that makes kappa^max depend on the angle at which an image was
+        taken: what interpolation cannot reproduce and, for images of sharp edges, the
+        pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
+        measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
+        0 compares the raw images and is not invariant on such images.
 
     Returns
     -------
@@ -342,9 +356,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     offs = xp.asarray(offs)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
-    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
+    interp = settings.interpolation
+    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M, interpolation=interp)
     K, R2 = B_v.shape[0], B_v.shape[3]
-    A_u = B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M)[:, :, 0]  # (K, n_i, 2R)
+    A_u = (  # (K, n_i, 2R)
+        B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M, interpolation=interp)[:, :, 0]
+    )
     synthesis = xp.asarray(angle_synthesis(M))
     per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
     fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
@@ -449,9 +466,10 @@ def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> Pa
         None if half is None else tuple(to_numpy(h) for h in half),
         None if search is None else to_numpy(search),
     )
+    interp = settings.interpolation
     if xp is np:
-        return pair_images(*host)
-    return pair_images(*host, packed=False).to(xp)
+        return pair_images(*host, interpolation=interp)
+    return pair_images(*host, packed=False, interpolation=interp).to(xp)
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:
@@ -493,6 +511,7 @@ class _CoarseScan:
         # linear (not circular) correlation for |shift| <= s needs H + s points
         self.fshape = (self.fft.next_fast_len(H + s), self.fft.next_fast_len(W + s))
         self.extra_sigma = extra_sigma
+        self.interpolation = settings.interpolation
         self.U_s = smooth(Un, extra_sigma)
         self.V_s = smooth(Vn, extra_sigma)
         self.angles = np.arange(settings.n_angles) * (2 * np.pi / settings.n_angles)
@@ -511,7 +530,7 @@ class _CoarseScan:
             xp, R = self.xp, self.angles.size
             p = xp.zeros((R, self.group.n_params))
             p[:, 0] = xp.asarray(self.angles)
-            rot = _warp_rotations(self.V_s[j], p, self.group)
+            rot = _warp_rotations(self.V_s[j], p, self.group, self.interpolation)
             self._rot_cache = {j: self.fft.rfft2(rot, s=self.fshape)}
         return self._rot_cache[j]
 
@@ -543,9 +562,10 @@ class _CoarseScan:
         return out
 
 
-def _warp_rotations(image: Any, params: Any, group: SE2) -> Any:
+def _warp_rotations(image: Any, params: Any, group: SE2, interpolation: str = "keys") -> Any:
     xp = array_module(image)
-    return warp(xp.broadcast_to(image, (params.shape[0], *image.shape)), params, group)
+    batch = xp.broadcast_to(image, (params.shape[0], *image.shape))
+    return warp(batch, params, group, interpolation)
 
 
 def _distinct_minima(d2: Any, c: int) -> Any:
