@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 SIMULATED = textwrap.dedent(
@@ -59,7 +60,7 @@ SIMULATED = textwrap.dedent(
         half = _half_resolution_pair(U, U, 1.0, s)
         gpu_images = pair_images(
             U, U, half, _search_targets(U, s), packed=False, interpolation=s.interpolation
-        )
+        ).to(np)  # as kappa_max copies them to the GPU
         gpu = search_pairs_cuda(gpu_images, ii, jj, starts, beta, _policy(s), s.coarse_iters)
         out.append(
             {
@@ -87,6 +88,25 @@ SIMULATED = textwrap.dedent(
     print(json.dumps(out))
     """
 )
+
+
+def test_a_layout_copied_to_the_device_keeps_every_resolution_in_its_role():
+    """:meth:`PairImages.to` (kappa_max's copy of the layout to the GPU) keeps full, half,
+    search and tail where they were, and the interpolation."""
+    from ia_stages.kmax.refine import pair_images
+
+    rng = np.random.default_rng(0)
+    U, V = rng.random((3, 8, 8)), rng.random((2, 8, 8))
+    half = (rng.random((3, 4, 4)), rng.random((2, 4, 4)))
+    search = np.where(U > 0.5, U, 0.0)
+    layout = pair_images(U, V, half, search, packed=False, interpolation="bspline")
+    moved = layout.to(np)
+    assert moved.interpolation == "bspline"
+    for name in ("full", "half", "search", "tail"):
+        for a, b in zip(getattr(layout, name).arrays(), getattr(moved, name).arrays(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert layout.search.t.size + layout.tail.t.size == layout.full.t.size
+    assert layout.search.t.size != layout.tail.t.size  # the roles are distinguishable
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:

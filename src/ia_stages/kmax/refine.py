@@ -664,9 +664,8 @@ class PairImages:
 
     def to(self, xp: Any) -> PairImages:
         """The same images as ``xp`` arrays (e.g. cupy: on the GPU)."""
-        return PairImages(
-            *(None if r is None else r.to(xp) for r in self.resolutions()), self.interpolation
-        )
+        layouts = (self.full, self.half, self.search, self.tail)  # the fields' order
+        return PairImages(*(None if r is None else r.to(xp) for r in layouts), self.interpolation)
 
     def taps(self) -> tuple:
         """The interpolation's 16 tap coefficients, as the kernels take them."""
