@@ -17,10 +17,11 @@ The search is global over the full circle of rotations, in two steps:
    (:mod:`ia_stages.kmax.scan_kernel`); cost per pair ~ n_angles * rings.
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
-2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated
-   objective: Newton steps with Levenberg-Marquardt damping, one compiled search per pair
-   (:mod:`ia_stages.kmax.refine`), written once and run in parallel over pairs on numba's CPU
-   threads for numpy arrays, or one GPU thread per pair (:mod:`ia_stages.kmax.cuda`) for cupy.
+2. a local refinement of each candidate (sub-degree, sub-pixel) on the interpolated objective
+   (cubic B-spline by default, or Keys: ``SearchSettings.interpolation``): Newton steps with
+   Levenberg-Marquardt damping, one compiled search per pair (:mod:`ia_stages.kmax.refine`),
+   written once and run in parallel over pairs on numba's CPU threads for numpy arrays, or one
+   GPU thread per pair (:mod:`ia_stages.kmax.cuda`) for cupy.
 
 Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
 array is ever held.
