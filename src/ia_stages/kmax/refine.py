@@ -386,7 +386,7 @@ def _argsort_small(x, order):
         order[e] = o
 
 
-@_shared(inline="always")  # into the CPU driver's loop: no call with ~30 arrays per pair
+@_shared()
 def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
                  prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift,
                  lm, polish, m_taps, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
