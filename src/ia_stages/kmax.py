@@ -106,6 +106,10 @@ class SearchSettings:
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
+    centre_rings : 'polar' only, with ``centre_offset > 0``: the centres are the points of the
+        square lattice of spacing ``centre_offset`` about each centroid within
+        ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
+        2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
     """
 
     method: str = "polar"
@@ -121,6 +125,7 @@ class SearchSettings:
     prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
+    centre_rings: int = 1
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
@@ -326,11 +331,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     m_u = centroids(Un)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
-    d = settings.centre_offset
-    offs = [(0.0, 0.0)]
-    if d > 0:
-        offs += [(-d, 0.0), (0.0, -d), (0.0, d), (d, 0.0)]
-    offs = xp.asarray(offs)
+    offs = xp.asarray(centre_offsets(settings.centre_offset, settings.centre_rings))
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
     B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
@@ -379,6 +380,21 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     firsts = range(0, Un.shape[0], rows)
     chunks = map(scan, firsts) if xp is not np else _on_threads(scan, firsts, lanes)
     yield from (chunk for chunk in chunks if chunk is not None)
+
+
+def centre_offsets(spacing: float, rings: int) -> np.ndarray:
+    """``(n_o, 2)`` offsets (row, column) of the polar scan's centres from a centroid: the
+    points of the square lattice of ``spacing`` px within ``rings * spacing`` of it, nearest
+    first (the centroid alone for ``spacing <= 0``)."""
+    if spacing <= 0 or rings < 1:
+        return np.zeros((1, 2))
+    k = np.arange(-rings, rings + 1)
+    grid = np.stack(np.meshgrid(k, k, indexing="ij"), -1).reshape(-1, 2)
+    grid = grid[(grid**2).sum(1) <= rings**2]
+    # nearest first, ties in row-major order: rings = 1 gives (0, 0), (-1, 0), (0, -1), (0, 1),
+    # (1, 0)
+    order = np.lexsort((grid[:, 1], grid[:, 0], (grid**2).sum(1)))
+    return grid[order] * float(spacing)
 
 
 def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
