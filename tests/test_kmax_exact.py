@@ -72,3 +72,32 @@ def test_kmax_is_never_below_an_exhaustive_search_at_beta_2():
     k_oracle = np.exp(-BETA * oracle[ii, jj])
     shortfall = k_oracle - res.value[ii, jj]
     assert shortfall.max() <= 1e-4, (shortfall.max(), np.sum(shortfall > 1e-4))
+
+
+def test_compiled_joint_peaks_equal_the_array_code_and_are_local_maxima():
+    from ia_stages.kmax import _pair_joint_peaks_array, lattice_neighbours
+    from ia_stages.scan_kernel import pair_joint_peaks
+
+    rng = np.random.default_rng(5)
+    lattice = centre_offsets(2.0, 2)  # 13 centres
+    nbr = lattice_neighbours(lattice)
+    assert sorted(nbr[0][nbr[0] >= 0]) == [1, 2, 3, 4, 5, 6, 7, 8]  # the centroid's 8
+    M, n_o = 36, len(lattice)
+    angles = np.arange(M) * 2 * np.pi / M
+    coef = rng.normal(size=(3, 5, n_o, 4, 2))
+    k = np.arange(1, 5)[:, None]
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
+    ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
+    t1, o1 = pair_joint_peaks(scores, ii, jj, 6, nbr)
+    t2, o2 = _pair_joint_peaks_array(scores, ii, jj, 6, nbr)
+    np.testing.assert_allclose(t1, t2, atol=1e-12)
+    np.testing.assert_array_equal(o1, o2)
+    a = np.rint(t1 * M / (2 * np.pi)).astype(int) % M
+    for p in range(ii.size):
+        s = scores[ii[p], jj[p]]
+        # the first is the global maximum; every one is a maximum over angle and centre
+        assert s[o1[p, 0], a[p, 0]] == s.max()
+        for o, t in zip(o1[p], a[p], strict=True):
+            near = nbr[o][nbr[o] >= 0]
+            assert s[o, t] >= max(s[o, (t - 1) % M], s[o, (t + 1) % M], s[near, t].max())

@@ -50,7 +50,7 @@ from .polar import (
     peak_angles,
     scan_spectra,
 )
-from .scan_kernel import pair_peaks
+from .scan_kernel import pair_joint_peaks, pair_peaks
 from .warp import warp
 
 REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
@@ -110,6 +110,10 @@ class SearchSettings:
         square lattice of spacing ``centre_offset`` about each centroid within
         ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
         2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
+    peaks : 'polar' only: 'envelope' takes the starts at the peaks over angle of the best score
+        over centres; 'joint' at the highest local maxima over angle and centre together
+        (a rotation can then start from several centres, and a centre's peak that another
+        centre's tail hides at neighbouring angles is kept)
     """
 
     method: str = "polar"
@@ -126,13 +130,17 @@ class SearchSettings:
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
     centre_rings: int = 1
+    peaks: str = "envelope"
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
             raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
+        if self.peaks not in PEAK_RULES:
+            raise ValueError(f"search peaks must be one of {PEAK_RULES}, got {self.peaks!r}")
 
 
 SEARCH_METHODS = ("polar", "grid")
+PEAK_RULES = ("envelope", "joint")
 MB = 2**20
 # pairs refined per call: alternating often between the scan's BLAS threads and the
 # refinement's numba threads costs ~25% (BLAS threads spin a while after each product)
@@ -331,7 +339,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     m_u = centroids(Un)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
-    offs = xp.asarray(centre_offsets(settings.centre_offset, settings.centre_rings))
+    lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
+    offs = xp.asarray(lattice)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
     B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
@@ -360,6 +369,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     by_chunk = np.argsort(chunk_of, kind="stable")
     bounds = np.searchsorted(chunk_of[by_chunk], np.arange(-(-Un.shape[0] // rows) + 1))
 
+    neighbours = lattice_neighbours(lattice)
+
     def scan(r0: int) -> tuple[np.ndarray, np.ndarray, Any] | None:
         sel = by_chunk[bounds[r0 // rows] : bounds[r0 // rows + 1]]
         if sel.size == 0:
@@ -369,8 +380,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         B = B_v[:, j0:].reshape(K, -1, R2)
         scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
         scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
-        peaks = pair_peaks if xp is np else _pair_peaks_array
-        theta, best_o = peaks(scores, i - r0, j - j0, c)
+        if settings.peaks == "joint":
+            peaks = pair_joint_peaks if xp is np else _pair_joint_peaks_array
+            theta, best_o = peaks(scores, i - r0, j - j0, c, neighbours)
+        else:
+            peaks = pair_peaks if xp is np else _pair_peaks_array
+            theta, best_o = peaks(scores, i - r0, j - j0, c)
         ix, jx = xp.asarray(i), xp.asarray(j)
         centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
         b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
@@ -395,6 +410,49 @@ def centre_offsets(spacing: float, rings: int) -> np.ndarray:
     # (1, 0)
     order = np.lexsort((grid[:, 1], grid[:, 0], (grid**2).sum(1)))
     return grid[order] * float(spacing)
+
+
+def lattice_neighbours(lattice: np.ndarray) -> np.ndarray:
+    """``(n_o, 8)`` indices of the (up to 8) points of ``lattice`` (:func:`centre_offsets`)
+    adjacent to each, diagonals included; -1 pads."""
+    lattice = np.asarray(lattice, dtype=float)
+    n_o = len(lattice)
+    out = np.full((n_o, 8), -1, dtype=np.int64)
+    if n_o == 1:
+        return out
+    step = np.abs(lattice[1]).max()  # nearest first: lattice[1] is one spacing away
+    for o in range(n_o):
+        gap = np.abs(lattice - lattice[o]).max(1)
+        near = np.flatnonzero((gap > 0) & (gap <= step * (1 + 1e-9)))
+        out[o, : near.size] = near
+    return out
+
+
+def _pair_joint_peaks_array(
+    scores: Any, i: np.ndarray, j: np.ndarray, c: int, neighbours: np.ndarray
+) -> tuple[Any, Any]:
+    """:func:`ia_stages.scan_kernel.pair_joint_peaks` in array code (cupy)."""
+    xp = array_module(scores)
+    pair_scores = scores[xp.asarray(i), xp.asarray(j)]  # (m, n_o, M)
+    m, n_o, M = pair_scores.shape
+    left, right = xp.roll(pair_scores, 1, axis=2), xp.roll(pair_scores, -1, axis=2)
+    peak = (pair_scores >= left) & (pair_scores >= right)
+    nb = xp.asarray(neighbours)
+    for q in range(nb.shape[1]):
+        other = pair_scores[:, xp.maximum(nb[:, q], 0)]
+        peak &= (nb[:, q] < 0)[None, :, None] | (pair_scores >= other)
+    key = xp.where(peak, pair_scores, -xp.inf).reshape(m, n_o * M)
+    order = xp.argsort(-key, axis=1, kind="stable")[:, :c]
+    valid = xp.isfinite(xp.take_along_axis(key, order, 1))
+    order = xp.where(valid, order, order[:, :1])
+    o, a = order // M, order % M
+    rows = xp.arange(m)[:, None]
+    at = pair_scores.astype(np.float64)  # the parabola in float64, as the compiled kernel
+    mid, lo, hi = at[rows, o, a], at[rows, o, (a - 1) % M], at[rows, o, (a + 1) % M]
+    curv = lo - 2 * mid + hi
+    frac = xp.where(curv < 0, 0.5 * (lo - hi) / xp.where(curv < 0, curv, -1.0), 0.0)
+    frac = xp.clip(frac, -0.5, 0.5)
+    return (a + frac) * (2 * np.pi / M), o
 
 
 def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
