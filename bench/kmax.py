@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numba
@@ -237,6 +238,35 @@ def exact_run(
         )  # fmt: skip
 
 
+def exact_timing(n: int, sigma: float, beta: float, settings: SearchSettings, window: int) -> None:
+    """Print wall and CPU microseconds per pair of the default search, of ``settings`` and of
+    the exhaustive GEMM scan alone (windows +-4 px and +-``window``), on all pairs of ``n``
+    rotated digits, in one process: CPU time is the fairer clock on a shared machine."""
+    X = rotated_digits(n, np.random.default_rng(n))
+    Un = normalize(smooth(X, sigma))
+    m = n * (n - 1) / 2
+
+    def clock(task: Callable[[], object]) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        task()
+        return 1e6 * (time.perf_counter() - wall) / m, 1e6 * (time.process_time() - cpu) / m
+
+    for s in (SearchSettings(), settings):
+        kappa_max(X[:4], beta=beta, sigma=sigma, settings=s)
+    rows = {
+        "default": clock(lambda: kappa_max(X, beta=beta, sigma=sigma)),
+        "settings": clock(lambda: kappa_max(X, beta=beta, sigma=sigma, settings=settings)),
+    }
+    for w in sorted({4, window}):
+        rows[f"GEMM +-{w}"] = clock(lambda w=w: exhaustive_gemm(Un, 72, w, 1))
+    for name, (wall, cpu) in rows.items():
+        print(
+            f"{sigma:>5g} {n:>5} {name:>10} {wall:>9.1f} {cpu:>9.1f} "
+            f"{cpu / rows['default'][1]:>8.2f} {cpu / rows['settings'][1]:>8.2f}",
+            flush=True,
+        )
+
+
 def _grid_shift(params: np.ndarray) -> np.ndarray:
     """The integer shift s of grid transforms (theta, A(theta) s)."""
     c, s = np.cos(params[:, 0]), np.sin(params[:, 0])
@@ -266,6 +296,15 @@ def exact_main(args: argparse.Namespace) -> None:
         f"{'exact':>9} {'>0.01':>8} {'worst':>8} {'median':>9} {'above':>8} "
         f"{'kNN':>5} {'rows':>5} {'border':>7} {'dense<':>7}"
     )
+    if args.timing:
+        print(
+            f"{'sigma':>5} {'n':>5} {'search':>10} {'wall us':>9} {'cpu us':>9} "
+            f"{'/default':>8} {'/settings':>8}"
+        )
+        for sigma, n in ((s, n) for s in args.sigma for n in args.n):
+            exact_timing(n, sigma, beta, settings, args.window)
+        print("us: per pair, all i < j; /default, /settings: CPU time relative to those searches")
+        return
     for sigma, n in ((s, n) for s in args.sigma for n in args.n):
         exact_run(n, sigma, beta, settings, args.window, args.dense_pairs, args.starts, args.save)
     print(
@@ -298,6 +337,9 @@ def main() -> None:
     ap.add_argument("--exact", action="store_true", help="the exhaustive GEMM comparison")
     ap.add_argument("--window", type=int, default=4, help="--exact: shift window (px)")
     ap.add_argument("--dense-pairs", type=int, default=40, help="--exact: DENSE_REFERENCE pairs")
+    ap.add_argument(
+        "--timing", action="store_true", help="--exact: speeds only (CPU and wall clock)"
+    )
     ap.add_argument("--starts", type=int, default=8, help="--exact: reference starts refined")
     ap.add_argument(
         "--set",
