@@ -85,6 +85,19 @@ SIMULATED = textwrap.dedent(
     t1, o1 = pair_peaks(scores, ii, jj, 3)
     t2, o2 = pair_peaks_cuda(scores, ii, jj, 3)
     out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
+    # ... and the joint peaks over angle and a 13-centre lattice
+    from ia_stages.kmax.cuda import pair_joint_peaks_cuda
+    from ia_stages.kmax.scan_kernel import pair_joint_peaks
+    from ia_stages.kmax.search import centre_offsets, lattice_neighbours
+
+    nbr = lattice_neighbours(centre_offsets(2.0, 2))
+    coef = rng.normal(size=(2, 3, len(nbr), 4, 2))
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (2, 3, 13, M)
+    ii, jj = np.repeat(np.arange(2), 3), np.tile(np.arange(3), 2)
+    t1, o1 = pair_joint_peaks(scores, ii, jj, 5, nbr)
+    t2, o2 = pair_joint_peaks_cuda(scores, ii, jj, 5, nbr)
+    out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
     print(json.dumps(out))
     """
 )
@@ -123,13 +136,14 @@ def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
     """Same pixels (float32 moving images, or their float32 B-spline coefficients), same
     float64 sums, the same taps (both interpolations): the CUDA build reports the CPU build's
     costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
-    the CUDA peak picking the CPU's peaks and centres."""
+    the CUDA peak picking (envelope and joint) the CPU's peaks and centres."""
     proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 5
-    peaks = results.pop()
-    assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
+    assert len(results) == 6
+    for _ in range(2):  # the joint peaks, then the envelope's
+        peaks = results.pop()
+        assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
     for r in results:
         assert r["spread"] > 1e-3  # the pairs differ: the comparison is not of constants
         assert r["cost"] < 1e-9, r
@@ -141,7 +155,7 @@ PTX = textwrap.dedent(
     import types
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda, types as nt
-    from ia_stages.kmax.cuda import _kernel, _peaks_kernel
+    from ia_stages.kmax.cuda import _joint_peaks_kernel, _kernel, _peaks_kernel
 
     # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
@@ -159,7 +173,11 @@ PTX = textwrap.dedent(
     peaks_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(f64, 2), a(f64, 2),
                  a(i64, 2), a(f64, 2), a(i64, 2))
     ptx_peaks, _ = cuda.compile_ptx(_peaks_kernel().py_func, peaks_sig, cc=(9, 0))
-    print(len(ptx) + len(ptx_peaks), ".entry" in ptx and ".entry" in ptx_peaks)
+    joint_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(i64, 2), a(f64, 2),
+                 a(i64, 2), a(i64, 2), a(f64, 2), a(i64, 2))
+    ptx_joint, _ = cuda.compile_ptx(_joint_peaks_kernel().py_func, joint_sig, cc=(9, 0))
+    print(len(ptx) + len(ptx_peaks) + len(ptx_joint),
+          all(".entry" in p for p in (ptx, ptx_peaks, ptx_joint)))
     """
 )
 

@@ -15,6 +15,8 @@ Modules (imports point from the top of this list downwards):
 
 from .search import (
     DENSE_REFERENCE,
+    EXACT_SEARCH,
+    PEAK_RULES,
     SEARCH_METHODS,
     KappaMaxResult,
     MemoryBudgetError,
@@ -24,6 +26,8 @@ from .search import (
 
 __all__ = [
     "DENSE_REFERENCE",
+    "EXACT_SEARCH",
+    "PEAK_RULES",
     "SEARCH_METHODS",
     "KappaMaxResult",
     "MemoryBudgetError",

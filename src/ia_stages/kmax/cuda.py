@@ -49,7 +49,10 @@ def _sources() -> dict:
     polynomials' evaluation (:data:`ia_stages.warp_kernel.TAPS`, any interpolation) and the
     scan's peak picking."""
     tap_functions = {name: getattr(warp_kernel, name) for name in ("_pw", "_pd", "_pdd")}
-    return {**tap_functions, **refine.SHARED, "_peaks_of_pair": scan_kernel._peaks_of_pair}
+    peaks = {
+        name: getattr(scan_kernel, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")
+    }
+    return {**tap_functions, **refine.SHARED, **peaks}
 
 
 @cache
@@ -124,6 +127,43 @@ def pair_peaks_cuda(scores: Any, ii: Any, jj: Any, n_peaks: int) -> tuple[Any, A
     _peaks_kernel()[-(-m // THREADS), THREADS](
         xp.ascontiguousarray(scores), xp.asarray(ii, dtype=np.int64),
         xp.asarray(jj, dtype=np.int64), int(n_peaks), env, top, at, theta, centre,
+    )  # fmt: skip
+    return theta, centre
+
+
+@cache
+def _joint_peaks_kernel() -> Any:
+    joint_peaks_of_pair = _device_functions()["_joint_peaks_of_pair"]
+
+    @cuda.jit
+    def joint_peaks_kernel(scores, ii, jj, n_peaks, nbr, top, at_o, at_a, theta, centre):
+        k = cuda.grid(1)
+        if k < ii.shape[0]:
+            joint_peaks_of_pair(scores, ii[k], jj[k], n_peaks, nbr, top[k], at_o[k], at_a[k],
+                                theta[k], centre[k])  # fmt: skip
+
+    return joint_peaks_kernel
+
+
+def pair_joint_peaks_cuda(
+    scores: Any, ii: Any, jj: Any, n_peaks: int, neighbours: Any
+) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_joint_peaks` on the GPU, one thread per pair:
+    the same arguments and results as device arrays (``scores`` float32 or float64)."""
+    xp = array_module(scores)
+    m = int(ii.shape[0])
+    theta = xp.empty((m, n_peaks))
+    centre = xp.empty((m, n_peaks), dtype=np.int64)
+    if m == 0:
+        return theta, centre
+    top = xp.empty((m, n_peaks))  # float64, as the CPU's
+    at_o = xp.empty((m, n_peaks), dtype=np.int64)
+    at_a = xp.empty((m, n_peaks), dtype=np.int64)
+    _joint_peaks_kernel()[-(-m // THREADS), THREADS](
+        xp.ascontiguousarray(scores), xp.asarray(ii, dtype=np.int64),
+        xp.asarray(jj, dtype=np.int64), int(n_peaks),
+        xp.ascontiguousarray(xp.asarray(neighbours, dtype=np.int64)), top, at_o, at_a, theta,
+        centre,
     )  # fmt: skip
     return theta, centre
 

@@ -51,7 +51,7 @@ from .polar import (
     scan_spectra,
 )
 from .refine import PairImages, RefinePolicy, pair_images, search_pairs
-from .scan_kernel import pair_peaks
+from .scan_kernel import pair_joint_peaks, pair_peaks
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,14 @@ class SearchSettings:
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
+    centre_rings : 'polar' only, with ``centre_offset > 0``: the centres are the points of the
+        square lattice of spacing ``centre_offset`` about each centroid within
+        ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
+        2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
+    peaks : 'polar' only: 'envelope' takes the starts at the peaks over angle of the best score
+        over centres; 'joint' at the highest local maxima over angle and centre together
+        (a rotation can then start from several centres, and a centre's peak that another
+        centre's tail hides at neighbouring angles is kept)
 
     The refinement's own tolerances (each changes results; the defaults are the tuned ones):
 
@@ -143,6 +151,8 @@ class SearchSettings:
     lam0: float = 1e-3
     lam_reject: float = 0.3
     interpolation: str = "bspline"
+    centre_rings: int = 1
+    peaks: str = "envelope"
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
@@ -151,9 +161,12 @@ class SearchSettings:
             raise ValueError(
                 f"search interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
             )
+        if self.peaks not in PEAK_RULES:
+            raise ValueError(f"search peaks must be one of {PEAK_RULES}, got {self.peaks!r}")
 
 
 SEARCH_METHODS = ("polar", "grid")
+PEAK_RULES = ("envelope", "joint")
 MB = 2**20
 # pairs refined per call: alternating often between the scan's BLAS threads and the
 # refinement's numba threads costs ~25% (BLAS threads spin a while after each product)
@@ -175,6 +188,15 @@ DENSE_REFERENCE = SearchSettings(
     refine_iters=60,
     pair_chunk=16,
     prune_kappa=0.0,
+)
+
+
+# The search that reaches the global optimum on (nearly) every pair, far ones included (beta = 2
+# on rotated digits): rotations about a lattice of 49 centres up to 6 px from the centroids,
+# starts at the 8 highest maxima over angle and centre, full-resolution ranking on the target
+# pixels above 1e-3 of their largest; bench/kmax.py --exact measures it.
+EXACT_SEARCH = SearchSettings(
+    centre_offset=1.5, centre_rings=4, n_candidates=8, peaks="joint", full_floor=1e-3
 )
 
 
@@ -350,11 +372,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     m_u = centroids(Un)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
-    d = settings.centre_offset
-    offs = [(0.0, 0.0)]
-    if d > 0:
-        offs += [(-d, 0.0), (0.0, -d), (0.0, d), (d, 0.0)]
-    offs = xp.asarray(offs)
+    lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
+    offs = xp.asarray(lattice)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
     interp = settings.interpolation
@@ -386,6 +405,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     by_chunk = np.argsort(chunk_of, kind="stable")
     bounds = np.searchsorted(chunk_of[by_chunk], np.arange(-(-Un.shape[0] // rows) + 1))
 
+    neighbours = lattice_neighbours(lattice)
+
     def scan(r0: int) -> tuple[np.ndarray, np.ndarray, Any] | None:
         sel = by_chunk[bounds[r0 // rows] : bounds[r0 // rows + 1]]
         if sel.size == 0:
@@ -395,8 +416,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         B = B_v[:, j0:].reshape(K, -1, R2)
         scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
         scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
-        peaks = pair_peaks if xp is np else _pair_peaks_gpu
-        theta, best_o = peaks(scores, i - r0, j - j0, c)
+        if settings.peaks == "joint":
+            peaks = pair_joint_peaks if xp is np else _pair_joint_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c, neighbours)
+        else:
+            peaks = pair_peaks if xp is np else _pair_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c)
         ix, jx = xp.asarray(i), xp.asarray(j)
         centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
         b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
@@ -406,6 +431,37 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     firsts = range(0, Un.shape[0], rows)
     chunks = map(scan, firsts) if xp is not np else _on_threads(scan, firsts, lanes)
     yield from (chunk for chunk in chunks if chunk is not None)
+
+
+def centre_offsets(spacing: float, rings: int) -> np.ndarray:
+    """``(n_o, 2)`` offsets (row, column) of the polar scan's centres from a centroid: the
+    points of the square lattice of ``spacing`` px within ``rings * spacing`` of it, nearest
+    first (the centroid alone for ``spacing <= 0``)."""
+    if spacing <= 0 or rings < 1:
+        return np.zeros((1, 2))
+    k = np.arange(-rings, rings + 1)
+    grid = np.stack(np.meshgrid(k, k, indexing="ij"), -1).reshape(-1, 2)
+    grid = grid[(grid**2).sum(1) <= rings**2]
+    # nearest first, ties in row-major order: rings = 1 gives (0, 0), (-1, 0), (0, -1), (0, 1),
+    # (1, 0)
+    order = np.lexsort((grid[:, 1], grid[:, 0], (grid**2).sum(1)))
+    return grid[order] * float(spacing)
+
+
+def lattice_neighbours(lattice: np.ndarray) -> np.ndarray:
+    """``(n_o, 8)`` indices of the (up to 8) points of ``lattice`` (:func:`centre_offsets`)
+    adjacent to each, diagonals included; -1 pads."""
+    lattice = np.asarray(lattice, dtype=float)
+    n_o = len(lattice)
+    out = np.full((n_o, 8), -1, dtype=np.int64)
+    if n_o == 1:
+        return out
+    step = np.abs(lattice[1]).max()  # nearest first: lattice[1] is one spacing away
+    for o in range(n_o):
+        gap = np.abs(lattice - lattice[o]).max(1)
+        near = np.flatnonzero((gap > 0) & (gap <= step * (1 + 1e-9)))
+        out[o, : near.size] = near
+    return out
 
 
 def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
@@ -430,6 +486,17 @@ def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[
 
     xp = array_module(scores)
     return pair_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c)
+
+
+def _pair_joint_peaks_gpu(
+    scores: Any, i: np.ndarray, j: np.ndarray, c: int, neighbours: np.ndarray
+) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_joint_peaks` for cupy scores, by the CUDA build
+    of the same code."""
+    from .cuda import pair_joint_peaks_cuda
+
+    xp = array_module(scores)
+    return pair_joint_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c, xp.asarray(neighbours))
 
 
 def _refine_candidates(
