@@ -154,7 +154,9 @@ def test_group_kernel_equals_its_definition_on_a_small_grid():
                 w = pad[r, 3 + dy : 15 + dy, 3 + dx : 15 + dx]  # w(x) = v_r(x + k)
                 d2.append((u**2).sum() + (v**2).sum() - 2 * (u * w).sum())
     k = np.exp(-beta * np.maximum(np.array(d2), 0.0))
-    avg = group_kernel(X[:1], X[1:], beta=beta, pooling="avg", grid=grid)
-    soft = group_kernel(X[:1], X[1:], beta=beta, pooling="soft", temperature=T, grid=grid)
+    avg = group_kernel(X[:1], X[1:], beta=beta, sigma=0.0, pooling="avg", grid=grid)
+    soft = group_kernel(
+        X[:1], X[1:], beta=beta, sigma=0.0, pooling="soft", temperature=T, grid=grid
+    )
     np.testing.assert_allclose(avg.value[0, 0], k.mean(), rtol=1e-5)  # float32 FFTs
     np.testing.assert_allclose(soft.value[0, 0], np.mean(k ** (1 / T)) ** T, rtol=1e-5)

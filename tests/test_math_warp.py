@@ -1,11 +1,21 @@
-"""Warp by Keys cubic convolution, SE(2) parameters and their derivatives."""
+"""Warp by Keys cubic convolution or cubic B-spline, SE(2) parameters and their derivatives."""
 
 import numpy as np
 import pytest
 from scipy.ndimage import gaussian_filter
 
 from ia_stages.groups import SE2, wrap_angle
-from ia_stages.warp import keys_kernel, keys_kernel_derivative, warp, warp_with_jacobian
+from ia_stages.warp import (
+    INTERPOLATIONS,
+    _poly_taps,
+    interpolate,
+    keys_kernel,
+    keys_kernel_derivative,
+    sampling_field,
+    tap_polynomials,
+    warp,
+    warp_with_jacobian,
+)
 
 G = SE2()
 
@@ -107,3 +117,47 @@ def test_sample_respects_ranges():
     p = G.sample(np.random.default_rng(6), 500, (-65, 65), (10, 3))
     assert np.rad2deg(p[:, 0]).min() >= -65 and np.rad2deg(p[:, 0]).max() <= 65
     assert np.abs(p[:, 1]).max() <= 10 and np.abs(p[:, 2]).max() <= 3
+
+
+def test_tap_polynomials_are_the_keys_kernel_and_the_cubic_b_spline():
+    f = np.linspace(0.0, 0.999, 11)
+    keys = np.array(_poly_taps(f, tap_polynomials("keys")))
+    np.testing.assert_allclose(keys, [keys_kernel(f - d) for d in (-1, 0, 1, 2)], atol=1e-14)
+
+    def b3(t):
+        u = np.abs(t)
+        return np.where(u < 1, 2 / 3 - u**2 + u**3 / 2, np.where(u < 2, (2 - u) ** 3 / 6, 0.0))
+
+    spline = np.array(_poly_taps(f, tap_polynomials("bspline")))
+    np.testing.assert_allclose(spline, [b3(f - d) for d in (-1, 0, 1, 2)], atol=1e-14)
+    for name in INTERPOLATIONS:  # partition of unity, and derivatives by finite differences
+        M = tap_polynomials(name)
+        np.testing.assert_allclose(np.sum(_poly_taps(f, M), 0), 1.0, atol=1e-14)
+        h = 1e-6
+        fd = (np.array(_poly_taps(f + h, M)) - np.array(_poly_taps(f - h, M))) / (2 * h)
+        np.testing.assert_allclose(_poly_taps(f, M, 1), fd, atol=1e-8)
+        fd2 = (np.array(_poly_taps(f + h, M, 1)) - np.array(_poly_taps(f - h, M, 1))) / (2 * h)
+        np.testing.assert_allclose(_poly_taps(f, M, 2), fd2, atol=1e-6)
+    with pytest.raises(ValueError, match="interpolation"):
+        tap_polynomials("linear")
+
+
+def test_bspline_warp_is_scipys_cubic_spline_and_interpolates():
+    from scipy import ndimage
+
+    x = np.zeros((2, 24, 24))
+    x[0, 8:15, 7:13] = 1.0
+    x[1, 6:12, 9:18] = 1.0
+    x = ndimage.gaussian_filter(x, (0, 1.5, 1.5))
+    np.testing.assert_allclose(warp(x, np.zeros((2, 3)), interpolation="bspline"), x, atol=1e-5)
+    p = np.array([[0.4, 0.3, -0.2], [-2.0, 1.1, 0.6]])
+    field = sampling_field(SE2().matrix(p), SE2().translation(p), (24, 24))
+    ref = [ndimage.map_coordinates(x[k], field[k], order=3, mode="constant") for k in range(2)]
+    inside = ((field > 2) & (field < 21)).all(1)  # scipy's edge modes differ from zero padding
+    got = warp(x, p, interpolation="bspline")
+    np.testing.assert_allclose(got[inside], np.asarray(ref)[inside], atol=1e-5)
+    # the compiled warp and Jacobian (numpy, SE(2)) equal the array code's
+    out, jac = warp_with_jacobian(x, p, interpolation="bspline")
+    field_out, grad = interpolate(x, field, with_gradient=True, interpolation="bspline")
+    np.testing.assert_allclose(out, field_out, atol=1e-12)
+    np.testing.assert_allclose(jac[:, 1:], grad, atol=1e-12)

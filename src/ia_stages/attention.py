@@ -123,7 +123,7 @@ def invariant_attention(
     search: SearchSettings = SearchSettings(),
     mean_settings: MeanSettings = MeanSettings(),
     group: SE2 = SE2(),
-    sigma: float = 0.0,
+    sigma: float = 2.0,
 ) -> list[InvariantAttentionStep]:
     """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
 

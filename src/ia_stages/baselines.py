@@ -134,7 +134,7 @@ def ti_kmeans(
     rng: np.random.Generator,
     beta: float = 20.0,
     normalization: str = "unit",
-    sigma: float = 0.0,
+    sigma: float = 2.0,
     search: SearchSettings = SearchSettings(),
     mean_settings: MeanSettings = MeanSettings(),
     iterations: int = 10,

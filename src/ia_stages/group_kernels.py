@@ -55,7 +55,7 @@ def group_kernel(
     pooling: str = "avg",
     temperature: float = 1.0,
     normalization: str = "unit",
-    sigma: float = 0.0,
+    sigma: float = 2.0,
     grid: GridSettings = GridSettings(),
     group: SE2 = SE2(),
 ) -> KappaMaxResult:

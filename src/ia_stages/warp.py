@@ -1,7 +1,9 @@
-"""Image warping by Keys cubic convolution (paper §2.1) and its derivatives.
+"""Image warping by Keys cubic convolution (paper §2.1) or cubic B-spline interpolation, and
+their derivatives.
 
-(v o tau)[p] = sum_kl v[k, l] phi(tau(p)_0 - k) phi(tau(p)_1 - l), with phi the Keys kernel
-(a = -0.5) and v = 0 outside the image. tau(p) = A (p - c) + c + b, c the image centre.
+(v o tau)[p] = sum_kl q[k, l] phi(tau(p)_0 - k) phi(tau(p)_1 - l), with phi the Keys kernel
+(a = -0.5) and q = v ('keys'), or phi the cubic B-spline and q the spline coefficients of v
+('bspline'); zero outside the image. tau(p) = A (p - c) + c + b, c the image centre.
 """
 
 from __future__ import annotations
@@ -10,11 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from .backend import array_module
+from .backend import array_module, ndimage_module
 from .groups import SE2
+from .warp_kernel import INTERPOLATIONS as INTERPOLATIONS  # re-exported: the one table
+from .warp_kernel import TAPS as TAPS
+from .warp_kernel import tap_polynomials, warp_with_jacobian_se2
 
 KEYS_A = -0.5
 _PAD = 4  # zero border wide enough for the taps of clipped sampling points
+_SPLINE_PAD = 12  # zero border of the spline prefilter
 
 
 def keys_kernel(t: Any, a: float = KEYS_A) -> Any:
@@ -35,39 +41,43 @@ def keys_kernel_derivative(t: Any, a: float = KEYS_A) -> Any:
     return xp.sign(t) * xp.where(u <= 1, near, xp.where(u < 2, far, 0.0))
 
 
-def _near(u: Any, a: float) -> Any:
-    return ((a + 2) * u - (a + 3)) * u * u + 1
+def spline_coefficients(images: Any, interpolation: str = "bspline") -> Any:
+    """What the taps of ``interpolation`` weigh: the images themselves for 'keys', their cubic
+    B-spline coefficients for 'bspline' (per image, over the last two axes, of the image
+    extended by zeros; the coefficients outside the image are dropped, so interpolation is
+    exact up to about the image's values at its border).
+
+    Parameters
+    ----------
+    images : ``(..., H, W)``
+
+    Returns
+    -------
+    ``(..., H, W)`` float64
+    """
+    tap_polynomials(interpolation)
+    if interpolation == "keys":
+        return images
+    xp = array_module(images)
+    nd = ndimage_module(xp)
+    # zeros around the image, as the taps read outside it: the coefficients inside are then
+    # those of the zero-extended image (the filter's pole decays as 0.27^k)
+    P = _SPLINE_PAD
+    pad = [(0, 0)] * (images.ndim - 2) + [(P, P), (P, P)]
+    c = xp.pad(xp.asarray(images, dtype=float), pad)
+    c = nd.spline_filter1d(c, 3, axis=-1, mode="mirror")
+    c = nd.spline_filter1d(c, 3, axis=-2, mode="mirror")
+    return xp.ascontiguousarray(c[..., P:-P, P:-P])
 
 
-def _far(u: Any, a: float) -> Any:
-    return ((a * u - 5 * a) * u + 8 * a) * u - 4 * a
-
-
-def _near_d(u: Any, a: float) -> Any:
-    return (3 * (a + 2) * u - 2 * (a + 3)) * u
-
-
-def _far_d(u: Any, a: float) -> Any:
-    return (3 * a * u - 10 * a) * u + 8 * a
-
-
-def _tap_weights(f: Any, a: float = KEYS_A) -> list[Any]:
-    """phi(f + 1), phi(f), phi(f - 1), phi(f - 2) for fractional parts f in [0, 1)."""
-    g = 1 - f
-    return [_far(f + 1, a), _near(f, a), _near(g, a), _far(g + 1, a)]
-
-
-def _tap_derivatives(f: Any, a: float = KEYS_A) -> list[Any]:
-    """phi'(f + 1), phi'(f), phi'(f - 1), phi'(f - 2) for f in [0, 1)."""
-    g = 1 - f
-    return [_far_d(f + 1, a), _near_d(f, a), -_near_d(g, a), -_far_d(g + 1, a)]
-
-
-def _tap_second(f: Any, a: float = KEYS_A) -> list[Any]:
-    """phi''(f + 1), phi''(f), phi''(f - 1), phi''(f - 2) for f in [0, 1)."""
-    g = 1 - f
-    near_f, near_g = 6 * (a + 2) * f - 2 * (a + 3), 6 * (a + 2) * g - 2 * (a + 3)
-    return [6 * a * (f + 1) - 10 * a, near_f, near_g, 6 * a * (g + 1) - 10 * a]
+def _poly_taps(f: Any, M: np.ndarray, derivative: int = 0) -> list[Any]:
+    """The 4 taps (or their first / second derivatives in f) of :func:`tap_polynomials` ``M``
+    at fractional parts ``f``."""
+    if derivative == 0:
+        return [((m[3] * f + m[2]) * f + m[1]) * f + m[0] for m in M]
+    if derivative == 1:
+        return [(3 * m[3] * f + 2 * m[2]) * f + m[1] for m in M]
+    return [6 * m[3] * f + 2 * m[2] for m in M]
 
 
 def centred_grid(shape: tuple[int, int], xp: Any = np) -> Any:
@@ -99,9 +109,14 @@ def sampling_field(A: Any, b: Any, shape: tuple[int, int]) -> Any:
 
 
 def interpolate(
-    images: Any, field: Any, with_gradient: bool = False, with_hessian: bool = False
+    images: Any,
+    field: Any,
+    with_gradient: bool = False,
+    with_hessian: bool = False,
+    interpolation: str = "keys",
 ) -> Any:
-    """Sample ``images`` at ``field`` by Keys cubic convolution, zero outside the image.
+    """Sample ``images`` at ``field`` by Keys cubic convolution (or cubic B-spline
+    interpolation), zero outside the image.
 
     Parameters
     ----------
@@ -109,6 +124,8 @@ def interpolate(
     field : ``(n, 2, H', W')`` sampling coordinates (row, column)
     with_gradient : also return the derivative of the output with respect to the field.
     with_hessian : also return the second derivatives (implies ``with_gradient``).
+    interpolation : 'keys' or 'bspline' (:data:`TAPS`; the B-spline coefficients of
+        ``images`` are computed here)
 
     Returns
     -------
@@ -117,6 +134,8 @@ def interpolate(
     ``with_hessian``, hess : ``(n, 3, H', W')`` = (d2/drow2, d2/drow dcol, d2/dcol2).
     """
     xp = array_module(images, field)
+    M = tap_polynomials(interpolation)
+    images = spline_coefficients(images, interpolation)
     n, H, W = images.shape
     Hp, Wp = H + 2 * _PAD, W + 2 * _PAD
     flat = xp.pad(images, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(-1)
@@ -130,12 +149,12 @@ def interpolate(
     base = (y0.astype(np.int64) + (_PAD - 1)) * Wp + (x0.astype(np.int64) + (_PAD - 1))
     base += (xp.arange(n, dtype=np.int64) * (Hp * Wp))[:, None]
     with_gradient = with_gradient or with_hessian
-    wy, wx = _tap_weights(fy), _tap_weights(fx)
+    wy, wx = _poly_taps(fy, M), _poly_taps(fx, M)
     if with_gradient:
-        dwy, dwx = _tap_derivatives(fy), _tap_derivatives(fx)
+        dwy, dwx = _poly_taps(fy, M, 1), _poly_taps(fx, M, 1)
         gy, gx = xp.zeros_like(y), xp.zeros_like(y)
     if with_hessian:
-        ddwy, ddwx = _tap_second(fy), _tap_second(fx)
+        ddwy, ddwx = _poly_taps(fy, M, 2), _poly_taps(fx, M, 2)
         hyy, hxy, hxx = xp.zeros_like(y), xp.zeros_like(y), xp.zeros_like(y)
     out = xp.zeros_like(y)
     for a in range(4):
@@ -167,13 +186,14 @@ def interpolate(
     return out.reshape(shape_out), grad, hess
 
 
-def warp(images: Any, params: Any, group: SE2 = SE2()) -> Any:
+def warp(images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys") -> Any:
     """Apply per-image transforms: ``out[i] = images[i] o tau(params[i])``.
 
     Parameters
     ----------
     images : ``(n, H, W)`` (or ``(H, W)`` with params ``(n_params,)``)
     params : ``(n, n_params)`` group parameters (SE(2): theta [rad], b0, b1 [px])
+    interpolation : 'keys' or 'bspline' (:func:`interpolate`)
 
     Returns
     -------
@@ -183,12 +203,15 @@ def warp(images: Any, params: Any, group: SE2 = SE2()) -> Any:
     if single:
         images, params = images[None], params[None]
     field = sampling_field(group.matrix(params), group.translation(params), images.shape[1:])
-    out = interpolate(images, field)
+    out = interpolate(images, field, interpolation=interpolation)
     return out[0] if single else out
 
 
-def warp_with_jacobian(images: Any, params: Any, group: SE2 = SE2()) -> tuple[Any, Any]:
-    """Warp and differentiate with respect to the group parameters.
+def warp_with_jacobian(
+    images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys"
+) -> tuple[Any, Any]:
+    """Warp and differentiate with respect to the group parameters (``interpolation`` as in
+    :func:`interpolate`).
 
     Returns
     -------
@@ -197,12 +220,11 @@ def warp_with_jacobian(images: Any, params: Any, group: SE2 = SE2()) -> tuple[An
     """
     xp = array_module(images)
     if xp is np and group.name == "se2" and images.ndim == 3:
-        from .lm_kernel import warp_with_jacobian_se2
-
-        return warp_with_jacobian_se2(images, params)
+        Q = spline_coefficients(images, interpolation)
+        return warp_with_jacobian_se2(Q, params, interpolation)
     shape = images.shape[1:]
     field = sampling_field(group.matrix(params), group.translation(params), shape)
-    out, grad = interpolate(images, field, with_gradient=True)
+    out, grad = interpolate(images, field, with_gradient=True, interpolation=interpolation)
     dA, db = group.jacobian(params)  # (n, k, 2, 2), (n, k, 2)
     g = centred_grid(shape, xp)
     dfield = xp.einsum("nkij,jhw->nkihw", dA, g) + db[..., None, None]  # (n, k, 2, H, W)

@@ -10,6 +10,11 @@
   kappa^max value itself. The kappa^max of this check refines every candidate (prune_kappa 0):
   a pruned pair reports its start's distance, which is not invariant (its value is < prune_kappa
   either way).
+- ``kmax_inv_err_rendered`` / ``kmax_inv_err_rendered_value`` (row t = 0 only; they do not
+  depend on the data): the same for two different letters drawn from their vector outlines
+  (:func:`ia_stages.theory.rendered_invariance_error`), each at its own random angle and
+  sub-pixel shift, against the upright pair: the largest change of the squared distance, and
+  of the kappa^max value relative to the upright pair's. Images that no warp of ours made.
 - ``restart_max_distance``: for ``columns`` weight columns j of iteration t, the invariant mean
   is restarted from ``restarts`` different initial transforms (theory.restart_inits); the
   largest kappa^max distance between two restarts' unit-norm means. ``restart_same`` = it is
@@ -44,6 +49,8 @@ COLUMNS = [
     "kmax_inv_err_value",
     "kavg_inv_err",
     "ksoft_inv_err",
+    "kmax_inv_err_rendered",
+    "kmax_inv_err_rendered_value",
     "restart_max_distance",
     "restart_same",
 ]
@@ -90,6 +97,8 @@ def run(
     for t, kpath in enumerate(kmax):
         fpath = dataset if t == 0 else features[t - 1]
         V = require_images(load_features(fpath), fpath)
+        if t == 0:
+            rendered = _rendered(settings, kmax_fn, V.shape[1:])
         km = read_store(kpath, required=("value", "params", "sqdist"))
         if km["value"].shape != (V.shape[0],) * 2:
             raise InputError(f"{kpath}: kappa^max is {km['value'].shape}, n={V.shape[0]}")
@@ -126,6 +135,8 @@ def run(
                 "kmax_inv_err_value": errs["kmax"].max_abs_value,
                 "kavg_inv_err": errs["kavg"].max_abs_sqdist,
                 "ksoft_inv_err": errs["ksoft"].max_abs_sqdist,
+                "kmax_inv_err_rendered": rendered[0] if t == 0 else np.nan,
+                "kmax_inv_err_rendered_value": rendered[1] if t == 0 else np.nan,
                 "restart_max_distance": spread,
                 "restart_same": same,
             }
@@ -135,3 +146,24 @@ def run(
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out)
     return df
+
+
+def _rendered(settings: dict, kmax_fn: partial, shape: tuple[int, int]) -> tuple[float, float]:
+    """(max |Delta d2|, max relative |Delta kappa^max|) on letters rendered at an angle on a
+    canvas of the dataset's ``shape``, with the stage's kappa^max; NaN when switched off. Its
+    own random stream, so that the other columns do not depend on it."""
+    th = settings["theory"]
+    if th["rendered_pairs"] == 0:
+        return np.nan, np.nan
+    seed = stage_seed(settings["seed"], f"theory-rendered:{settings['dataset']}")
+    rng = np.random.default_rng(seed)
+    err = Th.rendered_invariance_error(
+        kmax_fn,
+        tuple(shape),
+        rng,
+        pairs=th["rendered_pairs"],
+        renderings=th["rendered_renderings"],
+        psf=th["rendered_psf"],
+        supersample=th["rendered_supersample"],
+    )
+    return err.max_abs_sqdist, err.max_rel_value

@@ -13,13 +13,15 @@ The search is global over the full circle of rotations, in two steps:
 1. a coarse scan that proposes ``n_candidates`` starting transforms per pair. ``method='polar'``
    (default): every pair's correlation over ``n_angles`` rotations about the image centroids,
    translation fixed by matching the centroids, for a whole block of pairs by two real matrix
-   products (:func:`ia_stages.polar.block_scores`), peaks picked by a compiled kernel
-   (:mod:`ia_stages.scan_kernel`); cost per pair ~ n_angles * rings.
+   products (:func:`ia_stages.kmax.polar.block_scores`), peaks picked by a compiled kernel
+   (:mod:`ia_stages.kmax.scan_kernel`); cost per pair ~ n_angles * rings.
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
-2. a local refinement of each candidate (sub-degree, sub-pixel) on the Keys-interpolated
-   objective: Newton steps with Levenberg-Marquardt damping, compiled and run in parallel over
-   pairs for numpy arrays (:mod:`ia_stages.lm_kernel`); Gauss-Newton-LM in array code for cupy.
+2. a local refinement of each candidate (sub-degree, sub-pixel) on the interpolated objective
+   (cubic B-spline by default, or Keys: ``SearchSettings.interpolation``): Newton steps with
+   Levenberg-Marquardt damping, one compiled search per pair (:mod:`ia_stages.kmax.refine`),
+   written once and run in parallel over pairs on numba's CPU threads for numpy arrays, or one
+   GPU thread per pair (:mod:`ia_stages.kmax.cuda`) for cupy.
 
 Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
 array is ever held.
@@ -37,45 +39,22 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .align import pair_cost, refine_alignment
-from .backend import array_module, fft_module, to_numpy
-from .groups import SE2, wrap_angle
-from .kernels import half_resolution, normalize, smooth
-from .lm_kernel import SAME_ANGLE, SAME_SHIFT, PairImages, pair_images, search_pairs
+from ..backend import array_module, fft_module, to_numpy
+from ..groups import SE2, wrap_angle
+from ..kernels import half_resolution, normalize, smooth
+from ..validation import check_images
+from ..warp import INTERPOLATIONS, warp
 from .polar import (
     angle_synthesis,
     block_scores,
     centroid_translation,
     centroids,
-    peak_angles,
     scan_spectra,
 )
-from .scan_kernel import pair_peaks
-from .validation import check_images
-from .warp import warp
+from .refine import PairImages, RefinePolicy, pair_images, search_pairs
+from .scan_kernel import pair_joint_peaks, pair_peaks
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
-
-REFINE_TOL = 1e-9  # stop refining a pair once a step gains less (squared distance)
-# ... or where Newton's model promises its kernel value less than this fraction of prune_kappa
-KAPPA_STOP_FRACTION = 0.1
-# ... and the half-resolution stage also where it promises the squared distance less than this
-COARSE_D2_STOP = 1e-3
-# the half-resolution stage's targets lose their pixels below this fraction of their image's
-# largest (digits at sigma 2: 299 -> 128 pixels; the moving images keep theirs): its squared
-# distances move by < 5e-3 (digits, random transforms), a tenth of prune_margin; its optima
-# only seed the full-resolution refinement
-HALF_FLOOR = 1e-2
-# with pruning on, a start whose half-resolution cost exceeds its pair's lowest by more than this
-# is not evaluated at full resolution. Over all 44,850 pairs of 300 digits (every start refined
-# alone), a gap of 0.04 already loses a pair (by 0.27 in kappa, at sigma 1), 0.05 loses none by
-# > 1e-4, 0.1 none by > 3e-5; 0.1 skips 28% (sigma 1) / 14% (sigma 2) of the starts.
-HALF_GAP = 0.1
-# with pruning on, full-resolution starts are ranked and refined on the targets' pixels of at
-# least this fraction of their image's largest (digits at sigma 2: 1,119 -> 489 pixels; their
-# squared distances move by < 5e-3 as above), and each pair's winner is then refined on all
-# pixels, which nearly always finds it converged
-FULL_FLOOR = 1e-2
 
 
 @dataclass(frozen=True)
@@ -109,6 +88,45 @@ class SearchSettings:
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
+    centre_rings : 'polar' only, with ``centre_offset > 0``: the centres are the points of the
+        square lattice of spacing ``centre_offset`` about each centroid within
+        ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
+        2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
+    peaks : 'polar' only: 'envelope' takes the starts at the peaks over angle of the best score
+        over centres; 'joint' at the highest local maxima over angle and centre together
+        (a rotation can then start from several centres, and a centre's peak that another
+        centre's tail hides at neighbouring angles is kept)
+
+    The refinement's own tolerances (each changes results; the defaults are the tuned ones):
+
+    refine_tol : a refinement stops once a step lowers the squared distance by less than this
+    kappa_stop_fraction : ... or where the Newton model (positive-definite Hessian) promises
+        the kernel value a rise below this fraction of ``prune_kappa``
+    coarse_d2_stop : the half-resolution stage also stops where the Newton model promises the
+        squared distance a drop below this (its optima only seed the full resolution)
+    half_floor : the half-resolution stage's targets lose their pixels below this fraction of
+        their image's largest |value| (the moving images keep theirs): fewer pixels to visit,
+        squared distances moved by far less than ``prune_margin``
+    half_gap : with pruning on, a start whose half-resolution cost exceeds its pair's lowest by
+        more than this is not evaluated at full resolution, and a later start's
+        half-resolution refinement stops where it cannot come within this of that lowest
+    full_floor : with pruning on, full-resolution starts are ranked and refined on the
+        targets' pixels of at least this fraction of their image's largest |value|; each
+        pair's winner is then refined on all pixels
+    same_angle, same_shift : candidates that the half-resolution stage ends this close
+        together (radians, px) are one; the later ones are dropped
+    abandon : a refinement given a bound (the pair's best so far) stops where the Newton model
+        puts its optimum above the bound even after ``abandon`` times the promised drop
+    lam0 : initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
+    lam_reject : after a rejected step the damping rises 5x, and to at least this (from a small
+        damping, a step 5x more damped is nearly the step just rejected)
+
+    How every warp samples an image:
+
+    interpolation : 'bspline' (cubic B-spline on the image's spline coefficients, prefiltered
+        once per image; its passband is flatter, so the objective hardly depends on the angle
+        of the warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling,
+        the grid scan's rotations and the per-pair search (CPU and CUDA) all use it
     """
 
     method: str = "polar"
@@ -124,13 +142,34 @@ class SearchSettings:
     prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
+    refine_tol: float = 1e-9
+    kappa_stop_fraction: float = 0.1
+    coarse_d2_stop: float = 1e-3
+    half_floor: float = 1e-2
+    half_gap: float = 0.1
+    full_floor: float = 1e-2
+    same_angle: float = 1e-2
+    same_shift: float = 5e-2
+    abandon: float = 4.0
+    lam0: float = 1e-3
+    lam_reject: float = 0.3
+    interpolation: str = "bspline"
+    centre_rings: int = 1
+    peaks: str = "envelope"
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
             raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"search interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
+            )
+        if self.peaks not in PEAK_RULES:
+            raise ValueError(f"search peaks must be one of {PEAK_RULES}, got {self.peaks!r}")
 
 
 SEARCH_METHODS = ("polar", "grid")
+PEAK_RULES = ("envelope", "joint")
 MB = 2**20
 # pairs refined per call: alternating often between the scan's BLAS threads and the
 # refinement's numba threads costs ~25% (BLAS threads spin a while after each product)
@@ -152,6 +191,15 @@ DENSE_REFERENCE = SearchSettings(
     refine_iters=60,
     pair_chunk=16,
     prune_kappa=0.0,
+)
+
+
+# The search that reaches the global optimum on (nearly) every pair, far ones included (beta = 2
+# on rotated digits): rotations about a lattice of 49 centres up to 6 px from the centroids,
+# starts at the 8 highest maxima over angle and centre, full-resolution ranking on the target
+# pixels above 1e-3 of their largest; bench/kmax.py --exact measures it.
+EXACT_SEARCH = SearchSettings(
+    centre_offset=1.5, centre_rings=4, n_candidates=8, peaks="joint", full_floor=1e-3
 )
 
 
@@ -178,7 +226,7 @@ def kappa_max(
     group: SE2 = SE2(),
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
-    sigma: float = 0.0,
+    sigma: float = 2.0,
 ) -> KappaMaxResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -194,9 +242,11 @@ def kappa_max(
     progress : called with the number of pairs finished after every chunk.
     sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
         Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
-        band-limiting the images makes Keys interpolation nearly exact: without it, warping an
-        image with sharp edges blurs it by a transform-dependent amount, which shows up as a
-        ~1e-2 change of ||u - v o tau||^2 under a transform of the inputs (~1e-3 with sigma=1.5).
+        it removes the content that makes kappa^max depend on the angle at which an image was
+        taken: what interpolation cannot reproduce and, for images of sharp edges, the
+        pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
+        measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
+        0 compares the raw images and is not invariant on such images.
 
     Returns
     -------
@@ -224,13 +274,9 @@ def kappa_max(
         chunks = _polar_chunks(Un, Vn, ii, jj, group, settings)
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
-    half = _half_resolution_pair(Un, Vn, sigma, settings)
-    search = _search_targets(Un, settings)
-    compiled = pair_images(Un, Vn, half, search) if xp is np else None
+    images = _pair_layout(Un, Vn, sigma, settings)
     for i, j, starts in _batched(chunks, REFINE_BATCH):
-        p, d2 = _refine_candidates(
-            Un, Vn, i, j, starts, group, settings, beta, half, compiled, search
-        )
+        p, d2 = _refine_candidates(images, i, j, starts, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         if progress is not None:
@@ -268,7 +314,7 @@ def _half_resolution_pair(
     Un: Any, Vn: Any, sigma: float, settings: SearchSettings
 ) -> tuple[Any, Any] | None:
     """The targets and moving images of the half-resolution stage (``half_sigma`` smoothing,
-    2 x 2 block means; the targets floored at ``HALF_FLOOR``), or None when that stage is off
+    2 x 2 block means; the targets floored at ``half_floor``), or None when that stage is off
     or the image sizes are odd."""
     H, W = Un.shape[1:]
     if settings.coarse_iters <= 0 or H % 2 or W % 2:
@@ -276,14 +322,14 @@ def _half_resolution_pair(
     extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
     V2 = half_resolution(smooth(Vn, extra))
     U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
-    return _floored(U2, HALF_FLOOR), V2
+    return _floored(U2, settings.half_floor), V2
 
 
 def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
     """The targets that full-resolution starts are ranked and refined on before the winner's
-    refinement on ``Un``: ``Un`` floored at ``FULL_FLOOR``, or None (``Un`` itself) when
+    refinement on ``Un``: ``Un`` floored at ``full_floor``, or None (``Un`` itself) when
     pruning is off."""
-    return _floored(Un, FULL_FLOOR) if settings.prune_kappa > 0 else None
+    return _floored(Un, settings.full_floor) if settings.prune_kappa > 0 else None
 
 
 def _floored(images: Any, fraction: float) -> Any:
@@ -331,16 +377,16 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     m_u = centroids(Un)
     same = Vn is Un
     m_v = m_u if same else centroids(Vn)
-    d = settings.centre_offset
-    offs = [(0.0, 0.0)]
-    if d > 0:
-        offs += [(-d, 0.0), (0.0, -d), (0.0, d), (d, 0.0)]
-    offs = xp.asarray(offs)
+    lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
+    offs = xp.asarray(lattice)
     n_j, n_o = Vn.shape[0], len(offs)
     # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
-    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M)
+    interp = settings.interpolation
+    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M, interpolation=interp)
     K, R2 = B_v.shape[0], B_v.shape[3]
-    A_u = B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M)[:, :, 0]  # (K, n_i, 2R)
+    A_u = (  # (K, n_i, 2R)
+        B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M, interpolation=interp)[:, :, 0]
+    )
     synthesis = xp.asarray(angle_synthesis(M))
     per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
     fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
@@ -364,6 +410,8 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     by_chunk = np.argsort(chunk_of, kind="stable")
     bounds = np.searchsorted(chunk_of[by_chunk], np.arange(-(-Un.shape[0] // rows) + 1))
 
+    neighbours = lattice_neighbours(lattice)
+
     def scan(r0: int) -> tuple[np.ndarray, np.ndarray, Any] | None:
         sel = by_chunk[bounds[r0 // rows] : bounds[r0 // rows + 1]]
         if sel.size == 0:
@@ -373,8 +421,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         B = B_v[:, j0:].reshape(K, -1, R2)
         scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
         scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
-        peaks = pair_peaks if xp is np else _pair_peaks_array
-        theta, best_o = peaks(scores, i - r0, j - j0, c)
+        if settings.peaks == "joint":
+            peaks = pair_joint_peaks if xp is np else _pair_joint_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c, neighbours)
+        else:
+            peaks = pair_peaks if xp is np else _pair_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c)
         ix, jx = xp.asarray(i), xp.asarray(j)
         centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
         b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
@@ -384,6 +436,37 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     firsts = range(0, Un.shape[0], rows)
     chunks = map(scan, firsts) if xp is not np else _on_threads(scan, firsts, lanes)
     yield from (chunk for chunk in chunks if chunk is not None)
+
+
+def centre_offsets(spacing: float, rings: int) -> np.ndarray:
+    """``(n_o, 2)`` offsets (row, column) of the polar scan's centres from a centroid: the
+    points of the square lattice of ``spacing`` px within ``rings * spacing`` of it, nearest
+    first (the centroid alone for ``spacing <= 0``)."""
+    if spacing <= 0 or rings < 1:
+        return np.zeros((1, 2))
+    k = np.arange(-rings, rings + 1)
+    grid = np.stack(np.meshgrid(k, k, indexing="ij"), -1).reshape(-1, 2)
+    grid = grid[(grid**2).sum(1) <= rings**2]
+    # nearest first, ties in row-major order: rings = 1 gives (0, 0), (-1, 0), (0, -1), (0, 1),
+    # (1, 0)
+    order = np.lexsort((grid[:, 1], grid[:, 0], (grid**2).sum(1)))
+    return grid[order] * float(spacing)
+
+
+def lattice_neighbours(lattice: np.ndarray) -> np.ndarray:
+    """``(n_o, 8)`` indices of the (up to 8) points of ``lattice`` (:func:`centre_offsets`)
+    adjacent to each, diagonals included; -1 pads."""
+    lattice = np.asarray(lattice, dtype=float)
+    n_o = len(lattice)
+    out = np.full((n_o, 8), -1, dtype=np.int64)
+    if n_o == 1:
+        return out
+    step = np.abs(lattice[1]).max()  # nearest first: lattice[1] is one spacing away
+    for o in range(n_o):
+        gap = np.abs(lattice - lattice[o]).max(1)
+        near = np.flatnonzero((gap > 0) & (gap <= step * (1 + 1e-9)))
+        out[o, : near.size] = near
+    return out
 
 
 def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
@@ -401,184 +484,88 @@ def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
             yield pending.popleft().result()
 
 
-def _pair_peaks_array(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
-    """:func:`ia_stages.scan_kernel.pair_peaks` in array code (cupy): per angle the best
-    centre; the ``c`` peaks of that envelope, each with its centre."""
+def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` for cupy scores, by the CUDA build of
+    the same code."""
+    from .cuda import pair_peaks_cuda
+
     xp = array_module(scores)
-    M = scores.shape[-1]
-    pair_scores = scores[xp.asarray(i), xp.asarray(j)]  # (m, n_o, M)
-    theta, _ = peak_angles(pair_scores.max(axis=1), c)  # (m, c)
-    k = xp.rint(theta * (M / (2 * np.pi))).astype(np.int64) % M
-    return theta, xp.take_along_axis(xp.argmax(pair_scores, axis=1), k, 1)
+    return pair_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c)
+
+
+def _pair_joint_peaks_gpu(
+    scores: Any, i: np.ndarray, j: np.ndarray, c: int, neighbours: np.ndarray
+) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.scan_kernel.pair_joint_peaks` for cupy scores, by the CUDA build
+    of the same code."""
+    from .cuda import pair_joint_peaks_cuda
+
+    xp = array_module(scores)
+    return pair_joint_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c, xp.asarray(neighbours))
 
 
 def _refine_candidates(
-    Un: Any,
-    Vn: Any,
+    images: PairImages,
     i: np.ndarray,
     j: np.ndarray,
     starts: Any,
-    group: SE2,
     settings: SearchSettings,
     beta: float,
-    half: tuple[Any, Any] | None = None,
-    compiled: PairImages | None = None,
-    search: Any | None = None,
 ) -> tuple[Any, Any]:
-    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``.
+    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``,
+    by the compiled per-pair search (:mod:`ia_stages.kmax.refine`): on numba's CPU threads
+    for numpy ``starts``, on the GPU (:mod:`ia_stages.kmax.cuda`) for cupy ones. ``images``:
+    :func:`_pair_layout`. Returns params ``(m, n_params)`` and sqdist ``(m,)``."""
+    xp = array_module(starts)
+    policy = _policy(settings)
+    if xp is np:
+        return search_pairs(images, i, j, starts, beta, policy, settings.coarse_iters)
+    from .cuda import search_pairs_cuda
 
-    ``half``: the :func:`_half_resolution_pair` images; every candidate is then first refined
-    on them (``coarse_iters`` steps), then ordered and pruned by its full-resolution cost there.
-    Full-resolution ranking and refinement use the targets ``search`` (:func:`_search_targets`;
-    None: ``Un``); where given, each pair's winner is then refined on ``Un`` (a pair nothing
-    was refined for gets its reported start's cost on ``Un``).
+    ix, jx = xp.asarray(i), xp.asarray(j)
+    return search_pairs_cuda(images, ix, jx, starts, beta, policy, settings.coarse_iters)
 
-    With ``compiled`` (:func:`ia_stages.lm_kernel.pair_images` of numpy ``Un``, ``Vn`` and
-    ``half``) the compiled kernel refines; without it (cupy) the same Newton-LM runs in array
-    code.
 
-    Returns params ``(m, n_params)`` and sqdist ``(m,)``.
-    """
+def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> PairImages:
+    """The pairs as the compiled search reads them (:func:`ia_stages.kmax.refine.pair_images`):
+    the half-resolution stage's images (when on) and the floored search targets (when
+    pruning), laid out on the host and, for cupy images, copied to the GPU."""
     xp = array_module(Un)
-    coarse = settings.coarse_iters if half is not None else 0
-    if compiled is not None:
-        return search_pairs(
-            compiled, i, j, starts, settings.refine_iters, REFINE_TOL, beta,
-            settings.prune_kappa, settings.prune_margin, coarse, _kappa_stop(settings),
-            COARSE_D2_STOP, HALF_GAP,
-        )  # fmt: skip
-    T = Un if search is None else search
-    m, c, k = starts.shape
-    same = to_numpy(_same_starts(starts))
-    ti, tj = np.repeat(i, c), np.repeat(j, c)
-    p = starts.reshape(m * c, k).copy()
-    # array code holds ~32 image-sized float64 arrays per candidate while refining
-    batch = max(1, int(settings.memory_mb * MB // (32 * 8 * Un[0].size)))
-    if coarse:
-        U2, V2 = half
-        p = p.reshape(m, c, k)
-        p[..., 1:] /= 2.0
-        stop = (_kappa_stop(settings), COARSE_D2_STOP)
-        args = (group, coarse, REFINE_TOL, "correlation", "exact", beta, *stop)
-        half_cost = xp.full((m, c), np.inf)
-        lowest = xp.full(m, np.inf)
-        # start by start: a later one stops where it cannot come within HALF_GAP of its pair's
-        # lowest half-resolution cost so far (it would not be taken to full resolution); one
-        # equal to an earlier start (the scan repeats its best peak when it finds fewer) would
-        # converge where that one did, and is dropped
-        for cc in range(c):
-            bound = lowest + HALF_GAP if settings.prune_kappa > 0 else None
-            todo = np.flatnonzero(~same[:, cc])
-            for s in _slices(todo.size, batch):
-                r = todo[s]
-                p[r, cc], half_cost[r, cc] = refine_alignment(
-                    U2[i[r]], V2[j[r]], p[r, cc], *args, None if bound is None else bound[r]
-                )
-            lowest = xp.minimum(lowest, half_cost[:, cc])
-        p[..., 1:] *= 2.0
-        p = p.reshape(m * c, k)
-    # full-resolution cost of every start (the half-resolution one is biased by its smoothing)
-    cost = xp.concatenate(
-        [
-            pair_cost(T[ti[s]], Vn[tj[s]], p[s], group, objective="correlation")
-            for s in _slices(m * c, batch)
-        ]
+    half = _half_resolution_pair(Un, Vn, sigma, settings)
+    search = _search_targets(Un, settings)
+    host = (
+        to_numpy(Un),
+        to_numpy(Vn),
+        None if half is None else tuple(to_numpy(h) for h in half),
+        None if search is None else to_numpy(search),
     )
-    full = cost.reshape(m, c)
-    p = p.reshape(m, c, k)
-    cost = xp.where(xp.asarray(same), xp.inf, full)
-    if coarse:
-        # candidates that converged where an earlier one did are dropped, and those that the
-        # (nearly always lower) half-resolution cost already rules out are not ranked
-        half_cost = xp.where(_repeats(p), xp.inf, half_cost)
-        skip = ~xp.isfinite(half_cost)
-        if settings.prune_kappa > 0:
-            lowest = half_cost.min(1, keepdims=True)
-            skip |= ~_can_matter(half_cost, beta, settings) | (half_cost > lowest + HALF_GAP)
-        cost = xp.where(skip, xp.inf, full)
-    rows = xp.arange(m)
-    order = xp.argsort(cost, axis=1)
-    best = xp.full(m, np.inf)
-    best_p = p[rows, order[:, 0]].copy()
-    # refine in order of (coarse) cost; skip a start that cannot beat the pair's best so far
-    for cand in order.T:
-        todo = np.flatnonzero(to_numpy(_worth_refining(cost[rows, cand], best, beta, settings)))
-        for s in _slices(todo.size, batch):
-            r, cc = todo[s], to_numpy(cand)[todo[s]]
-            ps, cs = refine_alignment(
-                T[i[r]], Vn[j[r]], p[r, cc], group, settings.refine_iters, REFINE_TOL,
-                "correlation", "exact", beta, _kappa_stop(settings), 0.0,
-                best[r] if settings.prune_kappa > 0 else None,
-            )  # fmt: skip
-            better = to_numpy(cs < best[r])
-            rb, bx = r[better], xp.asarray(better)
-            best_p[rb] = ps[bx]
-            best[rb] = cs[bx]
-    # no start could matter: the best start's own cost, or where none was ranked, the full
-    # cost where the half-resolution stage ended lowest
-    left = xp.isinf(best)
-    first = order[:, 0]
-    if coarse:
-        first = xp.where(xp.isfinite(cost[rows, first]), first, xp.argmin(half_cost, 1))
-    best[left] = full[rows, first][left]
-    best_p[left] = p[rows, first][left]
-    if search is not None:
-        done = np.flatnonzero(to_numpy(~left))
-        for s in _slices(done.size, batch):
-            r = done[s]
-            best_p[r], best[r] = refine_alignment(
-                Un[i[r]], Vn[j[r]], best_p[r], group, settings.refine_iters, REFINE_TOL,
-                "correlation", "exact", beta, _kappa_stop(settings),
-            )  # fmt: skip
-        rest = np.flatnonzero(to_numpy(left))
-        for s in _slices(rest.size, batch):
-            r = rest[s]
-            best[r] = pair_cost(Un[i[r]], Vn[j[r]], best_p[r], group, objective="correlation")
-    return best_p, best
+    interp = settings.interpolation
+    if xp is np:
+        return pair_images(*host, interpolation=interp)
+    return pair_images(*host, packed=False, interpolation=interp).to(xp)
+
+
+def _policy(settings: SearchSettings) -> RefinePolicy:
+    """The refinement's part of ``settings``, as the compiled kernels take it."""
+    return RefinePolicy(
+        iters=settings.refine_iters,
+        tol=settings.refine_tol,
+        prune_kappa=settings.prune_kappa,
+        prune_margin=settings.prune_margin,
+        kappa_stop=_kappa_stop(settings),
+        coarse_stop=settings.coarse_d2_stop,
+        half_gap=settings.half_gap,
+        same_angle=settings.same_angle,
+        same_shift=settings.same_shift,
+        abandon=settings.abandon,
+        lam0=settings.lam0,
+        lam_reject=settings.lam_reject,
+    )
 
 
 def _kappa_stop(settings: SearchSettings) -> float:
     """Refinements stop where the Newton model promises the kernel value less than this."""
-    return KAPPA_STOP_FRACTION * settings.prune_kappa
-
-
-def _same_starts(p: Any) -> Any:
-    """``(m, c)`` mask of the candidates of ``p (m, c, k)`` equal to an earlier one."""
-    xp = array_module(p)
-    same = xp.zeros(p.shape[:2], dtype=bool)
-    for c in range(1, p.shape[1]):
-        same[:, c] = (p[:, c : c + 1] == p[:, :c]).all(-1).any(-1)
-    return same
-
-
-def _repeats(p: Any) -> Any:
-    """Mask ``(m, c)`` of candidates ``p (m, c, k)`` within ``SAME_ANGLE`` radians and
-    ``SAME_SHIFT`` pixels of an earlier candidate of their pair."""
-    xp = array_module(p)
-    turn = xp.abs(wrap_angle(p[:, :, None, 0] - p[:, None, :, 0]))
-    shift = xp.abs(p[:, :, None, 1:] - p[:, None, :, 1:]).max(-1)
-    close = (turn < SAME_ANGLE) & (shift < SAME_SHIFT)
-    earlier = xp.tril(xp.ones(close.shape[1:], dtype=bool), -1)  # [c, e]: e < c
-    return (close & earlier).any(-1)
-
-
-def _slices(n: int, size: int) -> list[slice]:
-    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
-
-
-def _worth_refining(d0: Any, best: Any, beta: float, settings: SearchSettings) -> Any:
-    """Mask of starts (start cost ``d0``) worth refining given the pair's ``best`` so far."""
-    xp = array_module(d0)
-    if settings.prune_kappa <= 0:
-        return xp.isfinite(d0)  # all but dropped repeats
-    return _can_matter(d0, beta, settings) & (d0 - settings.prune_margin <= best)
-
-
-def _can_matter(cost: Any, beta: float, settings: SearchSettings) -> Any:
-    """Mask of starts whose kernel value can reach ``prune_kappa`` if refinement lowers their
-    ``cost`` by ``prune_margin``."""
-    xp = array_module(cost)
-    return xp.exp(-beta * (cost - settings.prune_margin)) >= settings.prune_kappa
+    return settings.kappa_stop_fraction * settings.prune_kappa
 
 
 class _CoarseScan:
@@ -597,6 +584,7 @@ class _CoarseScan:
         # linear (not circular) correlation for |shift| <= s needs H + s points
         self.fshape = (self.fft.next_fast_len(H + s), self.fft.next_fast_len(W + s))
         self.extra_sigma = extra_sigma
+        self.interpolation = settings.interpolation
         self.U_s = smooth(Un, extra_sigma)
         self.V_s = smooth(Vn, extra_sigma)
         self.angles = np.arange(settings.n_angles) * (2 * np.pi / settings.n_angles)
@@ -615,7 +603,7 @@ class _CoarseScan:
             xp, R = self.xp, self.angles.size
             p = xp.zeros((R, self.group.n_params))
             p[:, 0] = xp.asarray(self.angles)
-            rot = _warp_rotations(self.V_s[j], p, self.group)
+            rot = _warp_rotations(self.V_s[j], p, self.group, self.interpolation)
             self._rot_cache = {j: self.fft.rfft2(rot, s=self.fshape)}
         return self._rot_cache[j]
 
@@ -647,9 +635,10 @@ class _CoarseScan:
         return out
 
 
-def _warp_rotations(image: Any, params: Any, group: SE2) -> Any:
+def _warp_rotations(image: Any, params: Any, group: SE2, interpolation: str = "keys") -> Any:
     xp = array_module(image)
-    return warp(xp.broadcast_to(image, (params.shape[0], *image.shape)), params, group)
+    batch = xp.broadcast_to(image, (params.shape[0], *image.shape))
+    return warp(batch, params, group, interpolation)
 
 
 def _distinct_minima(d2: Any, c: int) -> Any:

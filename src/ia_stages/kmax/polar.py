@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .backend import array_module, fft_module
+from ..backend import array_module, fft_module
+from ..warp import interpolate
 from .scan_kernel import polar_samples
-from .warp import interpolate
 
 RING_BATCH = 128  # images sampled at once by the array code (cupy)
 
@@ -45,7 +45,9 @@ def centroids(images: Any) -> Any:
     return xp.where((mass > 0)[:, None], out, centre)
 
 
-def _ring_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None) -> Any:
+def _ring_spectra(
+    images: Any, centres: Any, n_angles: int, n_radii: int | None, interpolation: str = "keys"
+) -> Any:
     """``(n_c, n, R, K)`` complex64: sqrt(r) * rfft over phi of the rings about every centre
     ``(n_c, n, 2)`` (see :func:`polar_spectra`)."""
     xp = array_module(images)
@@ -58,7 +60,7 @@ def _ring_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None)
     dy = r[:, None] * xp.cos(phi)[None]  # (R, M)
     dx = r[:, None] * xp.sin(phi)[None]
     if xp is np:
-        out = polar_samples(images, centres, dy, dx)  # (n_c, n, R, M)
+        out = polar_samples(images, centres, dy, dx, interpolation)  # (n_c, n, R, M)
     else:
         out = xp.empty((n_c, n, n_radii, n_angles), dtype=np.float32)
         for a in range(0, n, RING_BATCH):  # the array code holds ~20 copies of its field
@@ -67,18 +69,26 @@ def _ring_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None)
             field = xp.stack([cen[..., 0, None, None] + dy, cen[..., 1, None, None] + dx])
             m = cen.shape[1]
             field = field.transpose(2, 0, 1, 3, 4).reshape(m, 2, n_c * n_radii, n_angles)
-            w = interpolate(images[sel], field).reshape(m, n_c, n_radii, n_angles)
+            w = interpolate(images[sel], field, interpolation=interpolation)
+            w = w.reshape(m, n_c, n_radii, n_angles)
             out[:, sel] = w.transpose(1, 0, 2, 3)
     spec = fft_module(xp).rfft(out, axis=3)
     spec *= xp.sqrt(r)[:, None].astype(np.float32)
     return spec
 
 
-def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None = None) -> Any:
+def polar_spectra(
+    images: Any,
+    centres: Any,
+    n_angles: int,
+    n_radii: int | None = None,
+    interpolation: str = "keys",
+) -> Any:
     """Angular Fourier coefficients of every ring, weighted for the polar area element.
 
-    Rings are sampled by Keys interpolation (zero outside the image), as every warp here is:
-    compiled for numpy arrays, :func:`ia_stages.warp.interpolate` for cupy.
+    Rings are sampled by ``interpolation`` ('keys' or 'bspline', zero outside the image), as
+    every warp here is: compiled for numpy arrays, :func:`ia_stages.warp.interpolate` for
+    cupy.
 
     Parameters
     ----------
@@ -95,12 +105,18 @@ def polar_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None 
     """
     xp = array_module(images)
     centres = centres if centres.ndim == 3 else centres[None]
-    spec = _ring_spectra(images, centres, n_angles, n_radii)
+    spec = _ring_spectra(images, centres, n_angles, n_radii, interpolation)
     n_c, n, R, K = spec.shape
     return xp.ascontiguousarray(spec.transpose(3, 0, 1, 2).reshape(K, n_c * n, R))
 
 
-def scan_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None = None) -> Any:
+def scan_spectra(
+    images: Any,
+    centres: Any,
+    n_angles: int,
+    n_radii: int | None = None,
+    interpolation: str = "keys",
+) -> Any:
     """The spectra :func:`block_scores` takes, laid out image-major in one pass.
 
     Returns ``(K, n, n_c, 2 R)`` float64 for ``centres (n_c, n, 2)``: [..., :R] the real,
@@ -110,7 +126,7 @@ def scan_spectra(images: Any, centres: Any, n_angles: int, n_radii: int | None =
     block shapes, and a sharded kappa^max equals an unsharded one.
     """
     xp = array_module(images)
-    spec = _ring_spectra(images, centres, n_angles, n_radii)
+    spec = _ring_spectra(images, centres, n_angles, n_radii, interpolation)
     n_c, n, R, K = spec.shape
     out = xp.empty((K, n, n_c, 2 * R))
     out[..., :R] = spec.real.transpose(3, 1, 0, 2)

@@ -1,0 +1,36 @@
+"""The kappa^max engine: the transformation-invariant kernel for all pairs of images.
+
+Modules (imports point from the top of this list downwards):
+
+- :mod:`~ia_stages.kmax.search`: :func:`kappa_max`, its settings, the coarse scans and the
+  batching of pairs;
+- :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.scan_kernel`: the polar rotation
+  scan (matrix products) and its compiled ring sampling and peak picking;
+- :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
+  for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and the scan's peak
+  picking) with numba-cuda for the GPU;
+- :mod:`~ia_stages.kmax.align`: Gauss-Newton Levenberg-Marquardt alignment in array code
+  (the paper-style local descent; a reference in tests and benchmarks).
+"""
+
+from .search import (
+    DENSE_REFERENCE,
+    EXACT_SEARCH,
+    PEAK_RULES,
+    SEARCH_METHODS,
+    KappaMaxResult,
+    MemoryBudgetError,
+    SearchSettings,
+    kappa_max,
+)
+
+__all__ = [
+    "DENSE_REFERENCE",
+    "EXACT_SEARCH",
+    "PEAK_RULES",
+    "SEARCH_METHODS",
+    "KappaMaxResult",
+    "MemoryBudgetError",
+    "SearchSettings",
+    "kappa_max",
+]

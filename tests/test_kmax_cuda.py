@@ -1,0 +1,201 @@
+"""The CUDA build of the per-pair kappa^max search (ia_stages.kmax.cuda) against the CPU build.
+
+Both are compiled from the same scalar source (ia_stages.kmax.refine.SHARED). Without a GPU the
+CUDA kernel runs in numba's CUDA simulator, which must be switched on before numba.cuda is first
+imported, so each check runs in a fresh Python process and leaves this test session alone.
+A second check compiles the kernel to PTX for a real GPU (sm_90) where NVVM is installed: the
+simulator runs the Python source, and only the compiler sees CUDA typing errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+SIMULATED = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from numba import config
+    from ia_stages.kernels import normalize, smooth
+    from ia_stages.kmax import SearchSettings
+    from ia_stages.kmax.cuda import search_pairs_cuda
+    from ia_stages.kmax.refine import pair_images, search_pairs
+    from ia_stages.kmax.search import _half_resolution_pair, _pair_layout, _policy, _search_targets
+
+    assert config.ENABLE_CUDASIM
+    rng = np.random.default_rng(7)
+    X = np.zeros((4, 16, 16))
+    X[0, 3:12, 5:9] = 1.0
+    X[0, 3:6, 5:13] = 1.0
+    X[1, 4:13, 3:10] = 1.0
+    X[1, 7:10, 6:8] = 0.0
+    X[2, 2:14, 7:9] = 1.0
+    X[2, 11:14, 3:13] = 1.0
+    X[3] = X[0].T[::-1]
+    U = normalize(smooth(X, 1.0))
+    ii, jj = np.array([0, 0, 1, 2]), np.array([1, 3, 2, 3])
+    starts = np.concatenate(
+        [rng.uniform(-np.pi, np.pi, (4, 2, 1)), rng.uniform(-2, 2, (4, 2, 2))], -1
+    )
+    starts = np.concatenate([starts, starts[:, :1]], 1)  # the scan repeats its best peak
+    out = []
+    for beta, s in (
+        (5.0, SearchSettings(coarse_iters=0, prune_kappa=0.0)),  # every start, full resolution
+        (20.0, SearchSettings()),  # half resolution, pruning, floored targets
+        (60.0, SearchSettings()),  # most starts ruled out early
+        (20.0, SearchSettings(interpolation="keys")),  # the other taps, on the raw pixels
+    ):
+        cpu = search_pairs(
+            _pair_layout(U, U, 1.0, s), ii, jj, starts, beta, _policy(s), s.coarse_iters
+        )
+        # the GPU layout (float32 moving images, not packed); numpy arrays are the
+        # simulator's device arrays
+        half = _half_resolution_pair(U, U, 1.0, s)
+        gpu_images = pair_images(
+            U, U, half, _search_targets(U, s), packed=False, interpolation=s.interpolation
+        ).to(np)  # as kappa_max copies them to the GPU
+        gpu = search_pairs_cuda(gpu_images, ii, jj, starts, beta, _policy(s), s.coarse_iters)
+        out.append(
+            {
+                "beta": beta,
+                "interpolation": s.interpolation,
+                "cost": float(np.abs(cpu[1] - gpu[1]).max()),
+                "params": float(np.abs(cpu[0] - gpu[0]).max()),
+                "spread": float(np.ptp(cpu[1])),
+            }
+        )
+    # the scan's peak picking, compiled from the same code
+    from ia_stages.kmax.cuda import pair_peaks_cuda
+    from ia_stages.kmax.scan_kernel import pair_peaks
+
+    M, n_o = 36, 4
+    angles = np.arange(M) * 2 * np.pi / M
+    coef = rng.normal(size=(3, 5, n_o, 4, 2))
+    k = np.arange(1, 5)[:, None]
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
+    ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
+    t1, o1 = pair_peaks(scores, ii, jj, 3)
+    t2, o2 = pair_peaks_cuda(scores, ii, jj, 3)
+    out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
+    # ... and the joint peaks over angle and a 13-centre lattice
+    from ia_stages.kmax.cuda import pair_joint_peaks_cuda
+    from ia_stages.kmax.scan_kernel import pair_joint_peaks
+    from ia_stages.kmax.search import centre_offsets, lattice_neighbours
+
+    nbr = lattice_neighbours(centre_offsets(2.0, 2))
+    coef = rng.normal(size=(2, 3, len(nbr), 4, 2))
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (2, 3, 13, M)
+    ii, jj = np.repeat(np.arange(2), 3), np.tile(np.arange(3), 2)
+    t1, o1 = pair_joint_peaks(scores, ii, jj, 5, nbr)
+    t2, o2 = pair_joint_peaks_cuda(scores, ii, jj, 5, nbr)
+    out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_layout_copied_to_the_device_keeps_every_resolution_in_its_role():
+    """:meth:`PairImages.to` (kappa_max's copy of the layout to the GPU) keeps full, half,
+    search and tail where they were, and the interpolation."""
+    from ia_stages.kmax.refine import pair_images
+
+    rng = np.random.default_rng(0)
+    U, V = rng.random((3, 8, 8)), rng.random((2, 8, 8))
+    half = (rng.random((3, 4, 4)), rng.random((2, 4, 4)))
+    search = np.where(U > 0.5, U, 0.0)
+    layout = pair_images(U, V, half, search, packed=False, interpolation="bspline")
+    moved = layout.to(np)
+    assert moved.interpolation == "bspline"
+    for name in ("full", "half", "search", "tail"):
+        for a, b in zip(getattr(layout, name).arrays(), getattr(moved, name).arrays(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert layout.search.t.size + layout.tail.t.size == layout.full.t.size
+    assert layout.search.t.size != layout.tail.t.size  # the roles are distinguishable
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
+    """Same pixels (float32 moving images, or their float32 B-spline coefficients), same
+    float64 sums, the same taps (both interpolations): the CUDA build reports the CPU build's
+    costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
+    the CUDA peak picking (envelope and joint) the CPU's peaks and centres."""
+    proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 6
+    for _ in range(2):  # the joint peaks, then the envelope's
+        peaks = results.pop()
+        assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
+    for r in results:
+        assert r["spread"] > 1e-3  # the pairs differ: the comparison is not of constants
+        assert r["cost"] < 1e-9, r
+        assert r["params"] < 1e-7, r
+
+
+PTX = textwrap.dedent(
+    """
+    import types
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, types as nt
+    from ia_stages.kmax.cuda import _joint_peaks_kernel, _kernel, _peaks_kernel
+
+    # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    f64, i64 = nt.float64, nt.int64
+
+    def a(dtype, ndim):
+        return nt.Array(dtype, ndim, "C")
+
+    res = [a(i64, 1), a(f64, 1), a(f64, 1), a(f64, 1), a(nt.float32, 2), a(f64, 1), a(f64, 1),
+           a(i64, 1)]
+    sig = (a(i64, 1), a(i64, 1), a(f64, 3), *res * 4, i64, f64, i64, *[f64] * 11, nt.boolean,
+           nt.UniTuple(f64, 16), a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3),
+           a(i64, 2), a(f64, 4), a(f64, 2), a(f64, 1))
+    ptx, _ = cuda.compile_ptx(_kernel().py_func, sig, cc=(9, 0))
+    peaks_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(f64, 2), a(f64, 2),
+                 a(i64, 2), a(f64, 2), a(i64, 2))
+    ptx_peaks, _ = cuda.compile_ptx(_peaks_kernel().py_func, peaks_sig, cc=(9, 0))
+    joint_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(i64, 2), a(f64, 2),
+                 a(i64, 2), a(i64, 2), a(f64, 2), a(i64, 2))
+    ptx_joint, _ = cuda.compile_ptx(_joint_peaks_kernel().py_func, joint_sig, cc=(9, 0))
+    print(len(ptx) + len(ptx_peaks) + len(ptx_joint),
+          all(".entry" in p for p in (ptx, ptx_peaks, ptx_joint)))
+    """
+)
+
+
+def _nvvm_available() -> bool:
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvvm")
+        load_nvidia_dynamic_lib("nvrtc")
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM / NVRTC not installed (pip: nvidia-nvvm)")
+def test_cuda_kernel_compiles_to_ptx_for_a_real_gpu():
+    proc = _run(PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    length, has_entry = proc.stdout.split()[-2:]
+    assert int(length) > 10_000 and has_entry == "True"

