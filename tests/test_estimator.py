@@ -207,7 +207,8 @@ def test_poses_align_every_image_onto_its_cluster_mean(shapes, fitted):
     X, sigma = shapes.data, fitted.settings_["sigma"]
     u = normalize(smooth(fitted.cluster_means_[fitted.labels_], sigma))
     v = normalize(smooth(X, sigma))
-    at_pose = np.sqrt(np.maximum(2.0 - 2.0 * (u * warp(v, fitted.poses_)).sum((1, 2)), 0.0))
+    moved = warp(v, fitted.poses_, interpolation=fitted.settings_["search"].interpolation)
+    at_pose = np.sqrt(np.maximum(2.0 - 2.0 * (u * moved).sum((1, 2)), 0.0))
     assert np.allclose(at_pose, fitted.distances_, atol=2e-3)
     assert fitted.distances_.max() < 0.1
     D = fitted.transform(X)  # (n, K)
