@@ -11,7 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .backend import array_module
+import numpy as np
+
+from .backend import array_module, to_numpy
+from .graph import AttentionSettings, KnnList, knn_from_dense, knn_weights, symmetrize
 from .groups import SE2
 from .invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
 from .kernels import normalize, rbf_kernel
@@ -112,6 +115,59 @@ def invariant_attention_step(
             progress(1)
     feats = xp.stack([m.mean for m in means])
     return InvariantAttentionStep(features=feats, weights=W, kmax=kmax, means=means)
+
+
+def knn_attention_step(
+    V: Any,
+    knn: KnnList,
+    weights: Any,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    columns: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[InvariantMeanResult]:
+    """Invariant means of the columns of a sparse W: column j aligns only its listed samples.
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    knn : every column's neighbours (:class:`~ia_stages.graph.KnnList`, indices ``(n, width)``
+        with -1 for missing entries; ``params`` ``(n, width, n_params)`` the kappa^max
+        alignments onto the column, needed for ``init='kmax'``)
+    weights : ``(n, width)`` column weights (:func:`~ia_stages.graph.knn_weights`)
+    columns : indices of the columns j to compute (default all)
+
+    Returns
+    -------
+    One :class:`InvariantMeanResult` per column; its ``params`` ``(m, n_params)`` are those
+    of the column's m listed samples, in list order.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "kmax" and knn.params is None:
+        raise ValueError("init='kmax' needs the kNN list's params (kappa^max alignments)")
+    cols = range(knn.n) if columns is None else columns
+    means = []
+    for j in cols:
+        keep = np.flatnonzero(knn.indices[j] >= 0)
+        idx = knn.indices[j, keep]
+        start = knn.params[j, keep] if init == "kmax" else None
+        means.append(invariant_mean(V[idx], weights[j, keep], start, mean_settings, group))
+        if progress is not None:
+            progress(1)
+    return means
+
+
+def sparse_neighbours(
+    kmax: KappaMaxResult, attention: AttentionSettings, beta: float
+) -> tuple[KnnList, np.ndarray]:
+    """The kNN list of a dense kappa^max result under ``attention`` and its weights
+    ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``)."""
+    attention.check(int(kmax.value.shape[0]))
+    knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
+    knn = symmetrize(knn, attention.symmetry)
+    return knn, knn_weights(knn, attention, beta)
 
 
 def invariant_attention(
