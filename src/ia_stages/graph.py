@@ -231,6 +231,34 @@ def leiden_knn(knn: KnnList, seed: int, resolution: float = 1.0) -> np.ndarray:
     return np.asarray(part.membership, dtype=np.int64)
 
 
+def leiden_n_clusters(
+    knn: KnnList, n_clusters: int, seed: int, bounds: tuple[float, float] = (1e-3, 20.0),
+    max_tries: int = 40,
+) -> np.ndarray:
+    """Leiden communities of the kNN graph with the resolution set so that there are
+    ``n_clusters`` of them; labels ``(n,)``.
+
+    The number of communities grows with the resolution, so the resolution is bisected (on a
+    log scale) within ``bounds``; when no resolution gives exactly K (within ``max_tries``),
+    the partition whose count is nearest K is returned (the lower count on a tie).
+    """
+    lo, hi = bounds
+    best: np.ndarray | None = None
+    for _ in range(max_tries):
+        r = float(np.sqrt(lo * hi))
+        labels = leiden_knn(knn, seed, r)
+        m = int(labels.max()) + 1
+        if best is None or (abs(m - n_clusters), m) < (
+            abs(int(best.max()) + 1 - n_clusters),
+            int(best.max()) + 1,
+        ):
+            best = labels
+        if m == n_clusters:
+            break
+        lo, hi = (r, hi) if m < n_clusters else (lo, r)
+    return best
+
+
 def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
     """HDBSCAN (scikit-learn) on the dense distances sqrt(sqdist); noise (-1) stays its own
     label -1; labels ``(n,)``."""
@@ -244,6 +272,7 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
 
 
 COMMUNITIES = ("leiden", "hdbscan")
+WITH_K = ("spectral", "leiden")
 STOP_RULES = ("partition", "contraction", "none")
 
 
@@ -253,9 +282,9 @@ def graph_partition(
     """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``; labels.
 
     ``graph`` holds ``k`` (neighbours of every sample, itself excluded), ``community``
-    ('leiden' or 'hdbscan', used without K), ``resolution`` (Leiden) and
-    ``min_cluster_size`` (HDBSCAN). With ``n_clusters`` given: spectral clustering of the
-    graph into that many clusters.
+    ('leiden' or 'hdbscan', used without K), ``resolution`` (Leiden), ``min_cluster_size``
+    (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given: 'spectral' clustering of the
+    graph, or 'leiden' with the resolution that gives that many communities).
     """
     sq = np.asarray(sqdist, dtype=float)
     n = sq.shape[0]
@@ -263,7 +292,12 @@ def graph_partition(
     if not 1 <= k < n:
         raise ValueError(f"readout.graph.k must satisfy 1 <= k < n (n={n}), got {k}")
     if n_clusters is not None:
-        return spectral_knn(knn_from_dense(sq, k + 1), n_clusters, seed)
+        with_k = graph.get("with_k", "spectral")
+        if with_k == "spectral":
+            return spectral_knn(knn_from_dense(sq, k + 1), n_clusters, seed)
+        if with_k == "leiden":
+            return leiden_n_clusters(knn_from_dense(sq, k + 1), n_clusters, seed)
+        raise ValueError(f"readout.graph.with_k must be one of {WITH_K}, got {with_k!r}")
     community = graph["community"]
     if community == "leiden":
         return leiden_knn(knn_from_dense(sq, k + 1), seed, graph["resolution"])

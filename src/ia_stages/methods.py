@@ -191,14 +191,18 @@ def _kmedoids_kmax(job: Job) -> Prediction:
     return res.labels, {"medoid": (("cluster",), res.medoids)}
 
 
-def _graph_readout(k_given: bool) -> Callable[[Job], Prediction]:
-    """The kNN-graph read-out of the input images' kappa^max (a baseline, no IA)."""
+def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
+    """A read-out of the input images' kNN kappa^max graph (a baseline, no IA): ``with_k``
+    'spectral' or 'leiden' with K given, None: community detection without K."""
 
     def predict(job: Job) -> Prediction:
         from .graph import graph_partition
 
-        g = job.settings["graph"]
-        return graph_partition(job.kmax[0].sqdist, g, job.n_clusters if k_given else None, job.seed), {}
+        g = dict(job.settings["graph"])
+        K = None if with_k is None else job.n_clusters
+        if with_k is not None:
+            g["with_k"] = with_k
+        return graph_partition(job.kmax[0].sqdist, g, K, job.seed), {}
 
     return predict
 
@@ -212,7 +216,8 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
 
         s = job.settings
         K = job.n_clusters if k_given else None
-        parts = [ia_partition(km.sqdist, s["readout"], s["graph"], K, job.seed) for km in job.kmax]
+        graph = {**s["graph"], "k": s["graph"]["k_ia"]}
+        parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
         chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"])
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
@@ -308,7 +313,16 @@ METHODS: dict[str, Method] = {
         True,
         False,
         _graph_settings,
-        _graph_readout(True),
+        _graph_readout("spectral"),
+    ),
+    "community_knn_k": Method(
+        "communities of kNN kappa^max graph, K given",
+        True,
+        "kmax0",
+        True,
+        False,
+        _graph_settings,
+        _graph_readout("leiden"),
     ),
     "community_knn": Method(
         "communities of kNN kappa^max graph",
@@ -317,7 +331,7 @@ METHODS: dict[str, Method] = {
         False,
         False,
         _graph_settings,
-        _graph_readout(False),
+        _graph_readout(None),
     ),
     "ti_kmeans": Method("TI K-means (SE(2))", True, "kmax0", True, True, _ti_settings, _ti_kmeans),
     "ia": Method("IA + read-out", True, "kmax_all", False, False, _ia_settings, _ia(False)),
