@@ -173,11 +173,12 @@ def test_contraction_ratio_falls_when_groups_tighten() -> None:
     assert contraction_ratio(tighter, y) < contraction_ratio(sq, y)
 
 
-@pytest.mark.parametrize("rule", ["partition", "contraction"])
+@pytest.mark.parametrize("rule", ["stability", "partition", "contraction"])
 def test_stopping_rule_stops_on_a_fixed_point(rule: str) -> None:
     sq, y = _planted()
     parts = [y.copy() for _ in range(4)]
-    t, reason = stop_iteration(parts, [sq] * 4, {"rule": rule, "min_ari": 0.9})
+    stop = {"rule": rule, "min_ari": 0.9, "n_seeds": 3}
+    t, reason = stop_iteration(parts, [sq] * 4, stop, GRAPH)
     assert t == 1, reason  # nothing changes after the first iteration
 
 
@@ -196,3 +197,25 @@ def test_contraction_rule_stops_before_the_ratio_rises() -> None:
     t, reason = stop_iteration([y] * 4, sqs, {"rule": "contraction", "min_ari": 0.9})
     assert t == 2, reason
     assert stop_iteration([y] * 4, sqs, {"rule": "none", "min_ari": 0.9})[0] == 3
+
+
+def test_community_stability_is_one_on_separated_groups_and_lower_on_noise() -> None:
+    from ia_stages.graph import community_stability
+
+    sq, _ = _planted()
+    rng = np.random.default_rng(0)
+    P = rng.normal(size=(sq.shape[0], 5))
+    noise = ((P[:, None] - P[None]) ** 2).sum(-1)
+    assert community_stability(sq, GRAPH, 4) == pytest.approx(1.0)
+    assert community_stability(noise, GRAPH, 4) < 0.9
+
+
+def test_stability_rule_stops_before_the_graph_blurs() -> None:
+    sq, y = _planted()
+    rng = np.random.default_rng(0)
+    P = rng.normal(size=(sq.shape[0], 5))
+    noise = ((P[:, None] - P[None]) ** 2).sum(-1)
+    stop = {"rule": "stability", "n_seeds": 4}
+    t, reason = stop_iteration([y] * 4, [noise, sq, noise, sq], stop, GRAPH)
+    assert t == 1, reason
+    assert stop_iteration([y] * 3, [sq] * 3, stop, GRAPH)[0] == 1  # a fixed point

@@ -248,6 +248,7 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         return {
             **common,
             **kernel,
+            "attention": ds.get("attention", {"kind": "dense"}),
             "theory": cfg["benchmark"]["theory"],
             "mean": cfg["ia"]["mean"],
             "search": cfg["ia"]["search"],

@@ -273,7 +273,7 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
 
 COMMUNITIES = ("leiden", "hdbscan")
 WITH_K = ("spectral", "leiden")
-STOP_RULES = ("partition", "contraction", "none")
+STOP_RULES = ("stability", "partition", "contraction", "none")
 
 
 def graph_partition(
@@ -324,8 +324,27 @@ def contraction_ratio(sqdist: Any, labels: np.ndarray) -> float:
     return float(D[w].mean() / D[b].mean())
 
 
+def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
+    """Mean adjusted Rand index between the Leiden partitions of the kNN graph
+    (``graph['k']`` neighbours, ``graph['resolution']``) found with seeds 0..n_seeds-1.
+
+    1 when every seed finds the same communities; it falls when the graph's community
+    structure is ambiguous (communities fragment or blur), which needs no labels.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    knn = knn_from_dense(np.asarray(sqdist, dtype=float), int(graph["k"]) + 1)
+    parts = [leiden_knn(knn, s, graph["resolution"]) for s in range(n_seeds)]
+    pairs = [
+        adjusted_rand_score(parts[a], parts[b])
+        for a in range(n_seeds)
+        for b in range(a + 1, n_seeds)
+    ]
+    return float(np.mean(pairs)) if pairs else 1.0
+
+
 def stop_iteration(
-    partitions: list[np.ndarray], sqdists: list[Any], stop: dict
+    partitions: list[np.ndarray], sqdists: list[Any], stop: dict, graph: dict | None = None
 ) -> tuple[int, str]:
     """The iteration whose read-out to report, chosen without labels, and why.
 
@@ -350,6 +369,17 @@ def stop_iteration(
         return 0, "no iteration"
     if rule == "none":
         return T, "last iteration (rule 'none')"
+    if rule == "stability":
+        if graph is None:
+            raise ValueError("ia.stop.rule 'stability' needs the read-out graph settings")
+        stab = [community_stability(sq, graph, int(stop["n_seeds"])) for sq in sqdists[1:]]
+        for t in range(1, T):
+            if stab[t] <= stab[t - 1]:
+                return t, (
+                    f"community stability stopped rising after iteration {t} "
+                    f"({stab[t - 1]:.3f} -> {stab[t]:.3f})"
+                )
+        return T, f"community stability rose at every iteration (to {stab[-1]:.3f})"
     if rule == "partition":
         for t in range(1, T + 1):
             ari = adjusted_rand_score(partitions[t - 1], partitions[t])

@@ -218,7 +218,9 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
         K = job.n_clusters if k_given else None
         graph = {**s["graph"], "k": s["graph"]["k_ia"]}
         parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
-        chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"])
+        chosen, reason = stop_iteration(
+            parts, [km.sqdist for km in job.kmax], s["stop"], graph
+        )
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
             ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},
