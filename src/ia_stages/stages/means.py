@@ -34,7 +34,9 @@ def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
 
 def attention_of(settings: dict, n: int) -> AttentionSettings:
     """The settings' attention (dense when absent), checked against ``n`` samples."""
-    att = AttentionSettings(**settings.get("attention", {"kind": "dense"}))
+    cfg = {k: v for k, v in settings.get("attention", {"kind": "dense"}).items()}
+    cfg.pop("mean_steps", None)
+    att = AttentionSettings(**cfg)
     try:
         att.check(n)
     except ValueError as err:
@@ -75,6 +77,9 @@ def run(
     mean = dict(settings["mean"])
     mean["sigmas"] = tuple(mean["sigmas"])
     att = attention_of(settings, n)
+    steps = settings.get("attention", {}).get("mean_steps")
+    if att.kind == "knn" and steps is not None:
+        mean["steps"] = steps
     Vx, backend = on_backend(V, settings["backend"])
     if att.kind == "knn":
         knn, w = sparse_weights(km, att, settings.get("beta"))
