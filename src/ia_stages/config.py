@@ -16,6 +16,7 @@ KERNEL_KEYS = (
     "normalization",
     "readout_threshold",
     "kernel_sigma",
+    "attention",
 )  # dataset keys that only the methods read
 
 

@@ -74,7 +74,8 @@ class Method:
 
 
 def _readout(cfg: dict, dataset: str) -> dict:
-    readout = dict(cfg["readout"])
+    """The linkage read-out's settings (the graph read-outs' are separate keys)."""
+    readout = {k: cfg["readout"][k] for k in ("threshold", "linkage")}
     ds = cfg["datasets"][dataset]
     if ds.get("readout_threshold") is not None:
         readout["threshold"] = ds["readout_threshold"]
@@ -114,7 +115,7 @@ def _graph_settings(cfg: dict, dataset: str) -> dict:
 
 def _ia_settings(cfg: dict, dataset: str) -> dict:
     return {
-        "readout": _readout(cfg, dataset),
+        "readout": {**_readout(cfg, dataset), "ia": cfg["readout"]["ia"]},
         "graph": dict(cfg["readout"]["graph"]),
         "stop": dict(cfg["ia"]["stop"]),
     }
