@@ -81,7 +81,10 @@ def test_table1_has_every_method_on_every_dataset_and_the_reported_rows(bench_ru
     }
     # IA's read-outs also appear once per iteration 0..T (T = 1 here)
     assert set(zip(per_iter.dataset, per_iter.method, strict=True)) == {
-        (d, f"{m}@iter{t}") for d in ("mnist_rot", "affnist") for m in ("ia", "ia_k") for t in (0, 1)
+        (d, f"{m}@iter{t}")
+        for d in ("mnist_rot", "affnist")
+        for m in ("ia", "ia_k")
+        for t in (0, 1)
     }
     for m, meth in METHODS.items():
         runs = ours[ours.method == m].runs.astype(int)

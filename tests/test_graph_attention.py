@@ -131,7 +131,7 @@ def test_bad_attention_settings_name_the_key(bad: dict) -> None:
 def test_sparse_neighbours_rejects_k_not_below_n() -> None:
     sq, _ = _planted(n_per=3, groups=2)
     km = _kmax(sq, 1.0, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="attention.k"):
+    with pytest.raises(ValueError, match=r"attention\.k"):
         sparse_neighbours(km, AttentionSettings(kind="knn", k=6), 1.0)
 
 

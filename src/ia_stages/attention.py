@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from .backend import array_module, to_numpy
-from .graph import AttentionSettings, KnnList, knn_from_dense, knn_weights, symmetrize
+from .graph import (
+    AttentionSettings,
+    KnnList,
+    dense_weights,
+    knn_from_dense,
+    knn_weights,
+    symmetrize,
+)
 from .groups import SE2
 from .invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
 from .kernels import normalize, rbf_kernel
@@ -68,15 +75,19 @@ class InvariantAttentionStep:
     """One Invariant Attention iteration.
 
     features : ``(n, H, W)`` invariant means, the next features
-    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max)
+    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max, or
+        the kNN attention's sparse columns written out densely)
     kmax : kappa^max of the input features
-    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.)
+    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.; with kNN
+        attention ``(m, n_params)`` for the column's m neighbours)
+    neighbours : with kNN attention, every column's neighbours (None for dense W)
     """
 
     features: Any
     weights: Any
     kmax: KappaMaxResult
     means: list[InvariantMeanResult]
+    neighbours: KnnList | None = None
 
 
 def invariant_attention_step(
@@ -180,19 +191,34 @@ def invariant_attention(
     mean_settings: MeanSettings = MeanSettings(),
     group: SE2 = SE2(),
     sigma: float = 0.0,
+    attention: AttentionSettings = AttentionSettings(),  # noqa: B008 (frozen dataclass)
+    progress: Callable[[int], None] | None = None,
 ) -> list[InvariantAttentionStep]:
     """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
 
-    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`).
+    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`);
+    ``attention`` chooses W: 'dense' (the paper's) or 'knn' (each column's invariant mean
+    aligns only its k nearest samples under kappa^max, :mod:`ia_stages.graph`).
+    ``progress`` is called with the number of columns finished.
 
     Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
-    final features.
+    final features. The kappa^max of the final features is not computed here.
     """
+    attention.check(int(V.shape[0]))
+    xp = array_module(V)
     steps = []
     for _ in range(iterations):
         km = kappa_max(
             V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
         )
-        steps.append(invariant_attention_step(V, km, init, mean_settings, group))
+        if attention.kind == "dense":
+            steps.append(
+                invariant_attention_step(V, km, init, mean_settings, group, progress=progress)
+            )
+        else:
+            knn, w = sparse_neighbours(km, attention, beta)
+            means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
+            feats = xp.stack([m.mean for m in means])
+            steps.append(InvariantAttentionStep(feats, dense_weights(knn, w), km, means, knn))
         V = steps[-1].features
     return steps

@@ -280,7 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("cluster", _cmd_cluster, "one benchmark method on one dataset and seed")
     sp.add_argument("--dataset", required=True)
     sp.add_argument(
-        "--kmax", nargs="*", default=None, help="kappa^max stores the method reads (iteration order)"
+        "--kmax",
+        nargs="*",
+        default=None,
+        help="kappa^max stores the method reads (iteration order)",
     )
     sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")

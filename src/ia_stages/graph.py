@@ -220,7 +220,8 @@ def leiden_knn(knn: KnnList, seed: int, resolution: float = 1.0) -> np.ndarray:
 
     A = knn_graph(knn).tocoo()
     upper = A.row < A.col
-    g = ig.Graph(n=knn.n, edges=list(zip(A.row[upper].tolist(), A.col[upper].tolist())))
+    edges = list(zip(A.row[upper].tolist(), A.col[upper].tolist(), strict=True))
+    g = ig.Graph(n=knn.n, edges=edges)
     part = leidenalg.find_partition(
         g,
         leidenalg.RBConfigurationVertexPartition,
@@ -232,7 +233,10 @@ def leiden_knn(knn: KnnList, seed: int, resolution: float = 1.0) -> np.ndarray:
 
 
 def leiden_n_clusters(
-    knn: KnnList, n_clusters: int, seed: int, bounds: tuple[float, float] = (1e-3, 20.0),
+    knn: KnnList,
+    n_clusters: int,
+    seed: int,
+    bounds: tuple[float, float] = (1e-3, 20.0),
     max_tries: int = 40,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph with the resolution set so that there are
@@ -276,9 +280,7 @@ WITH_K = ("spectral", "leiden")
 STOP_RULES = ("stability", "partition", "contraction", "none")
 
 
-def graph_partition(
-    sqdist: Any, graph: dict, n_clusters: int | None, seed: int
-) -> np.ndarray:
+def graph_partition(sqdist: Any, graph: dict, n_clusters: int | None, seed: int) -> np.ndarray:
     """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``; labels.
 
     ``graph`` holds ``k`` (neighbours of every sample, itself excluded), ``community``
@@ -303,9 +305,7 @@ def graph_partition(
         return leiden_knn(knn_from_dense(sq, k + 1), seed, graph["resolution"])
     if community == "hdbscan":
         return hdbscan_distances(sq, int(graph["min_cluster_size"]))
-    raise ValueError(
-        f"readout.graph.community must be one of {COMMUNITIES}, got {community!r}"
-    )
+    raise ValueError(f"readout.graph.community must be one of {COMMUNITIES}, got {community!r}")
 
 
 def contraction_ratio(sqdist: Any, labels: np.ndarray) -> float:

@@ -219,9 +219,7 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
         K = job.n_clusters if k_given else None
         graph = {**s["graph"], "k": s["graph"]["k_ia"]}
         parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
-        chosen, reason = stop_iteration(
-            parts, [km.sqdist for km in job.kmax], s["stop"], graph
-        )
+        chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"], graph)
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
             ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},
@@ -342,11 +340,21 @@ METHODS: dict[str, Method] = {
         "IA (kappa^max), K given", True, "kmax_all", True, False, _ia_settings, _ia(True)
     ),
     "ia_kavg_k": Method(
-        "IA (kappa^avg), K given", False, "none", True, True, _ablation_settings("avg"),
+        "IA (kappa^avg), K given",
+        False,
+        "none",
+        True,
+        True,
+        _ablation_settings("avg"),
         _ablation("avg"),
     ),
     "ia_ksoft_k": Method(
-        "IA (kappa^soft), K given", False, "none", True, True, _ablation_settings("soft"),
+        "IA (kappa^soft), K given",
+        False,
+        "none",
+        True,
+        True,
+        _ablation_settings("soft"),
         _ablation("soft"),
     ),
 }

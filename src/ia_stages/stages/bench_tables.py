@@ -2,8 +2,8 @@
 
 - Table 1 ``clustering``: method x dataset, ACC / NMI / ARI mean and std over seeds, clusters
   found, and rows with the DTI paper's published figures. IA's read-outs get one row for the
-  iteration the stopping rule chose and one per iteration 0..T. The CSV holds no timings, so the same
-  config and seed give a bit-identical file; the Markdown and LaTeX add wall time.
+  iteration the stopping rule chose and one per iteration 0..T. The CSV holds no timings, so
+  the same config and seed give a bit-identical file; the Markdown and LaTeX add wall time.
 - Table 2 ``theory``: the per-dataset theory rows (stage ``theory``) concatenated.
 - Table 3 ``cost``: wall time and peak memory of every stage, microseconds per kappa^max pair.
 """

@@ -89,7 +89,7 @@ def run(
             )
         feats = np.stack([to_numpy(m.mean) for m in means])
         rows = knn.indices[cols.start : cols.stop]
-        params = np.full(rows.shape + (means[0].params.shape[-1],), np.nan)
+        params = np.full((*rows.shape, means[0].params.shape[-1]), np.nan)
         for r, m in enumerate(means):
             params[r, rows[r] >= 0] = to_numpy(m.params)
         variables = {
