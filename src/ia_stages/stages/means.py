@@ -1,8 +1,10 @@
 """Stages ``means`` and ``means-gather``: one Invariant Attention iteration's invariant means.
 
-The means of the columns of W = column-normalised kappa^max are independent, so the stage is
-sharded like kappa^max: ``means`` computes one block of columns, ``means-gather`` assembles the
-next features (and W) from the blocks.
+The means of the columns of W are independent, so the stage is sharded like kappa^max:
+``means`` computes one block of columns, ``means-gather`` assembles the next features (and W)
+from the blocks. W is the column-normalised kappa^max ('dense', the paper's) or, with the
+settings' ``attention`` of kind 'knn', each column's weights over its k nearest samples under
+kappa^max (:mod:`ia_stages.graph`); a 'knn' column's mean aligns only those samples.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ..attention import column_normalize, invariant_attention_step
+from ..attention import column_normalize, invariant_attention_step, knn_attention_step
 from ..backend import to_numpy
+from ..graph import AttentionSettings, dense_weights, knn_from_dense, knn_weights, symmetrize
 from ..invariant_mean import MeanSettings
 from ..kmax import KappaMaxResult
 from ..store import provenance, read_store, write_store
@@ -27,6 +30,25 @@ def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
     if km["value"].shape != (n, n):
         raise InputError(f"{kmax}: kappa^max is {km['value'].shape}, features have n={n}")
     return km
+
+
+def attention_of(settings: dict, n: int) -> AttentionSettings:
+    """The settings' attention (dense when absent), checked against ``n`` samples."""
+    cfg = {k: v for k, v in settings.get("attention", {"kind": "dense"}).items()}
+    cfg.pop("mean_steps", None)
+    att = AttentionSettings(**cfg)
+    try:
+        att.check(n)
+    except ValueError as err:
+        raise InputError(f"settings key {err}") from None
+    return att
+
+
+def sparse_weights(km: xr.Dataset, att: AttentionSettings, beta: float | None):
+    """kNN list and its column weights ``(n, width)`` from a dense kappa^max store."""
+    knn = knn_from_dense(km["sqdist"].values, att.k, km["params"].values)
+    knn = symmetrize(knn, att.symmetry)
+    return knn, knn_weights(knn, att, 1.0 if beta is None else beta)
 
 
 def run(
@@ -54,27 +76,53 @@ def run(
     cols = block_range(block, size, n)
     mean = dict(settings["mean"])
     mean["sigmas"] = tuple(mean["sigmas"])
+    att = attention_of(settings, n)
+    steps = settings.get("attention", {}).get("mean_steps")
+    if att.kind == "knn" and steps is not None:
+        mean["steps"] = steps
     Vx, backend = on_backend(V, settings["backend"])
-    res = KappaMaxResult(
-        *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
-    )
-    with timer() as t:
-        step = invariant_attention_step(
-            Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+    if att.kind == "knn":
+        knn, w = sparse_weights(km, att, settings.get("beta"))
+        with timer() as t:
+            means = knn_attention_step(
+                Vx, knn, w, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+            )
+        feats = np.stack([to_numpy(m.mean) for m in means])
+        rows = knn.indices[cols.start : cols.stop]
+        params = np.full((*rows.shape, means[0].params.shape[-1]), np.nan)
+        for r, m in enumerate(means):
+            params[r, rows[r] >= 0] = to_numpy(m.params)
+        variables = {
+            "mean_params": (("sample", "neighbour", "param"), params),
+            "neighbour_index": (("sample", "neighbour"), rows),
+        }
+    else:
+        res = KappaMaxResult(
+            *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
         )
-    dropped = max(m.dropped_weight for m in step.means)
-    ds = xr.Dataset(
-        {
-            "features": (("sample", "y", "x"), to_numpy(step.features)),
+        with timer() as t:
+            step = invariant_attention_step(
+                Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+            )
+        means, feats = step.means, to_numpy(step.features)
+        variables = {
             "mean_params": (
                 ("sample", "source", "param"),
-                np.stack([to_numpy(m.params) for m in step.means]),
+                np.stack([to_numpy(m.params) for m in means]),
             ),
-            "objective": (("sample", "step"), np.stack([m.objective for m in step.means])),
-            "sigma": (("sample", "step_taken"), np.stack([m.sigma for m in step.means])),
+        }
+    dropped = max(m.dropped_weight for m in means)
+    ds = xr.Dataset(
+        {
+            "features": (("sample", "y", "x"), feats),
+            **variables,
+            "objective": (("sample", "step"), np.stack([m.objective for m in means])),
+            "sigma": (("sample", "step_taken"), np.stack([m.sigma for m in means])),
         },
-        coords={"sample": np.arange(cols.start, cols.stop), "source": np.arange(n)},
+        coords={"sample": np.arange(cols.start, cols.stop)},
     )
+    if att.kind == "dense":
+        ds = ds.assign_coords(source=np.arange(n))
     ds.attrs = provenance(
         "means",
         settings,
@@ -107,7 +155,13 @@ def gather(
         what = f"column {missing[0]} missing" if missing else "a column appears twice"
         raise InputError(f"{out}: invariant-mean blocks do not cover 0..{n - 1} ({what})")
     km = _read_kmax(kmax, n)
-    ds["weights"] = (("sample_i", "sample_j"), column_normalize(km["value"].values))
+    att = attention_of(settings, n)
+    if att.kind == "knn":
+        knn, w = sparse_weights(km, att, settings.get("beta"))
+        W = dense_weights(knn, w)
+    else:
+        W = column_normalize(km["value"].values)
+    ds["weights"] = (("sample_i", "sample_j"), W)
     ds.attrs = provenance(
         "means-gather",
         settings,

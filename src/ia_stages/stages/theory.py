@@ -19,6 +19,11 @@
   is restarted from ``restarts`` different initial transforms (theory.restart_inits); the
   largest kappa^max distance between two restarts' unit-norm means. ``restart_same`` = it is
   below ``tolerance`` (Theorem 3.1: unique up to a transform). Not defined at t = T (no weights).
+  The weights are those the iteration used (the feature store's W: dense or kNN attention).
+- ``within_mean`` / ``between_mean``: mean manifold distance of pairs of one class / of
+  different classes; ``wb_ratio`` their ratio and ``wb_ratio_change`` = wb_ratio^(t+1) /
+  wb_ratio^(t) (< 1: the classes separate, the contraction Theorem 4.1 needs); ``attention``
+  the kind of W (dense or knn).
 """
 
 from __future__ import annotations
@@ -53,6 +58,11 @@ COLUMNS = [
     "kmax_inv_err_rendered_value",
     "restart_max_distance",
     "restart_same",
+    "attention",
+    "within_mean",
+    "between_mean",
+    "wb_ratio",
+    "wb_ratio_change",
 ]
 
 
@@ -104,6 +114,7 @@ def run(
             raise InputError(f"{kpath}: kappa^max is {km['value'].shape}, n={V.shape[0]}")
         dist = M.manifold_distances(km["sqdist"].values, M.feature_norms(V))
         R.append(M.max_within_class(dist, labels))
+        within, between = Th.class_separation(dist, labels)
         m = min(th["samples"], V.shape[0])
         pick = np.sort(rng.choice(V.shape[0], m, replace=False))
         taus = Th.random_transforms(rng, m, th["max_shift"])
@@ -113,7 +124,8 @@ def run(
         }
         spread, same = np.nan, None
         if t < len(features):  # iteration t's weights produced iteration t + 1's features
-            W = column_normalize(km["value"].values)
+            fw = read_store(features[t])
+            W = fw["weights"].values if "weights" in fw else column_normalize(km["value"].values)
             cols = rng.choice(V.shape[0], min(th["columns"], V.shape[0]), replace=False)
             dists = []
             for j in np.sort(cols):
@@ -139,10 +151,16 @@ def run(
                 "kmax_inv_err_rendered_value": rendered[1] if t == 0 else np.nan,
                 "restart_max_distance": spread,
                 "restart_same": same,
+                "attention": settings.get("attention", {"kind": "dense"})["kind"],
+                "within_mean": within,
+                "between_mean": between,
+                "wb_ratio": within / between if between > 0 else np.nan,
+                "wb_ratio_change": np.nan,
             }
         )
     for t in range(len(rows) - 1):
         rows[t]["R_ratio"] = R[t + 1] / R[t] if R[t] > 0 else np.nan
+        rows[t]["wb_ratio_change"] = rows[t + 1]["wb_ratio"] / rows[t]["wb_ratio"]
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out)
     return df

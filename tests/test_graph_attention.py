@@ -1,0 +1,221 @@
+"""kNN attention (sparse W over kappa^max neighbours), graph read-outs and the stopping rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ia_stages.attention import column_normalize, knn_attention_step, sparse_neighbours
+from ia_stages.graph import (
+    AttentionSettings,
+    contraction_ratio,
+    dense_weights,
+    graph_partition,
+    knn_from_dense,
+    knn_weights,
+    leiden_n_clusters,
+    stop_iteration,
+    symmetrize,
+)
+from ia_stages.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.kmax import KappaMaxResult
+from ia_stages.metrics import accuracy
+
+
+def _planted(n_per: int = 12, groups: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Squared distances of points in well-separated groups, and the group labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(groups, 5)) * 10
+    y = np.repeat(np.arange(groups), n_per)
+    P = centres[y] + rng.normal(size=(y.size, 5))
+    sq = ((P[:, None] - P[None]) ** 2).sum(-1)
+    return sq, y
+
+
+def _kmax(sq: np.ndarray, beta: float, rng: np.random.Generator) -> KappaMaxResult:
+    n = sq.shape[0]
+    params = rng.normal(size=(n, n, 3)) * 0.1
+    return KappaMaxResult(np.exp(-beta * sq), params, sq)
+
+
+def test_knn_lists_put_self_first_and_sort_by_distance() -> None:
+    sq, _ = _planted()
+    knn = knn_from_dense(sq, 5)
+    assert (knn.indices[:, 0] == np.arange(sq.shape[0])).all()
+    assert (np.diff(knn.sqdist, axis=1) >= 0).all()
+    # the k-th listed distance is the k-th smallest of the row
+    np.testing.assert_allclose(knn.sqdist[:, -1], np.sort(sq, axis=1)[:, 4])
+
+
+def test_knn_with_k_n_and_fixed_bandwidth_equals_dense_weights() -> None:
+    sq, _ = _planted(n_per=5, groups=3)
+    sq = sq / sq.max()  # a bandwidth at which no weight underflows
+    n, beta = sq.shape[0], 3.0
+    km = _kmax(sq, beta, np.random.default_rng(1))
+    att = AttentionSettings(kind="knn", k=n, bandwidth="fixed")
+    knn = knn_from_dense(sq, n, km.params)
+    W = dense_weights(knn, knn_weights(knn, att, beta))
+    np.testing.assert_allclose(W, column_normalize(km.value), rtol=1e-12, atol=1e-15)
+
+
+def test_knn_with_k_n_gives_the_dense_invariant_means() -> None:
+    rng = np.random.default_rng(2)
+    V = rng.random((6, 16, 16))
+    sq = rng.random((6, 6))
+    sq = sq + sq.T
+    np.fill_diagonal(sq, 0.0)
+    km = _kmax(sq, 2.0, rng)
+    km.params[np.arange(6), np.arange(6)] = 0.0
+    att = AttentionSettings(kind="knn", k=6, bandwidth="fixed")
+    knn = knn_from_dense(sq, 6, km.params)
+    w = knn_weights(knn, att, 2.0)
+    ms = MeanSettings(steps=2, weight_floor=0.0)
+    sparse = knn_attention_step(V, knn, w, "kmax", ms, columns=[0, 3])
+    W = column_normalize(km.value)
+    for r, j in enumerate([0, 3]):
+        dense = invariant_mean(V, W[:, j], km.params[j], ms)
+        np.testing.assert_allclose(sparse[r].mean, dense.mean, atol=1e-10)
+
+
+@pytest.mark.parametrize("symmetry", ["none", "mutual", "union"])
+@pytest.mark.parametrize("bandwidth", ["kth", "fixed"])
+def test_column_weights_are_zero_outside_its_neighbours(symmetry: str, bandwidth: str) -> None:
+    sq, _ = _planted()
+    n, k = sq.shape[0], 4
+    att = AttentionSettings(kind="knn", k=k, bandwidth=bandwidth, symmetry=symmetry)
+    base = knn_from_dense(sq, k)
+    knn = symmetrize(base, symmetry)
+    W = dense_weights(knn, knn_weights(knn, att, 0.5))
+    np.testing.assert_allclose(W.sum(0), 1.0)
+    near = np.zeros((n, n), dtype=bool)  # near[i, j]: i among j's k nearest
+    near[base.indices, np.arange(n)[:, None]] = True
+    if symmetry == "none":
+        allowed = near
+    elif symmetry == "mutual":
+        allowed = near & near.T
+    else:
+        allowed = near | near.T
+    assert (W[~allowed] == 0).all()
+    assert (W[allowed & (W > 0)] > 0).all()
+    assert np.diag(W).min() > 0  # every column attends to itself
+
+
+def test_kth_bandwidth_scales_with_the_kth_neighbour() -> None:
+    sq, _ = _planted()
+    att = AttentionSettings(kind="knn", k=5, bandwidth="kth")
+    w1 = knn_weights(knn_from_dense(sq, 5), att, 1.0)
+    w2 = knn_weights(knn_from_dense(4.0 * sq, 5), att, 1.0)
+    np.testing.assert_allclose(w1, w2)  # scale-free: the bandwidth follows the data
+
+
+def test_union_carries_the_inverted_alignment() -> None:
+    from ia_stages.groups import SE2
+
+    sq = np.array([[0.0, 1.0, 5.0], [1.0, 0.0, 2.0], [5.0, 2.0, 0.0]])
+    params = np.zeros((3, 3, 3))
+    params[2, 1] = [0.3, 1.0, -2.0]  # aligns v_1 onto v_2
+    knn = symmetrize(knn_from_dense(sq, 2, params), "union")
+    # 1 is 2's nearest but 2 is not 1's: column 1 gains 2 with the inverse alignment
+    row = list(knn.indices[1])
+    m = row.index(2)
+    np.testing.assert_allclose(knn.params[1, m], SE2().inverse(params[2, 1][None])[0])
+
+
+@pytest.mark.parametrize("bad", [{"k": 0}, {"k": 12}, {"kind": "sparse"}, {"symmetry": "x"}])
+def test_bad_attention_settings_name_the_key(bad: dict) -> None:
+    att = AttentionSettings(**{"kind": "knn", "k": 3, **bad})
+    with pytest.raises(ValueError, match=r"attention\.(k|kind|symmetry)"):
+        att.check(12)
+
+
+def test_sparse_neighbours_rejects_k_not_below_n() -> None:
+    sq, _ = _planted(n_per=3, groups=2)
+    km = _kmax(sq, 1.0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"attention\.k"):
+        sparse_neighbours(km, AttentionSettings(kind="knn", k=6), 1.0)
+
+
+GRAPH = {"k": 5, "community": "leiden", "resolution": 1.0, "min_cluster_size": 5}
+
+
+@pytest.mark.parametrize("with_k", ["spectral", "leiden"])
+def test_read_out_with_k_recovers_planted_groups(with_k: str) -> None:
+    sq, y = _planted()
+    labels = graph_partition(sq, {**GRAPH, "with_k": with_k}, 4, seed=0)
+    assert accuracy(y, labels) == 1.0
+
+
+@pytest.mark.parametrize("community", ["leiden", "hdbscan"])
+def test_read_out_without_k_recovers_planted_groups(community: str) -> None:
+    sq, y = _planted()
+    labels = graph_partition(sq, {**GRAPH, "community": community}, None, seed=0)
+    assert accuracy(y, labels) == 1.0
+    assert labels.max() + 1 == 4
+
+
+def test_leiden_with_k_finds_exactly_k_communities() -> None:
+    sq, _ = _planted(n_per=10, groups=6)  # 6 components: resolution splits, never merges them
+    for K in (6, 9):
+        labels = leiden_n_clusters(knn_from_dense(sq, 6), K, seed=1)
+        assert labels.max() + 1 == K
+
+
+def test_read_out_rejects_k_not_below_n() -> None:
+    sq, _ = _planted(n_per=2, groups=2)
+    with pytest.raises(ValueError, match=r"readout\.graph\.k"):
+        graph_partition(sq, {**GRAPH, "k": 4}, None, 0)
+
+
+def test_contraction_ratio_falls_when_groups_tighten() -> None:
+    sq, y = _planted()
+    same = y[:, None] == y[None, :]
+    tighter = np.where(same, 0.25 * sq, sq)
+    assert contraction_ratio(tighter, y) < contraction_ratio(sq, y)
+
+
+@pytest.mark.parametrize("rule", ["stability", "partition", "contraction"])
+def test_stopping_rule_stops_on_a_fixed_point(rule: str) -> None:
+    sq, y = _planted()
+    parts = [y.copy() for _ in range(4)]
+    stop = {"rule": rule, "min_ari": 0.9, "n_seeds": 3}
+    t, reason = stop_iteration(parts, [sq] * 4, stop, GRAPH)
+    assert t == 1, reason  # nothing changes after the first iteration
+
+
+def test_partition_rule_waits_until_the_partition_settles() -> None:
+    sq, y = _planted()
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 4, y.size), rng.integers(0, 4, y.size), y, y]
+    t, _ = stop_iteration(parts, [sq] * 4, {"rule": "partition", "min_ari": 0.9})
+    assert t == 3
+
+
+def test_contraction_rule_stops_before_the_ratio_rises() -> None:
+    sq, y = _planted()
+    same = y[:, None] == y[None, :]
+    sqs = [sq, np.where(same, 0.5 * sq, sq), np.where(same, 0.25 * sq, sq), sq]
+    t, reason = stop_iteration([y] * 4, sqs, {"rule": "contraction", "min_ari": 0.9})
+    assert t == 2, reason
+    assert stop_iteration([y] * 4, sqs, {"rule": "none", "min_ari": 0.9})[0] == 3
+
+
+def test_community_stability_is_one_on_separated_groups_and_lower_on_noise() -> None:
+    from ia_stages.graph import community_stability
+
+    sq, _ = _planted()
+    rng = np.random.default_rng(0)
+    P = rng.normal(size=(sq.shape[0], 5))
+    noise = ((P[:, None] - P[None]) ** 2).sum(-1)
+    assert community_stability(sq, GRAPH, 4) == pytest.approx(1.0)
+    assert community_stability(noise, GRAPH, 4) < 0.9
+
+
+def test_stability_rule_stops_before_the_graph_blurs() -> None:
+    sq, y = _planted()
+    rng = np.random.default_rng(0)
+    P = rng.normal(size=(sq.shape[0], 5))
+    noise = ((P[:, None] - P[None]) ** 2).sum(-1)
+    stop = {"rule": "stability", "n_seeds": 4}
+    t, reason = stop_iteration([y] * 4, [noise, sq, noise, sq], stop, GRAPH)
+    assert t == 1, reason
+    assert stop_iteration([y] * 3, [sq] * 3, stop, GRAPH)[0] == 1  # a fixed point

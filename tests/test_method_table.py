@@ -1,0 +1,125 @@
+"""The method table is the one place a benchmark method is defined; kNN attention config keys."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ia_stages.config import ConfigError, cluster_settings, stage_settings, validate_config
+from ia_stages.methods import HEAVY_METHODS, METHODS, NEEDS, Job
+
+
+def test_every_method_has_settings_predict_and_a_known_need(
+    default_config: dict, schema_path: Path
+) -> None:
+    default_config["benchmark"]["n_clusters"] = 10
+    cfg = validate_config(default_config, schema_path)
+    for name, m in METHODS.items():
+        assert m.needs in NEEDS, name
+        s = cluster_settings(cfg, "mnist_rot", name, 0)
+        assert s["method"] == name
+        assert (s["n_clusters"] is None) == (not m.k_given)
+        assert callable(m.predict)
+    assert set(HEAVY_METHODS) == {m for m, meth in METHODS.items() if meth.heavy}
+
+
+def test_schema_takes_its_method_names_from_the_table(schema_path: Path) -> None:
+    schema = yaml.safe_load(schema_path.read_text())
+    items = schema["properties"]["benchmark"]["properties"]["methods"]["items"]
+    assert "enum" not in items  # the config check reads METHODS
+    default = schema["properties"]["benchmark"]["properties"]["methods"]["default"]
+    assert set(default) <= set(METHODS)
+
+
+def test_the_rules_read_heavy_methods_from_the_table() -> None:
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "workflow" / "rules" / "benchmark_common.smk").read_text()
+    assert "from ia_stages.methods import HEAVY_METHODS" in text
+    assert "HEAVY_METHODS = " not in text
+
+
+def test_graph_settings_rerun_only_the_graph_methods(default_config: dict, schema_path: Path):
+    cfg = validate_config(default_config, schema_path)
+    edited = copy.deepcopy(cfg)
+    edited["readout"]["graph"]["k"] = 7
+    changed = {
+        m
+        for m in METHODS
+        if cluster_settings(cfg, "mnist_rot", m, 0) != cluster_settings(edited, "mnist_rot", m, 0)
+    }
+    assert changed == {"spectral_knn", "community_knn_k", "community_knn", "ia", "ia_k"}
+
+
+def test_graph_baselines_on_planted_groups() -> None:
+    from ia_stages.kmax import KappaMaxResult
+    from ia_stages.metrics import accuracy
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 10)
+    P = rng.normal(size=(3, 4))[y] * 10 + rng.normal(size=(30, 4))
+    sq = ((P[:, None] - P[None]) ** 2).sum(-1)
+    km = KappaMaxResult(np.exp(-sq), np.zeros((30, 30, 3)), sq)
+    graph = {"k": 5, "k_ia": 5, "community": "leiden", "with_k": "leiden", "resolution": 1.0,
+             "min_cluster_size": 5}  # fmt: skip
+    for name in ("spectral_knn", "community_knn_k", "community_knn"):
+        job = Job(P, None, 3, {"graph": graph}, [km], seed=0)
+        labels, _ = METHODS[name].predict(job)
+        assert accuracy(y, labels) == 1.0, name
+    settings = {"graph": graph, "readout": {"ia": "graph"}, "stop": {"rule": "stability",
+                "n_seeds": 3}}  # fmt: skip
+    labels, extra = METHODS["ia_k"].predict(Job(P, None, 3, settings, [km, km], seed=0))
+    assert accuracy(y, labels) == 1.0
+    assert extra["pred_iter"][1].shape == (2, 30)
+    assert extra["attrs"]["stopped_at"] == 1  # the graph did not change: a fixed point
+
+
+def _set(*path, value):
+    def edit(cfg: dict) -> None:
+        node = cfg
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+
+    return edit
+
+
+BAD = {
+    "k zero": (_set("datasets", "mnist_rot", "attention", "k", value=0), "attention.k"),
+    "k equal to n": (_set("datasets", "mnist_rot", "attention", "k", value=100), "attention.k"),
+    "unknown kind": (_set("datasets", "mnist_rot", "attention", "kind", value="sparse"), "kind"),
+    "unknown bandwidth": (
+        _set("datasets", "affnist", "attention", "bandwidth", value="global"),
+        "attention.bandwidth",
+    ),
+    "unknown community": (_set("readout", "graph", "community", value="louvain"), "community"),
+    "unknown IA read-out": (_set("readout", "ia", value="kmeans"), "readout.ia"),
+    "graph k not below n": (_set("readout", "graph", "k", value=100), "readout.graph.k"),
+    "unknown stop rule": (_set("ia", "stop", "rule", value="never"), "ia.stop.rule"),
+    "unknown method": (_set("benchmark", "methods", value=["kmeans", "dbscan"]), "methods.1"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_graph_settings_give_one_line_naming_the_key(
+    case: str, default_config: dict, schema_path: Path
+) -> None:
+    edit, needle = BAD[case]
+    edit(default_config)
+    with pytest.raises(ConfigError) as info:
+        validate_config(default_config, schema_path)
+    msg = str(info.value)
+    assert "\n" not in msg and needle in msg, msg
+
+
+def test_dense_attention_leaves_the_means_settings_as_they_were(
+    default_config: dict, schema_path: Path
+) -> None:
+    cfg = validate_config(default_config, schema_path)
+    s = stage_settings(cfg, "means", "shapes3")
+    assert set(s) == {"seed", "backend", "dataset", "init", "mean"}  # hash unchanged
+    knn = stage_settings(cfg, "means", "mnist_rot")
+    assert knn["attention"]["kind"] == "knn" and knn["attention"]["k"] == 10
