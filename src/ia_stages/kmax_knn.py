@@ -1,0 +1,423 @@
+"""Exact k-nearest-neighbour mode of kappa^max: each sample's k nearest, without all n^2 pairs.
+
+kappa^max is monotone in the squared distance d2, so each sample's k largest kernel values are
+its k smallest d2. The same search as :func:`ia_stages.kmax.kappa_max` runs, but only on the
+pairs that can enter a list:
+
+1. **Scan** (all pairs i < j, tile by tile, :class:`ia_stages.kmax.PolarScan`): every pair's
+   best rotation score gives a coarse squared distance :func:`scan_sqdist` (rotation about the
+   centroids, translation by matching them). Per sample a bounded pool keeps the
+   ``knn_pool`` pairs of lowest coarse d2 with their starting transforms (O(n * knn_pool)).
+2. **Refine** each sample's k - 1 best pool pairs (the refinement of ``kappa_max``, same starts,
+   same orientation: the later image warped onto the earlier), giving its current k-th refined
+   d2, ``tau_i``. Refinement can lower a pair's coarse d2 by at most ``knn_margin`` (times the
+   pair's mean squared norm; measured on digits, see the README), so every other pair with
+   coarse d2 <= tau_i + knn_margin may still enter i's list: those are refined too. Where the
+   pool of i is full and its last entry is itself within that bound, pairs outside the pool may
+   qualify: a second scan refines every pair within the bound of such a sample.
+
+A pair refined for either of its samples counts for both, and refining can only lower tau_i,
+so the pairs refined are a superset of those that belong to some list: the lists equal the
+top k of the full kappa^max matrix (ties aside) whenever the margin holds.
+
+Convention: **the sample itself is included**, as column 0 (d2 = 0, identity transform,
+kappa = 1), as a column of the dense matrix's top k would include its diagonal and as sparse
+attention (each column attends to its k nearest, itself included) needs it; columns 1..k-1
+are the k - 1 nearest other samples, nearest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+import scipy.sparse
+
+from .backend import array_module, to_numpy
+from .groups import SE2, wrap_angle
+from .kernels import normalize, smooth
+from .kmax import (
+    MB,
+    REFINE_BATCH,
+    SCAN_CHUNK_MB,
+    MemoryBudgetError,
+    PolarScan,
+    SearchSettings,
+    _half_resolution_pair,
+    _on_threads,
+    _refine_candidates,
+    _search_targets,
+)
+from .lm_kernel import pair_images
+
+
+@dataclass
+class KnnResult:
+    """Each sample's k nearest under kappa^max, itself first.
+
+    indices : ``(n, k)`` int64; ``indices[i, 0] == i``, then the k - 1 nearest others by d2
+    value : ``(n, k)`` kappa^max(X[i], X[indices[i, m]])
+    sqdist : ``(n, k)`` the squared distance, as :class:`ia_stages.kmax.KappaMaxResult.sqdist`
+    params : ``(n, k, 3)`` optimal tau with X[indices[i, m]] o tau ~ X[i], as the dense
+        result's ``params[i, indices[i, m]]``
+    pairs_scanned : pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
+    pairs_refined : distinct pairs refined
+    second_scan : samples whose pool was too small for the margin, so that a second scan ran
+    """
+
+    indices: np.ndarray
+    value: np.ndarray
+    sqdist: np.ndarray
+    params: np.ndarray
+    pairs_scanned: int = 0
+    pairs_refined: int = 0
+    second_scan: int = 0
+
+    def to_sparse(self, field: str = "value", include_self: bool = True) -> scipy.sparse.csr_array:
+        """``(n, n)`` sparse matrix with entry [i, indices[i, m]] = ``field`` ('value' or
+        'sqdist'); ``include_self=False`` leaves out the diagonal (column 0). Row i holds
+        sample i's list, so the matrix is not symmetric in general."""
+        if field not in ("value", "sqdist"):
+            raise ValueError(f"field must be 'value' or 'sqdist', got {field!r}")
+        n, k = self.indices.shape
+        first = 0 if include_self else 1
+        data = getattr(self, field)[:, first:]
+        rows = np.repeat(np.arange(n), k - first)
+        return scipy.sparse.csr_array(
+            (data.ravel(), (rows, self.indices[:, first:].ravel())), shape=(n, n)
+        )
+
+
+def check_images(U: Any, V: Any | None = None) -> None:
+    """One-line ValueError naming the culprit for images that kappa^max cannot take: not
+    ``(n, H, W)``, ``V`` of another image size than ``U``, or NaN / inf pixels."""
+    for name, X in (("U", U), ("V", V)):
+        if X is None:
+            continue
+        if X.ndim != 3:
+            raise ValueError(f"{name} must be images (n, H, W), got shape {tuple(X.shape)}")
+        xp = array_module(X)
+        bad = to_numpy(~xp.isfinite(X).reshape(len(X), -1).all(1))
+        if bad.any():
+            raise ValueError(
+                f"{name} has NaN or inf pixels in image {int(np.flatnonzero(bad)[0])} "
+                f"({int(bad.sum())} image(s) in all)"
+            )
+    if V is not None and tuple(U.shape[1:]) != tuple(V.shape[1:]):
+        raise ValueError(
+            f"V's images are {tuple(V.shape[1:])} px but U's are {tuple(U.shape[1:])}: "
+            "kappa^max compares images of one size"
+        )
+
+
+def scan_sqdist(scores: Any, uu_i: Any, uu_j: Any, n_angles: int) -> Any:
+    """Coarse squared distances ``(n_i, n_j)`` from :meth:`PolarScan.scores` ``(n_i, n_j,
+    n_centres, n_angles)``: ||u||^2 + ||v||^2 - 2 <u, v o tau> at the best scanned tau.
+    Rings are one pixel apart with ``n_angles`` samples each, so a polar sample stands for
+    the area r * 2 pi / n_angles; the scores already carry the factor r."""
+    best = scores.reshape(scores.shape[0], scores.shape[1], -1).max(-1).astype(np.float64)
+    return uu_i[:, None] + uu_j[None, :] - 2.0 * (2.0 * np.pi / n_angles) * best
+
+
+def kappa_max_knn(
+    X: Any,
+    k: int,
+    beta: float = 1.0,
+    normalization: str = "unit",
+    group: SE2 = SE2(),
+    settings: SearchSettings = SearchSettings(),
+    progress: Callable[[int], None] | None = None,
+    sigma: float = 0.0,
+) -> KnnResult:
+    """Each sample's k nearest under kappa^max (itself included, first), exactly.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` numpy images
+    k : list length, sample included: 1 <= k < n
+    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
+    settings : the search; ``knn_margin`` and ``knn_pool`` steer which pairs are refined
+        (``method`` must be 'polar')
+    progress : called with the number of pairs scanned after every tile of the scan
+
+    Returns
+    -------
+    KnnResult with ``(n, k)`` arrays; its values equal the dense ``kappa_max(X, ...)`` row by
+    row at the columns of the row's k largest values.
+    """
+    k = _check_k(k, X)
+    check_images(X)
+    if settings.method != "polar":
+        raise ValueError(
+            f"settings.method must be 'polar' for the kNN mode, got {settings.method!r}"
+        )
+    if settings.knn_margin < 0:
+        raise ValueError(f"settings.knn_margin must be >= 0, got {settings.knn_margin}")
+    if settings.knn_pool < 1:
+        raise ValueError(f"settings.knn_pool must be >= 1, got {settings.knn_pool}")
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    Un = normalize(smooth(X, sigma), normalization)
+    uu = (Un**2).reshape(n, -1).sum(1)
+    others = k - 1
+    pool = max(settings.knn_pool, others)
+    scan = PolarScan(Un, Un, settings)
+    state = n * pool * (8 + 8 + 3 * 8 * settings.n_candidates)
+    tile_pairs, lanes = _tile_size(scan, state, settings, X.shape)
+    refiner = _Refiner(Un, group, settings, beta, sigma)
+    result = KnnResult(
+        indices=np.zeros((n, k), dtype=np.int64),
+        value=np.ones((n, k)),
+        sqdist=np.zeros((n, k)),
+        params=np.zeros((n, k, group.n_params)),
+    )
+    if others == 0:
+        result.indices[:, 0] = np.arange(n)
+        return result
+    c = settings.n_candidates
+    pools = _Pools(n, pool, c)
+    margin = settings.knn_margin
+
+    def select_pool(d2: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return (d2 < pools.threshold[rows][:, None]) | (d2 < pools.threshold[cols][None, :])
+
+    for i, j, d2, starts in _scan(scan, uu, tile_pairs, lanes, c, select_pool, progress):
+        pools.add(i, j, d2, starts)
+    pools.flush()
+    result.pairs_scanned = n * (n - 1) // 2
+
+    # the k - 1 best of every pool, then every pool pair within the margin of tau
+    refiner.refine_pool(pools, np.repeat(np.arange(n), others), np.tile(np.arange(others), n))
+    tau = refiner.kth(others)
+    w = 0.5 * (uu[:, None] + uu[pools.partner.clip(0)])
+    within = (pools.partner >= 0) & (pools.sqdist <= tau[:, None] + margin * w)
+    owner, rank = np.nonzero(within)
+    refiner.refine_pool(pools, owner, rank)
+
+    # a full pool whose last pair is within the bound may have left out pairs that are too
+    tau = refiner.kth(others)
+    last = pools.sqdist[:, -1]
+    reach = tau + margin * 0.5 * (uu + uu.max())
+    short = (pools.partner[:, -1] >= 0) & (last <= reach)
+    result.second_scan = int(short.sum())
+    if short.any():
+        bound = np.where(short, tau, -np.inf)
+
+        def select_bound(d2: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+            slack = margin * 0.5 * (uu[rows][:, None] + uu[cols][None, :])
+            return (d2 - slack <= bound[rows][:, None]) | (d2 - slack <= bound[cols][None, :])
+
+        for i, j, _, starts in _scan(scan, uu, tile_pairs, lanes, c, select_bound, progress):
+            refiner.refine(i, j, starts)
+        result.pairs_scanned *= 2
+    result.pairs_refined = refiner.count
+    refiner.lists(result, beta)
+    return result
+
+
+def _check_k(k: Any, X: Any) -> int:
+    n = X.shape[0] if hasattr(X, "shape") and len(X.shape) >= 1 else 0
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):
+        raise ValueError(
+            f"k must be an integer (list length, the sample itself included), got {k!r}"
+        )
+    if k < 1:
+        raise ValueError(f"k must be >= 1 (the sample itself included), got {k}")
+    if k >= n:
+        raise ValueError(
+            f"k must be < n = {n} (the number of images), got {k}: for all pairs use k=None"
+        )
+    return int(k)
+
+
+def _tile_size(
+    scan: PolarScan, state: int, settings: SearchSettings, shape: tuple[int, ...]
+) -> tuple[int, int]:
+    """Pairs per scan tile and the number of tiles scanned at once, within ``memory_mb``."""
+    room = settings.memory_mb * MB - scan.fixed - state
+    if room < scan.per_pair:
+        need = (scan.fixed + state + scan.per_pair) / MB
+        raise MemoryBudgetError(
+            f"memory_mb={settings.memory_mb:g} is too small for the kNN scan of {shape[0]} "
+            f"images of {shape[1]} x {shape[2]} px (needs {need:.1f} MB): raise memory_mb"
+        )
+    lanes = max(1, min(numba.get_num_threads(), int(room // scan.per_pair)))
+    pairs = int(min(room // lanes, SCAN_CHUNK_MB * MB) // scan.per_pair)
+    return max(1, pairs), lanes
+
+
+def _scan(
+    scan: PolarScan,
+    uu: np.ndarray,
+    tile_pairs: int,
+    lanes: int,
+    c: int,
+    select: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    progress: Callable[[int], None] | None,
+) -> Any:
+    """Yield (i, j, d2, starts) of the pairs i < j that ``select(d2 tile, rows, cols)`` keeps,
+    tile by tile (rows r0:r1 against columns j0:j1 >= r0), on ``lanes`` threads."""
+    n = uu.size
+    side = max(1, int(np.sqrt(tile_pairs)))
+    rows = min(side, n)
+    cols = max(1, tile_pairs // rows)
+    tiles = [
+        (r0, min(r0 + rows, n), j0, min(j0 + cols, n))
+        for r0 in range(0, n, rows)
+        for j0 in range(r0 + 1, n, cols)
+    ]
+
+    def task(tile: tuple[int, int, int, int]) -> tuple:
+        r0, r1, j0, j1 = tile
+        scores = scan.scores(r0, r1, j0, j1)
+        rr, cc = np.arange(r0, r1), np.arange(j0, j1)
+        d2 = scan_sqdist(scores, uu[r0:r1], uu[j0:j1], scan.M)
+        keep = select(d2, rr, cc) & (cc[None, :] > rr[:, None])
+        a, b = np.nonzero(keep)
+        i, j = a + r0, b + j0
+        starts = scan.starts(scores, i, j, r0, j0, c) if i.size else np.empty((0, c, 3))
+        return i, j, d2[a, b], starts, (r1 - r0) * (j1 - j0)
+
+    for i, j, d2, starts, size in _on_threads(task, tiles, lanes):
+        if progress is not None:
+            progress(size)
+        if i.size:
+            yield i, j, d2, starts
+
+
+class _Pools:
+    """Per sample the ``size`` pairs of lowest coarse d2 seen so far, sorted, with their starts
+    (in the pair's orientation: the later image warped onto the earlier)."""
+
+    FLUSH = 500_000  # pending entries merged at once
+
+    def __init__(self, n: int, size: int, c: int) -> None:
+        self.n, self.size = n, size
+        self.partner = np.full((n, size), -1, dtype=np.int64)
+        self.sqdist = np.full((n, size), np.inf)
+        self.starts = np.zeros((n, size, c, 3))
+        self.threshold = np.full(n, np.inf)  # a pair enters a pool only below its last entry
+        self._pending: list = []
+        self._count = 0
+
+    def add(self, i: np.ndarray, j: np.ndarray, d2: np.ndarray, starts: np.ndarray) -> None:
+        self._pending.append((i, j, d2, starts))
+        self._count += i.size
+        if self._count >= self.FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        i, j, d2, starts = (np.concatenate(a) for a in zip(*self._pending, strict=True))
+        self._pending, self._count = [], 0
+        owner = np.concatenate([i, j])
+        partner = np.concatenate([j, i])
+        d2 = np.concatenate([d2, d2])
+        starts = np.concatenate([starts, starts])
+        touched = np.unique(owner)
+        old_owner = np.repeat(touched, self.size)
+        owner = np.concatenate([old_owner, owner])
+        partner = np.concatenate([self.partner[touched].ravel(), partner])
+        d2 = np.concatenate([self.sqdist[touched].ravel(), d2])
+        starts = np.concatenate([self.starts[touched].reshape(-1, *starts.shape[1:]), starts])
+        order = np.lexsort((d2, owner))
+        owner, partner, d2, starts = owner[order], partner[order], d2[order], starts[order]
+        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
+        keep = rank < self.size
+        o, r = owner[keep], rank[keep]
+        self.partner[o, r] = partner[keep]
+        self.sqdist[o, r] = d2[keep]
+        self.starts[o, r] = starts[keep]
+        full = self.partner[touched, -1] >= 0
+        self.threshold[touched[full]] = self.sqdist[touched[full], -1]
+
+
+class _Refiner:
+    """Refines pairs with :func:`ia_stages.kmax._refine_candidates` (once per pair) and keeps
+    every refined pair's d2 and transform."""
+
+    def __init__(
+        self, Un: np.ndarray, group: SE2, settings: SearchSettings, beta: float, sigma: float
+    ) -> None:
+        self.Un, self.group, self.settings, self.beta = Un, group, settings, beta
+        self.half = _half_resolution_pair(Un, Un, sigma, settings)
+        self.search = _search_targets(Un, settings)
+        self.compiled = pair_images(Un, Un, self.half, self.search)
+        self.n = Un.shape[0]
+        self.done = np.zeros(0, dtype=np.int64)  # keys i * n + j (i < j), sorted
+        self._i: list = []
+        self._j: list = []
+        self._d2: list = []
+        self._p: list = []
+
+    @property
+    def count(self) -> int:
+        return int(self.done.size)
+
+    def refine_pool(self, pools: _Pools, owner: np.ndarray, rank: np.ndarray) -> None:
+        """Refine the pool entries ``pools.partner[owner, rank]`` from their stored starts."""
+        partner = pools.partner[owner, rank]
+        i, j = np.minimum(owner, partner), np.maximum(owner, partner)
+        self.refine(i, j, pools.starts[owner, rank])
+
+    def refine(self, i: np.ndarray, j: np.ndarray, starts: np.ndarray) -> None:
+        """Refine the pairs i < j not refined yet (duplicates once)."""
+        key = i * self.n + j
+        key, first = np.unique(key, return_index=True)
+        new = ~np.isin(key, self.done, assume_unique=True)
+        if not new.any():
+            return
+        sel = first[new]
+        i, j, starts = i[sel], j[sel], starts[sel]
+        order = np.argsort(j, kind="stable")  # one moving image's pairs together
+        i, j, starts = i[order], j[order], starts[order]
+        for a in range(0, i.size, REFINE_BATCH):
+            s = slice(a, a + REFINE_BATCH)
+            p, d2 = _refine_candidates(
+                self.Un, self.Un, i[s], j[s], starts[s], self.group, self.settings, self.beta,
+                self.half, self.compiled, self.search,
+            )  # fmt: skip
+            self._i.append(i[s])
+            self._j.append(j[s])
+            self._d2.append(d2)
+            self._p.append(p)
+        self.done = np.union1d(self.done, key[new])
+
+    def _entries(self) -> tuple[np.ndarray, ...]:
+        """Every refined pair in both directions: owner, partner, d2, params (sorted by owner,
+        then d2)."""
+        i, j = np.concatenate(self._i), np.concatenate(self._j)
+        d2, p = np.concatenate(self._d2), np.concatenate(self._p)
+        owner = np.concatenate([i, j])
+        partner = np.concatenate([j, i])
+        d2 = np.concatenate([d2, d2])
+        p = np.concatenate([p, self.group.inverse(p)])
+        order = np.lexsort((d2, owner))
+        return owner[order], partner[order], d2[order], p[order]
+
+    def kth(self, m: int) -> np.ndarray:
+        """``(n,)`` each sample's m-th smallest refined d2 over its partners (inf with fewer)."""
+        owner, _, d2, _ = self._entries()
+        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
+        out = np.full(self.n, np.inf)
+        at = rank == m - 1
+        out[owner[at]] = d2[at]
+        return out
+
+    def lists(self, result: KnnResult, beta: float) -> None:
+        """Fill ``result``'s columns 1..k-1 with each sample's nearest refined partners."""
+        owner, partner, d2, p = self._entries()
+        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
+        k = result.indices.shape[1]
+        keep = rank < k - 1
+        o, r = owner[keep], rank[keep] + 1
+        result.indices[:, 0] = np.arange(self.n)
+        result.indices[o, r] = partner[keep]
+        result.sqdist[o, r] = d2[keep]
+        result.params[o, r] = p[keep]
+        result.params[..., 0] = wrap_angle(result.params[..., 0])
+        result.value[:] = np.exp(-beta * result.sqdist)
