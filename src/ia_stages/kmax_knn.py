@@ -28,8 +28,9 @@ are the k - 1 nearest other samples, nearest first.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numba
@@ -66,6 +67,7 @@ class KnnResult:
     pairs_scanned : pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
     pairs_refined : distinct pairs refined
     second_scan : samples whose pool was too small for the margin, so that a second scan ran
+    seconds : wall-clock seconds spent in 'refine' and in all ('total')
     """
 
     indices: np.ndarray
@@ -75,6 +77,7 @@ class KnnResult:
     pairs_scanned: int = 0
     pairs_refined: int = 0
     second_scan: int = 0
+    seconds: dict = field(default_factory=dict)
 
     def to_sparse(self, field: str = "value", include_self: bool = True) -> scipy.sparse.csr_array:
         """``(n, n)`` sparse matrix with entry [i, indices[i, m]] = ``field`` ('value' or
@@ -148,6 +151,7 @@ def kappa_max_knn(
     KnnResult with ``(n, k)`` arrays; its values equal the dense ``kappa_max(X, ...)`` row by
     row at the columns of the row's k largest values.
     """
+    start = time.perf_counter()
     k = _check_k(k, X)
     check_images(X)
     if settings.method != "polar":
@@ -165,7 +169,8 @@ def kappa_max_knn(
     others = k - 1
     pool = max(settings.knn_pool, others)
     scan = PolarScan(Un, Un, settings)
-    state = n * pool * (8 + 8 + 3 * 8 * settings.n_candidates)
+    # the pools, the lists and the refinement batch of the second scan
+    state = (n * pool + REFINE_BATCH) * (8 + 8 + 3 * 8 * settings.n_candidates) + n * k * 40
     tile_pairs, lanes = _tile_size(scan, state, settings, X.shape)
     refiner = _Refiner(Un, group, settings, beta, sigma)
     result = KnnResult(
@@ -178,11 +183,12 @@ def kappa_max_knn(
         result.indices[:, 0] = np.arange(n)
         return result
     c = settings.n_candidates
-    pools = _Pools(n, pool, c)
+    pools = _Pools(n, pool, (c, 3))
     margin = settings.knn_margin
 
     def select_pool(d2: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        return (d2 < pools.threshold[rows][:, None]) | (d2 < pools.threshold[cols][None, :])
+        last = pools.sqdist[:, -1]  # live: inf until a pool is full
+        return (d2 < last[rows][:, None]) | (d2 < last[cols][None, :])
 
     for i, j, d2, starts in _scan(scan, uu, tile_pairs, lanes, c, select_pool, progress):
         pools.add(i, j, d2, starts)
@@ -190,31 +196,42 @@ def kappa_max_knn(
     result.pairs_scanned = n * (n - 1) // 2
 
     # the k - 1 best of every pool, then every pool pair within the margin of tau
-    refiner.refine_pool(pools, np.repeat(np.arange(n), others), np.tile(np.arange(others), n))
-    tau = refiner.kth(others)
+    lists = _Lists(n, others, (group.n_params,))
+    refiner.refine_pool(
+        pools, lists, np.repeat(np.arange(n), others), np.tile(np.arange(others), n)
+    )
+    tau = lists.sqdist[:, -1]
     w = 0.5 * (uu[:, None] + uu[pools.partner.clip(0)])
-    within = (pools.partner >= 0) & (pools.sqdist <= tau[:, None] + margin * w)
-    owner, rank = np.nonzero(within)
-    refiner.refine_pool(pools, owner, rank)
+    owner, rank = np.nonzero((pools.partner >= 0) & (pools.sqdist <= tau[:, None] + margin * w))
+    refiner.refine_pool(pools, lists, owner, rank)
 
     # a full pool whose last pair is within the bound may have left out pairs that are too
-    tau = refiner.kth(others)
-    last = pools.sqdist[:, -1]
-    reach = tau + margin * 0.5 * (uu + uu.max())
-    short = (pools.partner[:, -1] >= 0) & (last <= reach)
+    reach = lists.sqdist[:, -1] + margin * 0.5 * (uu + uu.max())
+    short = (pools.partner[:, -1] >= 0) & (pools.sqdist[:, -1] <= reach)
     result.second_scan = int(short.sum())
     if short.any():
-        bound = np.where(short, tau, -np.inf)
+        del pools
 
         def select_bound(d2: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+            # live: each sample's k-th refined d2 falls as the pairs of this scan are refined
+            bound = np.where(short, lists.sqdist[:, -1], -np.inf)
             slack = margin * 0.5 * (uu[rows][:, None] + uu[cols][None, :])
             return (d2 - slack <= bound[rows][:, None]) | (d2 - slack <= bound[cols][None, :])
 
+        held: list = []
+        count = 0
         for i, j, _, starts in _scan(scan, uu, tile_pairs, lanes, c, select_bound, progress):
-            refiner.refine(i, j, starts)
+            held.append((i, j, starts))
+            count += i.size
+            if count >= REFINE_BATCH:
+                refiner.refine(*_joined(held), lists, skip_done=True)
+                held, count = [], 0
+        if held:
+            refiner.refine(*_joined(held), lists, skip_done=True)
         result.pairs_scanned *= 2
     result.pairs_refined = refiner.count
-    refiner.lists(result, beta)
+    lists.fill(result, beta)
+    result.seconds = {"refine": refiner.seconds, "total": time.perf_counter() - start}
     return result
 
 
@@ -288,18 +305,51 @@ def _scan(
             yield i, j, d2, starts
 
 
-class _Pools:
-    """Per sample the ``size`` pairs of lowest coarse d2 seen so far, sorted, with their starts
-    (in the pair's orientation: the later image warped onto the earlier)."""
+class _Lists:
+    """Per sample the ``size`` entries of lowest d2 seen so far, sorted: partner, d2 and a
+    payload each. ``sqdist[:, -1]`` is inf until a list is full."""
 
-    FLUSH = 500_000  # pending entries merged at once
-
-    def __init__(self, n: int, size: int, c: int) -> None:
+    def __init__(self, n: int, size: int, payload: tuple[int, ...]) -> None:
         self.n, self.size = n, size
         self.partner = np.full((n, size), -1, dtype=np.int64)
         self.sqdist = np.full((n, size), np.inf)
-        self.starts = np.zeros((n, size, c, 3))
-        self.threshold = np.full(n, np.inf)  # a pair enters a pool only below its last entry
+        self.payload = np.zeros((n, size, *payload))
+
+    def merge(self, owner: np.ndarray, partner: np.ndarray, d2: np.ndarray, payload: Any) -> None:
+        """Merge entries (owner, partner, d2, payload) into the owners' lists."""
+        touched = np.unique(owner)
+        owner = np.concatenate([np.repeat(touched, self.size), owner])
+        partner = np.concatenate([self.partner[touched].ravel(), partner])
+        d2 = np.concatenate([self.sqdist[touched].ravel(), d2])
+        shape = self.payload.shape[2:]
+        payload = np.concatenate([self.payload[touched].reshape(-1, *shape), payload])
+        order = np.lexsort((d2, owner))  # stable: equal d2 keep the earlier entry first
+        owner, partner, d2, payload = owner[order], partner[order], d2[order], payload[order]
+        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
+        keep = rank < self.size
+        o, r = owner[keep], rank[keep]
+        self.partner[o, r] = partner[keep]
+        self.sqdist[o, r] = d2[keep]
+        self.payload[o, r] = payload[keep]
+
+    def fill(self, result: KnnResult, beta: float) -> None:
+        """Columns 1..k-1 of ``result`` from lists of the refined pairs (payload: params)."""
+        result.indices[:, 0] = np.arange(self.n)
+        result.indices[:, 1:] = self.partner
+        result.sqdist[:, 1:] = self.sqdist
+        result.params[:, 1:] = self.payload
+        result.params[..., 0] = wrap_angle(result.params[..., 0])
+        result.value[:] = np.exp(-beta * result.sqdist)
+
+
+class _Pools(_Lists):
+    """:class:`_Lists` of scanned pairs (payload: starts, in the pair's orientation: the later
+    image warped onto the earlier), fed pair by pair and merged in batches."""
+
+    FLUSH = 500_000  # pending pairs merged at once
+
+    def __init__(self, n: int, size: int, payload: tuple[int, ...]) -> None:
+        super().__init__(n, size, payload)
         self._pending: list = []
         self._count = 0
 
@@ -314,31 +364,19 @@ class _Pools:
             return
         i, j, d2, starts = (np.concatenate(a) for a in zip(*self._pending, strict=True))
         self._pending, self._count = [], 0
-        owner = np.concatenate([i, j])
-        partner = np.concatenate([j, i])
-        d2 = np.concatenate([d2, d2])
-        starts = np.concatenate([starts, starts])
-        touched = np.unique(owner)
-        old_owner = np.repeat(touched, self.size)
-        owner = np.concatenate([old_owner, owner])
-        partner = np.concatenate([self.partner[touched].ravel(), partner])
-        d2 = np.concatenate([self.sqdist[touched].ravel(), d2])
-        starts = np.concatenate([self.starts[touched].reshape(-1, *starts.shape[1:]), starts])
-        order = np.lexsort((d2, owner))
-        owner, partner, d2, starts = owner[order], partner[order], d2[order], starts[order]
-        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
-        keep = rank < self.size
-        o, r = owner[keep], rank[keep]
-        self.partner[o, r] = partner[keep]
-        self.sqdist[o, r] = d2[keep]
-        self.starts[o, r] = starts[keep]
-        full = self.partner[touched, -1] >= 0
-        self.threshold[touched[full]] = self.sqdist[touched[full], -1]
+        self.merge(
+            np.concatenate([i, j]), np.concatenate([j, i]), np.concatenate([d2, d2]),
+            np.concatenate([starts, starts]),
+        )  # fmt: skip
+
+
+def _joined(held: list) -> tuple[np.ndarray, ...]:
+    return tuple(np.concatenate(a) for a in zip(*held, strict=True))
 
 
 class _Refiner:
-    """Refines pairs with :func:`ia_stages.kmax._refine_candidates` (once per pair) and keeps
-    every refined pair's d2 and transform."""
+    """Refines pairs with :func:`ia_stages.kmax._refine_candidates` and merges the results
+    into :class:`_Lists` of both samples (the transform inverted for the later one)."""
 
     def __init__(
         self, Un: np.ndarray, group: SE2, settings: SearchSettings, beta: float, sigma: float
@@ -348,31 +386,38 @@ class _Refiner:
         self.search = _search_targets(Un, settings)
         self.compiled = pair_images(Un, Un, self.half, self.search)
         self.n = Un.shape[0]
-        self.done = np.zeros(0, dtype=np.int64)  # keys i * n + j (i < j), sorted
-        self._i: list = []
-        self._j: list = []
-        self._d2: list = []
-        self._p: list = []
+        self.seconds = 0.0
+        self.count = 0
+        self.done = np.zeros(0, dtype=np.int64)  # keys i * n + j (i < j) refined from pools
 
-    @property
-    def count(self) -> int:
-        return int(self.done.size)
-
-    def refine_pool(self, pools: _Pools, owner: np.ndarray, rank: np.ndarray) -> None:
+    def refine_pool(
+        self, pools: _Pools, lists: _Lists, owner: np.ndarray, rank: np.ndarray
+    ) -> None:
         """Refine the pool entries ``pools.partner[owner, rank]`` from their stored starts."""
         partner = pools.partner[owner, rank]
         i, j = np.minimum(owner, partner), np.maximum(owner, partner)
-        self.refine(i, j, pools.starts[owner, rank])
+        self.refine(i, j, pools.payload[owner, rank], lists, skip_done=True, record=True)
 
-    def refine(self, i: np.ndarray, j: np.ndarray, starts: np.ndarray) -> None:
-        """Refine the pairs i < j not refined yet (duplicates once)."""
+    def refine(
+        self,
+        i: np.ndarray,
+        j: np.ndarray,
+        starts: np.ndarray,
+        lists: _Lists,
+        skip_done: bool = False,
+        record: bool = False,
+    ) -> None:
+        """Refine the pairs i < j (each once; with ``skip_done`` not those of ``done``) and
+        merge them into ``lists``; ``record`` adds them to ``done``."""
+        start = time.perf_counter()
         key = i * self.n + j
         key, first = np.unique(key, return_index=True)
-        new = ~np.isin(key, self.done, assume_unique=True)
-        if not new.any():
+        if skip_done:
+            new = ~np.isin(key, self.done, assume_unique=True)
+            key, first = key[new], first[new]
+        if key.size == 0:
             return
-        sel = first[new]
-        i, j, starts = i[sel], j[sel], starts[sel]
+        i, j, starts = i[first], j[first], starts[first]
         order = np.argsort(j, kind="stable")  # one moving image's pairs together
         i, j, starts = i[order], j[order], starts[order]
         for a in range(0, i.size, REFINE_BATCH):
@@ -381,43 +426,11 @@ class _Refiner:
                 self.Un, self.Un, i[s], j[s], starts[s], self.group, self.settings, self.beta,
                 self.half, self.compiled, self.search,
             )  # fmt: skip
-            self._i.append(i[s])
-            self._j.append(j[s])
-            self._d2.append(d2)
-            self._p.append(p)
-        self.done = np.union1d(self.done, key[new])
-
-    def _entries(self) -> tuple[np.ndarray, ...]:
-        """Every refined pair in both directions: owner, partner, d2, params (sorted by owner,
-        then d2)."""
-        i, j = np.concatenate(self._i), np.concatenate(self._j)
-        d2, p = np.concatenate(self._d2), np.concatenate(self._p)
-        owner = np.concatenate([i, j])
-        partner = np.concatenate([j, i])
-        d2 = np.concatenate([d2, d2])
-        p = np.concatenate([p, self.group.inverse(p)])
-        order = np.lexsort((d2, owner))
-        return owner[order], partner[order], d2[order], p[order]
-
-    def kth(self, m: int) -> np.ndarray:
-        """``(n,)`` each sample's m-th smallest refined d2 over its partners (inf with fewer)."""
-        owner, _, d2, _ = self._entries()
-        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
-        out = np.full(self.n, np.inf)
-        at = rank == m - 1
-        out[owner[at]] = d2[at]
-        return out
-
-    def lists(self, result: KnnResult, beta: float) -> None:
-        """Fill ``result``'s columns 1..k-1 with each sample's nearest refined partners."""
-        owner, partner, d2, p = self._entries()
-        rank = np.arange(owner.size) - np.searchsorted(owner, owner)
-        k = result.indices.shape[1]
-        keep = rank < k - 1
-        o, r = owner[keep], rank[keep] + 1
-        result.indices[:, 0] = np.arange(self.n)
-        result.indices[o, r] = partner[keep]
-        result.sqdist[o, r] = d2[keep]
-        result.params[o, r] = p[keep]
-        result.params[..., 0] = wrap_angle(result.params[..., 0])
-        result.value[:] = np.exp(-beta * result.sqdist)
+            lists.merge(
+                np.concatenate([i[s], j[s]]), np.concatenate([j[s], i[s]]),
+                np.concatenate([d2, d2]), np.concatenate([p, self.group.inverse(p)]),
+            )  # fmt: skip
+        self.count += key.size
+        if record:
+            self.done = np.union1d(self.done, key)
+        self.seconds += time.perf_counter() - start
