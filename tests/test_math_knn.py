@@ -63,6 +63,15 @@ def test_knn_lists_equal_the_top_k_of_the_full_matrix(digits, dense):
     # only a part of the pairs was refined, each once
     assert knn.pairs_refined < N * (N - 1) / 2
     assert knn.pairs_scanned == (2 if knn.second_scan else 1) * (N * (N - 1) // 2)
+    assert 0 < knn.margin_used <= SearchSettings().knn_margin
+
+
+def test_a_margin_too_small_is_reported(digits):
+    """Refinement lowers some listed pair's scan d2 by more than a tiny margin: a warning
+    says so, with the margin that pair used."""
+    with pytest.warns(UserWarning, match="raise settings.knn_margin"):
+        knn = kappa_max(digits[:60], k=K, settings=SearchSettings(knn_margin=1e-4), **KW)
+    assert knn.margin_used > 1e-4
 
 
 def test_a_pool_too_small_for_the_margin_takes_the_second_scan(digits, dense):
@@ -77,7 +86,8 @@ def test_a_pool_too_small_for_the_margin_takes_the_second_scan(digits, dense):
 def test_a_zero_margin_refines_fewer_pairs(digits):
     """The margin is what widens the refined set beyond each sample's k - 1 best by the scan."""
     wide = kappa_max(digits[:60], k=K, **KW)
-    none = kappa_max(digits[:60], k=K, settings=SearchSettings(knn_margin=0.0), **KW)
+    with pytest.warns(UserWarning, match="knn_margin"):
+        none = kappa_max(digits[:60], k=K, settings=SearchSettings(knn_margin=0.0), **KW)
     assert none.pairs_refined < wide.pairs_refined
 
 

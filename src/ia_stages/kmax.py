@@ -127,7 +127,7 @@ class SearchSettings:
     prune_margin: float = 0.05
     memory_mb: float = 1024.0
     centre_offset: float = 2.0
-    knn_margin: float = 0.1
+    knn_margin: float = 0.12
     knn_pool: int = 64
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ are the k - 1 nearest other samples, nearest first.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,9 @@ class KnnResult:
     pairs_scanned : pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
     pairs_refined : distinct pairs refined
     second_scan : samples whose pool was too small for the margin, so that a second scan ran
+    margin_used : the margin these lists needed: the most that a listed pair's scan d2 lies
+        above its sample's k-th d2 (in units of ``knn_margin``). Above ``knn_margin`` (a
+        warning says so), such a pair was found by luck and others may be missing: raise it
     seconds : wall-clock seconds spent in 'refine' and in all ('total'), and the process's CPU
         seconds (all threads) in each ('cpu_refine', 'cpu_total')
     """
@@ -78,6 +82,7 @@ class KnnResult:
     pairs_scanned: int = 0
     pairs_refined: int = 0
     second_scan: int = 0
+    margin_used: float = 0.0
     seconds: dict = field(default_factory=dict)
 
     def to_sparse(self, field: str = "value", include_self: bool = True) -> scipy.sparse.csr_array:
@@ -197,7 +202,7 @@ def kappa_max_knn(
     result.pairs_scanned = n * (n - 1) // 2
 
     # the k - 1 best of every pool, then every pool pair within the margin of tau
-    lists = _Lists(n, others, (group.n_params,))
+    lists = _Lists(n, others, (group.n_params + 1,))  # params, then margin used
     refiner.refine_pool(
         pools, lists, np.repeat(np.arange(n), others), np.tile(np.arange(others), n)
     )
@@ -221,8 +226,8 @@ def kappa_max_knn(
 
         held: list = []
         count = 0
-        for i, j, _, starts in _scan(scan, uu, tile_pairs, lanes, c, select_bound, progress):
-            held.append((i, j, starts))
+        for i, j, d2, starts in _scan(scan, uu, tile_pairs, lanes, c, select_bound, progress):
+            held.append((i, j, starts, d2))
             count += i.size
             if count >= REFINE_BATCH:
                 refiner.refine(*_joined(held), lists, skip_done=True)
@@ -231,7 +236,14 @@ def kappa_max_knn(
             refiner.refine(*_joined(held), lists, skip_done=True)
         result.pairs_scanned *= 2
     result.pairs_refined = refiner.count
-    lists.fill(result, beta)
+    lists.fill(result, beta, uu)
+    if result.margin_used > margin:
+        warnings.warn(
+            f"kappa_max(k={k}): a listed pair's scan d2 lies {result.margin_used:.3g} above "
+            f"its sample's k-th d2, more than knn_margin={margin:g}: pairs beyond the margin "
+            "may be missing from the lists; raise settings.knn_margin",
+            stacklevel=2,
+        )
     result.seconds = {
         "refine": refiner.seconds,
         "total": time.perf_counter() - start,
@@ -338,12 +350,17 @@ class _Lists:
         self.sqdist[o, r] = d2[keep]
         self.payload[o, r] = payload[keep]
 
-    def fill(self, result: KnnResult, beta: float) -> None:
-        """Columns 1..k-1 of ``result`` from lists of the refined pairs (payload: params)."""
+    def fill(self, result: KnnResult, beta: float, uu: np.ndarray) -> None:
+        """Columns 1..k-1 of ``result`` from lists of the refined pairs (payload: params,
+        then the scan d2), and the margin they needed: how far the scan d2 of a listed pair
+        lies above its sample's k-th d2, over the pair's mean squared norm ``uu``."""
         result.indices[:, 0] = np.arange(self.n)
         result.indices[:, 1:] = self.partner
         result.sqdist[:, 1:] = self.sqdist
-        result.params[:, 1:] = self.payload
+        result.params[:, 1:] = self.payload[..., :-1]
+        w = 0.5 * (uu[:, None] + uu[self.partner])
+        need = (self.payload[..., -1] - self.sqdist[:, -1:]) / w
+        result.margin_used = float(need.max(initial=0.0))
         result.params[..., 0] = wrap_angle(result.params[..., 0])
         result.value[:] = np.exp(-beta * result.sqdist)
 
@@ -392,6 +409,7 @@ class _Refiner:
         self.search = _search_targets(Un, settings)
         self.compiled = pair_images(Un, Un, self.half, self.search)
         self.n = Un.shape[0]
+        self.uu = (Un**2).reshape(self.n, -1).sum(1)
         self.seconds = self.cpu = 0.0
         self.count = 0
         self.done = np.zeros(0, dtype=np.int64)  # keys i * n + j (i < j) refined from pools
@@ -402,19 +420,22 @@ class _Refiner:
         """Refine the pool entries ``pools.partner[owner, rank]`` from their stored starts."""
         partner = pools.partner[owner, rank]
         i, j = np.minimum(owner, partner), np.maximum(owner, partner)
-        self.refine(i, j, pools.payload[owner, rank], lists, skip_done=True, record=True)
+        starts, scanned = pools.payload[owner, rank], pools.sqdist[owner, rank]
+        self.refine(i, j, starts, scanned, lists, skip_done=True, record=True)
 
     def refine(
         self,
         i: np.ndarray,
         j: np.ndarray,
         starts: np.ndarray,
+        scanned: np.ndarray,
         lists: _Lists,
         skip_done: bool = False,
         record: bool = False,
     ) -> None:
         """Refine the pairs i < j (each once; with ``skip_done`` not those of ``done``) and
-        merge them into ``lists``; ``record`` adds them to ``done``."""
+        merge them into ``lists`` with their scan d2 ``scanned``; ``record`` adds them to
+        ``done``."""
         start, cpu = time.perf_counter(), time.process_time()
         key = i * self.n + j
         key, first = np.unique(key, return_index=True)
@@ -423,18 +444,19 @@ class _Refiner:
             key, first = key[new], first[new]
         if key.size == 0:
             return
-        i, j, starts = i[first], j[first], starts[first]
+        i, j, starts, scanned = i[first], j[first], starts[first], scanned[first]
         order = np.argsort(j, kind="stable")  # one moving image's pairs together
-        i, j, starts = i[order], j[order], starts[order]
+        i, j, starts, scanned = i[order], j[order], starts[order], scanned[order]
         for a in range(0, i.size, REFINE_BATCH):
             s = slice(a, a + REFINE_BATCH)
             p, d2 = _refine_candidates(
                 self.Un, self.Un, i[s], j[s], starts[s], self.group, self.settings, self.beta,
                 self.half, self.compiled, self.search,
             )  # fmt: skip
+            info = np.concatenate([np.c_[p, scanned[s]], np.c_[self.group.inverse(p), scanned[s]]])
             lists.merge(
                 np.concatenate([i[s], j[s]]), np.concatenate([j[s], i[s]]),
-                np.concatenate([d2, d2]), np.concatenate([p, self.group.inverse(p)]),
+                np.concatenate([d2, d2]), info,
             )  # fmt: skip
         self.count += key.size
         if record:
