@@ -10,15 +10,19 @@ pairs that can enter a list:
    ``knn_pool`` pairs of lowest coarse d2 with their starting transforms (O(n * knn_pool)).
 2. **Refine** each sample's k - 1 best pool pairs (the refinement of ``kappa_max``, same starts,
    same orientation: the later image warped onto the earlier), giving its current k-th refined
-   d2, ``tau_i``. Refinement can lower a pair's coarse d2 by at most ``knn_margin`` (times the
-   pair's mean squared norm; measured on digits, see the README), so every other pair with
-   coarse d2 <= tau_i + knn_margin may still enter i's list: those are refined too. Where the
-   pool of i is full and its last entry is itself within that bound, pairs outside the pool may
-   qualify: a second scan refines every pair within the bound of such a sample.
+   d2, ``tau_i``. Refinement is taken to lower a pair's coarse d2 by at most ``knn_margin``
+   (times the pair's mean squared norm; an assumption measured on digits, see the README), so
+   every other pair with coarse d2 <= tau_i + knn_margin may still enter i's list: those are
+   refined too. Where the pool of i is full and its last entry is itself within that bound,
+   pairs outside the pool may qualify: a second scan refines every pair within the bound of
+   such a sample, the bound falling as its pairs are refined.
 
 A pair refined for either of its samples counts for both, and refining can only lower tau_i,
 so the pairs refined are a superset of those that belong to some list: the lists equal the
-top k of the full kappa^max matrix (ties aside) whenever the margin holds.
+top k of the full kappa^max matrix (ties aside) whenever the margin holds. Where a listed
+pair's coarse d2 lies further above its sample's k-th d2 than the margin (it was found
+anyway), the margin demonstrably does not hold on these images: :attr:`KnnResult.margin_used`
+says by how much, and a warning asks for a larger ``knn_margin``.
 
 Convention: **the sample itself is included**, as column 0 (d2 = 0, identity transform,
 kappa = 1), as a column of the dense matrix's top k would include its diagonal and as sparse
@@ -145,12 +149,18 @@ def kappa_max_knn(
 
     Parameters
     ----------
-    X : ``(n, H, W)`` numpy images
+    X : ``(n, H, W)`` images (cupy arrays are copied to the host: the kNN mode runs on the
+        CPU)
     k : list length, sample included: 1 <= k < n
     beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
     settings : the search; ``knn_margin`` and ``knn_pool`` steer which pairs are refined
         (``method`` must be 'polar')
-    progress : called with the number of pairs scanned after every tile of the scan
+    progress : called with the number of pairs scanned after every tile of the scan (of both
+        scans, where the second one runs)
+
+    Memory: the scan's spectra (O(n), as the dense scan's) and tiles (``memory_mb``), the
+    pools (n x ``knn_pool`` pairs with their starts) and the lists (n x k): O(n (k +
+    knn_pool)), never n^2.
 
     Returns
     -------
@@ -168,7 +178,7 @@ def kappa_max_knn(
         raise ValueError(f"settings.knn_margin must be >= 0, got {settings.knn_margin}")
     if settings.knn_pool < 1:
         raise ValueError(f"settings.knn_pool must be >= 1, got {settings.knn_pool}")
-    X = np.asarray(X, dtype=np.float64)
+    X = np.asarray(to_numpy(X), dtype=np.float64)  # the kNN mode runs on the CPU
     n = X.shape[0]
     Un = normalize(smooth(X, sigma), normalization)
     uu = (Un**2).reshape(n, -1).sum(1)
