@@ -20,7 +20,8 @@ Timed rows: wall seconds, CPU seconds of the process (all threads: on a shared m
 time is inflated by other work; on an idle one wall ~ CPU / cores), CPU microseconds per
 scanned pair outside the refinement (the scan, both passes), CPU seconds of the refinement and
 per refined pair, distinct pairs refined per sample (each pair counts for both its samples),
-and the samples that needed the second scan. ``--log`` prints progress (pairs scanned, wall
+the samples that needed the second scan, and ``margin_used`` (the margin the lists needed; above
+``knn_margin`` the kNN mode warns). ``--log`` prints progress (pairs scanned, wall
 and CPU seconds) to stderr every that many seconds, for runs too long to wait for.
 """
 
@@ -92,6 +93,7 @@ def check(n: int, k: int, kw: dict) -> dict:
         "t_dense": t_dense,
         "t_knn": t_knn,
         "refined": 2 * knn.pairs_refined / n,
+        "margin_used": knn.margin_used,
     }
 
 
@@ -158,18 +160,18 @@ def main() -> None:
             f"{100 * c['same']:.1f}% of samples; max |kappa diff| {c['dkappa']:.1e}, "
             f"max |d2 diff| {c['dd2']:.1e}; kNN {c['t_knn']:.1f} s / dense {c['t_dense']:.1f} s "
             f"= {c['ratio']:.2f} (CPU {c['cpu_ratio']:.2f}); pairs refined per sample "
-            f"{c['refined']:.1f}",
+            f"{c['refined']:.1f}; margin_used {c['margin_used']:.3f}",
             flush=True,
         )
     if not args.n:
         return
     print(
         "|      n |  k | wall s | CPU s | scan CPU us/pair | refine CPU s | refine CPU us/pair "
-        "| refined/sample | 2nd scan |"
+        "| refined/sample | 2nd scan | margin_used |"
     )
     print(
         "|-------:|---:|-------:|------:|-----------------:|-------------:|-------------------:"
-        "|---------------:|---------:|"
+        "|---------------:|---------:|------------:|"
     )
     for n in args.n:
         X = rotated_digits(n)
@@ -182,7 +184,7 @@ def main() -> None:
             f"| {n:6d} | {args.k:2d} | {wall:6.0f} | {sec['cpu_total']:5.0f} | "
             f"{1e6 * scan_cpu / r.pairs_scanned:16.2f} | {sec['cpu_refine']:12.0f} | "
             f"{1e6 * sec['cpu_refine'] / max(r.pairs_refined, 1):18.1f} | "
-            f"{2 * r.pairs_refined / n:14.1f} | {r.second_scan:8d} |",
+            f"{2 * r.pairs_refined / n:14.1f} | {r.second_scan:8d} | {r.margin_used:11.3f} |",
             flush=True,
         )
 
