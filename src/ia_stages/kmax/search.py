@@ -259,7 +259,8 @@ def kappa_max(
         measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
         0 compares the raw images and is not invariant on such images.
     k : None: all pairs. An integer (``V`` None): the exact kNN mode, each sample's k
-        nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`).
+        nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`); it runs on the
+        CPU, cupy images are copied to the host.
 
     Returns
     -------
