@@ -2,6 +2,8 @@
 
 Modules (imports point from the top of this list downwards):
 
+- :mod:`~ia_stages.kmax.knn`: the exact kNN mode (``kappa_max(X, k=...)``): each sample's k
+  nearest, from the same scan and refinement run on the pairs that can enter a list;
 - :mod:`~ia_stages.kmax.search`: :func:`kappa_max`, its settings, the coarse scans and the
   batching of pairs;
 - :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.scan_kernel`: the polar rotation
@@ -13,6 +15,7 @@ Modules (imports point from the top of this list downwards):
   (the paper-style local descent; a reference in tests and benchmarks).
 """
 
+from .knn import KnnResult
 from .search import (
     DENSE_REFERENCE,
     EXACT_SEARCH,
@@ -30,6 +33,7 @@ __all__ = [
     "PEAK_RULES",
     "SEARCH_METHODS",
     "KappaMaxResult",
+    "KnnResult",
     "MemoryBudgetError",
     "SearchSettings",
     "kappa_max",

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
@@ -55,6 +55,9 @@ from .refine import PairImages, RefinePolicy, pair_images, search_pairs
 from .scan_kernel import pair_joint_peaks, pair_peaks
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
+
+if TYPE_CHECKING:
+    from .knn import KnnResult
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,14 @@ class SearchSettings:
         once per image; its passband is flatter, so the objective hardly depends on the angle
         of the warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling,
         the grid scan's rotations and the per-pair search (CPU and CUDA) all use it
+
+    The kNN mode (``kappa_max(..., k=...)``, :mod:`ia_stages.kmax.knn`):
+
+    knn_margin : the most that refinement is taken to lower a pair's coarse scan d2, in units
+        of the pair's mean squared norm (1 for unit-norm images); every pair whose scan d2 is
+        within it of a sample's k-th refined d2 is refined
+    knn_pool : scan candidates kept per sample (more pairs within the margin cost a second
+        scan)
     """
 
     method: str = "polar"
@@ -156,6 +167,8 @@ class SearchSettings:
     interpolation: str = "bspline"
     centre_rings: int = 1
     peaks: str = "envelope"
+    knn_margin: float = 0.12
+    knn_pool: int = 64
 
     def __post_init__(self) -> None:
         if self.method not in SEARCH_METHODS:
@@ -227,7 +240,8 @@ def kappa_max(
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
-) -> KappaMaxResult:
+    k: int | None = None,
+) -> KappaMaxResult | KnnResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
     Parameters
@@ -247,11 +261,20 @@ def kappa_max(
         pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
         measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
         0 compares the raw images and is not invariant on such images.
+    k : None: all pairs. An integer (``V`` None): the exact kNN mode, each sample's k
+        nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`); it runs on the
+        CPU, cupy images are copied to the host.
 
     Returns
     -------
-    KappaMaxResult
+    KappaMaxResult, or for ``k`` a :class:`ia_stages.kmax.knn.KnnResult` of ``(n, k)`` arrays
     """
+    from .knn import kappa_max_knn
+
+    if k is not None:
+        if V is not None:
+            raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
+        return kappa_max_knn(U, k, beta, normalization, group, settings, progress, sigma)
     U = check_images(U, "U", dtype=FLOATS)
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
@@ -363,39 +386,81 @@ def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
         yield i, j, scan.candidates(i, j, settings.n_candidates)
 
 
-def _polar_chunks(Un, Vn, ii, jj, group, settings):
-    """Yield (i, j, starts) from the polar rotation scan, a chunk of rows of U at a time.
+class PolarScan:
+    """The polar rotation scan of targets ``Un`` against moving images ``Vn``, set up once.
 
-    With ``centre_offset > 0`` the rings of v are also centred at the 4 points that far from its
-    centroid along the axes (the 4 diagonal points of a 3 x 3 grid as well cost 80% more scan
-    for ~0.05% of digit pairs); the starts are the peaks over angle of the best score
-    over centres, each with the centre that gave it. For ``V = U`` a chunk of rows only scores
-    the columns right of its first row (the pairs i < j).
+    With ``centre_offset > 0`` the rings of v are also centred at the other points of the
+    lattice :func:`centre_offsets` (``centre_rings``) about its centroid. :meth:`scores` scores
+    any block of targets against any block of moving images; :meth:`starts` turns a block's
+    scores into the starts of some of its pairs by the ``peaks`` rule: 'envelope', the peaks
+    over angle of the best score over centres, each with the centre that gave it; 'joint', the
+    highest local maxima over angle and centre together. ``fixed`` is the memory held by the
+    set-up (bytes), ``per_pair`` that of one pair's scores with headroom.
+    """
+
+    def __init__(self, Un: Any, Vn: Any, settings: SearchSettings) -> None:
+        xp = array_module(Un)
+        self.xp, self.shape, self.M = xp, Un.shape[1:], settings.n_angles
+        self.joint = settings.peaks == "joint"
+        self.m_u = centroids(Un)
+        same = Vn is Un
+        self.m_v = self.m_u if same else centroids(Vn)
+        lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
+        self.neighbours = lattice_neighbours(lattice)
+        self.offs = xp.asarray(lattice)
+        self.n_o = len(lattice)
+        interp = settings.interpolation
+        # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
+        self.B_v = scan_spectra(
+            Vn, self.m_v[None] + self.offs[:, None], self.M, interpolation=interp
+        )
+        self.K, self.R2 = self.B_v.shape[0], self.B_v.shape[3]
+        self.A_u = (  # (K, n_i, 2R)
+            self.B_v[:, :, 0]
+            if same
+            else scan_spectra(Un, self.m_u[None], self.M, interpolation=interp)[:, :, 0]
+        )
+        self.synthesis = xp.asarray(angle_synthesis(self.M))
+        self.per_pair = self.n_o * (2 * self.K + self.M) * 8 * 2  # products and scores, float64
+        self.fixed = self.B_v.nbytes + Un.nbytes + (0 if same else self.A_u.nbytes + Vn.nbytes)
+
+    def scores(self, r0: int, r1: int, j0: int, j1: int) -> Any:
+        """``(r1 - r0, j1 - j0, n_o, M)`` float32 scores of targets r0:r1 against moving
+        images j0:j1 (:func:`ia_stages.kmax.polar.block_scores`)."""
+        B = self.B_v[:, j0:j1].reshape(self.K, -1, self.R2)
+        scores = block_scores(self.A_u[:, r0:r1], B, self.synthesis)
+        return scores.reshape(r1 - r0, j1 - j0, self.n_o, self.M)
+
+    def starts(self, scores: Any, i: np.ndarray, j: np.ndarray, r0: int, j0: int, c: int) -> Any:
+        """Starts ``(m, c, 3)`` of the pairs (i[k], j[k]) from :meth:`scores` ``(r0:, j0:)``."""
+        xp = self.xp
+        if self.joint:
+            peaks = pair_joint_peaks if xp is np else _pair_joint_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c, self.neighbours)
+        else:
+            peaks = pair_peaks if xp is np else _pair_peaks_gpu
+            theta, best_o = peaks(scores, i - r0, j - j0, c)
+        ix, jx = xp.asarray(i), xp.asarray(j)
+        centre = self.m_v[jx][:, None, :] + self.offs[xp.asarray(best_o)]
+        b = centroid_translation(theta, self.m_u[ix], centre, self.shape)
+        return xp.concatenate([theta[..., None], b], -1).astype(float)
+
+
+def _polar_chunks(Un, Vn, ii, jj, group, settings):
+    """Yield (i, j, starts) from the :class:`PolarScan`, a chunk of rows of U at a time. For
+    ``V = U`` a chunk of rows only scores the columns right of its first row (the pairs i < j).
     """
     xp = array_module(Un)
-    M = settings.n_angles
-    m_u = centroids(Un)
     same = Vn is Un
-    m_v = m_u if same else centroids(Vn)
-    lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
-    offs = xp.asarray(lattice)
-    n_j, n_o = Vn.shape[0], len(offs)
-    # image-major (K, n_j, n_o, 2R), so that the columns j >= j0 are one strided view
-    interp = settings.interpolation
-    B_v = scan_spectra(Vn, m_v[None] + offs[:, None], M, interpolation=interp)
-    K, R2 = B_v.shape[0], B_v.shape[3]
-    A_u = (  # (K, n_i, 2R)
-        B_v[:, :, 0] if same else scan_spectra(Un, m_u[None], M, interpolation=interp)[:, :, 0]
-    )
-    synthesis = xp.asarray(angle_synthesis(M))
-    per_row = n_o * n_j * (2 * K + M) * 8 * 2  # products and scores (float64), with headroom
-    fixed = B_v.nbytes + Un.nbytes + (0 if same else A_u.nbytes + Vn.nbytes)
-    room = settings.memory_mb * MB - fixed
+    polar = PolarScan(Un, Vn, settings)
+    n_j = Vn.shape[0]
+    per_row = polar.per_pair * n_j
+    room = settings.memory_mb * MB - polar.fixed
     if room < per_row:
         raise MemoryBudgetError(
             f"memory_mb={settings.memory_mb:g} is too small for the polar scan of "
             f"{Un.shape[0]} x {n_j} images of {Un.shape[1]} x {Un.shape[2]} px "
-            f"(needs {(fixed + per_row) / MB:.1f} MB): raise it or lower block_size"
+            f"(needs {(polar.fixed + per_row) / MB:.1f} MB): raise it or lower block_size"
         )
     # numpy: chunks are scanned on up to numba's number of threads at once, within the budget
     lanes = 1 if xp is not np else max(1, min(numba.get_num_threads(), int(room // per_row)))
@@ -410,28 +475,14 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     by_chunk = np.argsort(chunk_of, kind="stable")
     bounds = np.searchsorted(chunk_of[by_chunk], np.arange(-(-Un.shape[0] // rows) + 1))
 
-    neighbours = lattice_neighbours(lattice)
-
     def scan(r0: int) -> tuple[np.ndarray, np.ndarray, Any] | None:
         sel = by_chunk[bounds[r0 // rows] : bounds[r0 // rows + 1]]
         if sel.size == 0:
             return None
         i, j = ii[sel], jj[sel]
         j0 = r0 + 1 if same else 0
-        B = B_v[:, j0:].reshape(K, -1, R2)
-        scores = block_scores(A_u[:, r0 : r0 + rows], B, synthesis)
-        scores = scores.reshape(scores.shape[0], n_j - j0, n_o, M)
-        if settings.peaks == "joint":
-            peaks = pair_joint_peaks if xp is np else _pair_joint_peaks_gpu
-            theta, best_o = peaks(scores, i - r0, j - j0, c, neighbours)
-        else:
-            peaks = pair_peaks if xp is np else _pair_peaks_gpu
-            theta, best_o = peaks(scores, i - r0, j - j0, c)
-        ix, jx = xp.asarray(i), xp.asarray(j)
-        centre = m_v[jx][:, None, :] + offs[xp.asarray(best_o)]
-        b = centroid_translation(theta, m_u[ix], centre, Un.shape[1:])
-        starts = xp.concatenate([theta[..., None], b], -1)
-        return i, j, starts.astype(float)
+        scores = polar.scores(r0, min(r0 + rows, Un.shape[0]), j0, n_j)
+        return i, j, polar.starts(scores, i, j, r0, j0, c)
 
     firsts = range(0, Un.shape[0], rows)
     chunks = map(scan, firsts) if xp is not np else _on_threads(scan, firsts, lanes)
