@@ -58,6 +58,7 @@ def main() -> None:
     )
     ap.add_argument("--fit", action="store_true", help="time the estimator's fit end to end")
     ap.add_argument("--no-k", action="store_true", help="with --fit: n_clusters=None")
+    ap.add_argument("--iterations", type=int, default=None, help="with --fit: most iterations")
     ap.add_argument("--threads", type=int, default=None, help="numba threads (default: numba's)")
     ap.add_argument("--every", type=int, default=50, help="print the means' rate every N columns")
     ap.add_argument(
@@ -165,7 +166,7 @@ def _fit(ds, args) -> None:
     import numba
 
     K = None if args.no_k else 10
-    est = _Timed(n_clusters=K, preset=args.preset)
+    est = _Timed(n_clusters=K, preset=args.preset, iterations=args.iterations)
     s = est._resolved(args.n)
     print(
         f"n={args.n} K={K} preset={s['preset']} numba threads={numba.get_num_threads()} "
