@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="time the estimator's fit end to end")
     ap.add_argument("--no-k", action="store_true", help="with --fit: n_clusters=None")
     ap.add_argument("--iterations", type=int, default=None, help="with --fit: most iterations")
+    ap.add_argument("--seed", type=int, default=0, help="with --fit: the random_state")
     ap.add_argument(
         "--pipeline-data",
         action="store_true",
@@ -177,10 +178,13 @@ def _fit(ds, args) -> None:
     import numba
 
     K = None if args.no_k else 10
-    est = _Timed(n_clusters=K, preset=args.preset, iterations=args.iterations)
+    est = _Timed(
+        n_clusters=K, preset=args.preset, iterations=args.iterations, random_state=args.seed
+    )
     s = est._resolved(args.n)
     print(
-        f"n={args.n} K={K} preset={s['preset']} numba threads={numba.get_num_threads()} "
+        f"n={args.n} K={K} random_state={args.seed} preset={s['preset']} "
+        f"numba threads={numba.get_num_threads()} "
         f"attention={s['attention_settings']} mean steps={s['attention_mean'].steps} "
         f"readout={s['readout']} graph={s['graph']} stop={s['stop_rule']} "
         f"iterations<={s['iterations']}",
