@@ -66,11 +66,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # what works best on real images (issue 13's benchmark on rotated digits): each column
     # attends to its 10 mutual nearest under kappa^max, its mean is the weighted mean of those
-    # neighbours at their kappa^max alignments (no gradient steps), one iteration, clusters
-    # read off the 20-NN kappa^max graph of the output (Leiden; with K, Leiden bisected to K)
+    # neighbours at their kappa^max alignments (no gradient steps), clusters read off the
+    # 20-NN kappa^max graph (Leiden; with K, Leiden bisected to K), and the stability rule
+    # keeps iteration 1 or 2 (it needs iteration 2 to decide)
     "images": {
         "beta": 20.0,
-        "iterations": 1,
+        "iterations": 2,
         "threshold": 0.6,
         "linkage": "average",
         "init": "kmax",
@@ -85,7 +86,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "stop": "stability",
         "stop_options": {},
         "search": SearchSettings(),
-        "mean_settings": MeanSettings(max_images=24),
+        "mean_settings": MeanSettings(),
     },
 }
 DEFAULT_PRESET = "images"
