@@ -5,14 +5,22 @@ as it goes, the time of every kappa^max, the rate of the invariant means (column
 and how many images each column aligns (those above ``MeanSettings.weight_floor``). Output is
 flushed line by line, so a run stopped by ``timeout`` still leaves its figures.
 
-    python bench/estimator_timing.py --n 200
+    python bench/estimator_timing.py --n 200 --preset paper
     timeout 3600 python bench/estimator_timing.py --n 1000 --preset paper
+
+With ``--fit`` it times ``InvariantAttentionClustering(n_clusters=K, preset=...).fit`` end to
+end instead (K = 10, or none with ``--no-k``) and prints the time of every stage (each
+kappa^max, each read-out, the iterations' invariant means, the cluster means and poses),
+ACC/NMI against the digits' labels, ``n_iter_`` and the stopping rule's reason:
+
+    python bench/estimator_timing.py --fit --n 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import ClassVar
 
 import numpy as np
 
@@ -20,7 +28,7 @@ from ia_stages.attention import column_normalize, invariant_attention_step
 from ia_stages.clustering import PRESETS, InvariantAttentionClustering
 from ia_stages.datasets import mnist
 from ia_stages.kmax import kappa_max
-from ia_stages.metrics import accuracy
+from ia_stages.metrics import accuracy, nmi
 from ia_stages.readout import cluster_by_distance
 
 
@@ -45,7 +53,19 @@ class _Counter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--preset", default="paper", choices=sorted(PRESETS))
+    ap.add_argument(
+        "--preset", default=None, choices=sorted(PRESETS), help="default: the estimator's"
+    )
+    ap.add_argument("--fit", action="store_true", help="time the estimator's fit end to end")
+    ap.add_argument("--no-k", action="store_true", help="with --fit: n_clusters=None")
+    ap.add_argument("--iterations", type=int, default=None, help="with --fit: most iterations")
+    ap.add_argument("--seed", type=int, default=0, help="with --fit: the random_state")
+    ap.add_argument(
+        "--pipeline-data",
+        action="store_true",
+        help="the pipeline's own mnist_rot sample (dataset stage, seed 0) instead of rng(0)'s",
+    )
+    ap.add_argument("--threads", type=int, default=None, help="numba threads (default: numba's)")
     ap.add_argument("--every", type=int, default=50, help="print the means' rate every N columns")
     ap.add_argument(
         "--max-columns",
@@ -55,11 +75,24 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    ds = mnist(n=args.n, canvas=40, rotation_deg=(0.0, 360.0), rng=np.random.default_rng(0))
-    est = InvariantAttentionClustering(preset=args.preset)
+    if args.threads is not None:
+        import numba
+
+        numba.set_num_threads(args.threads)
+    if args.pipeline_data:
+        from ia_stages.stages.dataset import build
+
+        cfg = {"kind": "mnist_rot", "n": args.n, "rotation_deg": [0, 360]}
+        ds = build({"seed": 0, "dataset": "mnist_rot", "dataset_config": cfg})
+    else:
+        ds = mnist(n=args.n, canvas=40, rotation_deg=(0.0, 360.0), rng=np.random.default_rng(0))
+    if args.fit:
+        _fit(ds, args)
+        return
+    est = InvariantAttentionClustering(preset=args.preset or "paper")
     s = est._resolved()
     print(
-        f"n={args.n} preset={args.preset} beta={s['beta']} sigma={s['sigma']} "
+        f"n={args.n} preset={s['preset']} beta={s['beta']} sigma={s['sigma']} "
         f"iterations={s['iterations']} mean={s['mean_settings']}",
         flush=True,
     )
@@ -110,6 +143,66 @@ def main() -> None:
     print(
         f"total {time.perf_counter() - t_all:.1f} s; ACC with K=10 (average linkage) "
         f"{accuracy(ds.label, lab):.3f}",
+        flush=True,
+    )
+
+
+class _Timed(InvariantAttentionClustering):
+    """The estimator, recording the wall time of its stages in ``times`` (name, seconds)."""
+
+    times: ClassVar[list[tuple[str, float]]] = []
+
+    def _kmax(self, V, s, progress, U=None):
+        t0 = time.perf_counter()
+        out = super()._kmax(V, s, progress, U)
+        what = "kappa^max" if U is None else "  of which kappa^max means x images"
+        self.times.append((f"{what} {V.shape[0]} x {V.shape[0] if U is None else U.shape[0]}",
+                           time.perf_counter() - t0))  # fmt: skip
+        return out
+
+    def _readout(self, km, s, seed):
+        t0 = time.perf_counter()
+        out = super()._readout(km, s, seed)
+        self.times.append((f"read-out {s['readout']}", time.perf_counter() - t0))
+        return out
+
+    def _cluster_means(self, X, labels, km, s, progress):
+        t0 = time.perf_counter()
+        out = super()._cluster_means(X, labels, km, s, progress)
+        self.times.append(("cluster means and poses (incl. its kappa^max)",
+                           time.perf_counter() - t0))  # fmt: skip
+        return out
+
+
+def _fit(ds, args) -> None:
+    import numba
+
+    K = None if args.no_k else 10
+    est = _Timed(
+        n_clusters=K, preset=args.preset, iterations=args.iterations, random_state=args.seed
+    )
+    s = est._resolved(args.n)
+    print(
+        f"n={args.n} K={K} random_state={args.seed} preset={s['preset']} "
+        f"numba threads={numba.get_num_threads()} "
+        f"attention={s['attention_settings']} mean steps={s['attention_mean'].steps} "
+        f"readout={s['readout']} graph={s['graph']} stop={s['stop_rule']} "
+        f"iterations<={s['iterations']}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    labels = est.fit_predict(ds.data)
+    total = time.perf_counter() - t0
+    accounted = 0.0
+    for name, sec in est.times:
+        print(f"  {name:48s} {sec:8.1f} s", flush=True)
+        accounted += 0.0 if name.startswith("  of which") else sec
+    rest = "the rest: iterations' means, stopping rule"
+    print(f"  {rest:48s} {total - accounted:8.1f} s")
+    print(
+        f"total fit {total:.1f} s; ACC {accuracy(ds.label, labels):.3f} "
+        f"NMI {nmi(ds.label, labels):.3f}; clusters {est.n_clusters_}; n_iter_ {est.n_iter_} "
+        f"(ran {est.iterations_run_}): {est.stop_reason_}",
         flush=True,
     )
 

@@ -12,12 +12,15 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from ia_stages import InvariantAttentionClustering, kappa_max
+from ia_stages.attention import invariant_attention
 from ia_stages.clustering import DEFAULT_PRESET, PRESETS
 from ia_stages.datasets import shapes3
+from ia_stages.graph import AttentionSettings, graph_partition
 from ia_stages.invariant_mean import MeanSettings
 from ia_stages.kernels import normalize, smooth
 from ia_stages.kmax import SearchSettings
 from ia_stages.metrics import accuracy
+from ia_stages.readout import cluster_by_distance
 from ia_stages.warp import warp
 
 # Small, fast settings: a coarse search and one cheap invariant-mean step.
@@ -46,7 +49,9 @@ def shapes():
 def fitted(shapes):
     before = numba.get_num_threads()
     numba.set_num_threads(1)
-    est = InvariantAttentionClustering(n_clusters=3, iterations=1, sigma=1.0, **FAST)
+    est = InvariantAttentionClustering(
+        n_clusters=3, preset="paper", iterations=1, sigma=1.0, **FAST
+    )
     est.fit(shapes.data)
     numba.set_num_threads(before)
     return est
@@ -153,6 +158,20 @@ def test_bad_images_give_one_line_naming_the_problem(X, needle):
         ({"search": {"n_angles": 8}}, "search must be a SearchSettings"),
         ({"mean_settings": 3}, "mean_settings must be a MeanSettings"),
         ({"attention_options": {"no_such_option": 1}}, "no_such_option"),
+        ({"attention": "sparse"}, "attention must be one of"),
+        ({"stop": "early"}, "stop must be one of"),
+        ({"n_neighbors": 0}, "n_neighbors must be >= 1"),
+        ({"n_neighbors": 4}, "n_neighbors must be < n_samples = 4"),
+        ({"n_neighbors": 2.5}, "n_neighbors must be an integer"),
+        ({"readout_neighbors": 0}, "readout_neighbors must be >= 1"),
+        ({"readout_neighbors": 9}, "readout_neighbors must be < n_samples = 4"),
+        ({"attention_options": {"symmetry": "both"}}, r"attention_options\['symmetry'\] must be"),
+        ({"attention_options": {"mean_steps": -1}}, r"attention_options\['mean_steps'\] must be"),
+        ({"attention_options": 3}, "attention_options must be a dict"),
+        ({"readout_options": {"with_k": "kmeans"}}, r"readout_options\['with_k'\] must be"),
+        ({"readout_options": {"resolution": 0.0}}, r"readout_options\['resolution'\] must be"),
+        ({"stop_options": {"n_seeds": 1}}, r"stop_options\['n_seeds'\] must be >= 2"),
+        ({"stop_options": {"patience": 2}}, "stop_options has no key 'patience'"),
         ({"image_shape": (3, 3)}, "image_shape"),
     ],
 )
@@ -164,7 +183,9 @@ def test_bad_parameters_give_one_line_naming_the_parameter(params, needle):
 
 def test_uint8_lists_and_flattened_images_give_the_same_labels(shapes):
     X8 = np.round(shapes.data / shapes.data.max() * 255).astype(np.uint8)
-    est = InvariantAttentionClustering(n_clusters=3, iterations=0, sigma=1.0, **FAST)
+    est = InvariantAttentionClustering(
+        n_clusters=3, preset="paper", iterations=0, sigma=1.0, **FAST
+    )
     ref = est.fit(X8.astype(float)).labels_
     assert np.array_equal(est.fit(X8).labels_, ref)
     assert np.array_equal(est.fit(X8.astype(float).tolist()).labels_, ref)
@@ -226,10 +247,103 @@ def test_poses_align_every_image_onto_its_cluster_mean(shapes, fitted):
 def test_the_estimator_works_in_a_pipeline(shapes):
     pipe = make_pipeline(
         FunctionTransformer(lambda X: np.asarray(X) / 255.0),
-        InvariantAttentionClustering(n_clusters=3, iterations=0, sigma=1.0, **FAST),
+        InvariantAttentionClustering(n_clusters=3, preset="paper", iterations=0, sigma=1.0, **FAST),
     )
     labels = pipe.fit_predict(shapes.data * 255.0)
     assert accuracy(shapes.label, labels) == 1.0
+
+
+# --- presets, attention, read-out, stopping rule ----------------------------------------
+
+# kNN attention and the read-out graph at a size that 12 images can carry
+SMALL_GRAPH = {"n_neighbors": 3, "readout_neighbors": 3}
+
+
+def test_default_preset_uses_knn_attention_and_the_graph_readout(shapes):
+    est = InvariantAttentionClustering(
+        n_clusters=3, sigma=1.0, random_state=0, **SMALL_GRAPH, **FAST
+    ).fit(shapes.data)
+    s = est.settings_
+    assert s["preset"] == DEFAULT_PRESET == "images"
+    assert s["attention_settings"] == AttentionSettings("knn", 3, "kth", "mutual")
+    assert s["attention_mean"].steps == 0 and s["readout"] == "graph"
+    step = est.steps_[0]
+    # every column's mean aligns only its (mutual) 3 nearest: at most 3 non-zero weights
+    assert step.neighbours is not None and step.neighbours.k == 3
+    assert ((step.weights > 0).sum(0) <= 3).all()
+    assert np.allclose(step.weights.sum(0), 1.0)
+    # the labels are ia13's graph read-out of the chosen iteration's kappa^max
+    seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))
+    ref = graph_partition(est.kmax_.sqdist, s["graph"], 3, seed)
+    assert np.array_equal(est.labels_, ref)
+    assert s["graph"]["k"] == 3 and s["graph"]["with_k"] == "leiden"
+    assert accuracy(shapes.label, est.labels_) == 1.0
+    # the preset's neighbour counts are lowered to n - 1 on tiny data; given ones are not
+    tiny = InvariantAttentionClustering()._resolved(6)
+    assert tiny["n_neighbors"] == 5 and tiny["readout_neighbors"] == 5
+
+
+def test_preset_paper_reproduces_the_old_estimator(shapes):
+    """preset='paper' is the paper's dense IA with the average-linkage read-out: the same
+    labels as the default preset with those settings given, and as the library's dense
+    iterations followed by the linkage read-out of the last features' kappa^max."""
+    X = shapes.data[::2]
+    paper = InvariantAttentionClustering(preset="paper", iterations=2, sigma=1.0, **FAST)
+    a = paper.fit_predict(X)
+    explicit = InvariantAttentionClustering(
+        beta=30.0, iterations=2, threshold=0.3, linkage="average", sigma=1.0,
+        attention="dense", readout="linkage", stop="none", **FAST,
+    ).fit_predict(X)  # fmt: skip
+    steps = invariant_attention(X, 30.0, iterations=2, sigma=1.0, **FAST)
+    km = kappa_max(steps[-1].features, beta=30.0, settings=FAST["search"], sigma=1.0)
+    ref = cluster_by_distance(km.sqdist, 0.3, "average")
+    assert np.array_equal(a, explicit) and np.array_equal(a, ref)
+    assert paper.n_iter_ == 2 and "rule 'none'" in paper.stop_reason_
+    assert np.allclose(paper.features_, steps[-1].features)
+
+
+@pytest.mark.parametrize(
+    ("stop", "n_iter", "run", "reason"),
+    [
+        ("none", 3, 3, "last iteration"),
+        ("partition", 1, 1, "agrees with 0"),
+        ("stability", 1, 2, "community stability"),
+    ],
+)
+def test_the_stopping_rule_chooses_and_records_the_iteration(shapes, stop, n_iter, run, reason):
+    """Three iterations at most on three well-separated shapes: the read-out is right from
+    the input on, so 'partition' stops after iteration 1 (its read-out agrees with the
+    input's), 'stability' needs iteration 2 to see that the stability no longer rises, and
+    'none' runs all three. The fitted attributes are those of the chosen iteration."""
+    est = InvariantAttentionClustering(
+        n_clusters=3, iterations=3, stop=stop, sigma=1.0, **SMALL_GRAPH, **FAST
+    ).fit(shapes.data)
+    assert (est.n_iter_, est.iterations_run_) == (n_iter, run)
+    assert reason in est.stop_reason_ and "\n" not in est.stop_reason_
+    assert est.partitions_.shape == (run + 1, len(shapes.data))
+    assert np.array_equal(est.labels_, est.partitions_[n_iter])
+    assert len(est.steps_) == n_iter and est.features_ is est.steps_[-1].features
+    assert est.kmax_ is not est.steps_[-1].kmax  # the chosen features' own kappa^max
+    assert accuracy(shapes.label, est.labels_) == 1.0
+
+
+def test_new_parameters_clone_and_round_trip():
+    est = InvariantAttentionClustering(
+        attention="knn", n_neighbors=7, attention_options={"symmetry": "union"},
+        readout="graph", readout_neighbors=12, readout_options={"resolution": 0.5},
+        stop="partition", stop_options={"min_ari": 0.8},
+    )  # fmt: skip
+    params = est.get_params()
+    copy = clone(est)
+    assert copy.get_params() == params and params["stop"] == "partition"
+    assert params["attention_options"] == {"symmetry": "union"}
+    s = copy.set_params(n_neighbors=5)._resolved(50)
+    assert s["attention_settings"] == AttentionSettings("knn", 5, "kth", "union")
+    assert s["graph"]["resolution"] == 0.5 and s["graph"]["k"] == 12
+    assert s["stop_rule"] == {"rule": "partition", "n_seeds": 5, "min_ari": 0.8}
+    # option dicts lay the given keys over the preset's
+    assert s["attention_options"]["mean_steps"] == 0
+    assert est.get_params()["n_neighbors"] == 7
 
 
 # --- progress and randomness -----------------------------------------------------------

@@ -205,20 +205,37 @@ def invariant_attention(
     final features. The kappa^max of the final features is not computed here.
     """
     attention.check(int(V.shape[0]))
-    xp = array_module(V)
     steps = []
     for _ in range(iterations):
         km = kappa_max(
             V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
         )
-        if attention.kind == "dense":
-            steps.append(
-                invariant_attention_step(V, km, init, mean_settings, group, progress=progress)
-            )
-        else:
-            knn, w = sparse_neighbours(km, attention, beta)
-            means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
-            feats = xp.stack([m.mean for m in means])
-            steps.append(InvariantAttentionStep(feats, dense_weights(knn, w), km, means, knn))
+        steps.append(attention_step(V, km, attention, beta, init, mean_settings, group, progress))
         V = steps[-1].features
     return steps
+
+
+def attention_step(
+    V: Any,
+    kmax: KappaMaxResult,
+    attention: AttentionSettings,
+    beta: float,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    progress: Callable[[int], None] | None = None,
+) -> InvariantAttentionStep:
+    """One Invariant Attention iteration of ``V`` ``(n, H, W)`` given its kappa^max.
+
+    ``attention`` chooses W: 'dense' (:func:`invariant_attention_step`, every column weighs
+    every sample) or 'knn' (:func:`sparse_neighbours` then :func:`knn_attention_step`, each
+    column aligns only its listed neighbours; ``beta`` is read by ``bandwidth='fixed'``).
+    ``progress`` is called with the number of columns finished.
+    """
+    if attention.kind == "dense":
+        return invariant_attention_step(V, kmax, init, mean_settings, group, progress=progress)
+    attention.check(int(V.shape[0]))
+    knn, w = sparse_neighbours(kmax, attention, beta)
+    means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
+    feats = array_module(V).stack([m.mean for m in means])
+    return InvariantAttentionStep(feats, dense_weights(knn, w), kmax, means, knn)
