@@ -98,3 +98,11 @@ def metrics_args(w, input):
     if "ia_features" in input.keys():
         args += ["--ia-features", *input.ia_features, "--ia-kmax", *input.ia_kmax]
     return " ".join(shlex.quote(a) for a in args)
+
+
+def dataset_files(w):
+    """The user's files of an `images` dataset (a change to them reruns the dataset)."""
+    ds = config["datasets"][w.dataset]
+    if ds["kind"] != "images":
+        return []
+    return [ds["path"]] + ([ds["labels"]] if ds["labels"] else [])

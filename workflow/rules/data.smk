@@ -1,11 +1,3 @@
-def dataset_files(w):
-    """The user's files of an `images` dataset (a change to them reruns the dataset)."""
-    ds = config["datasets"][w.dataset]
-    if ds["kind"] != "images":
-        return []
-    return [ds["path"]] + ([ds["labels"]] if ds["labels"] else [])
-
-
 rule dataset:
     conda:
         CONDA_ENV
