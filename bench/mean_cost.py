@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from ia_stages.datasets import mnist
-from ia_stages.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.data.datasets import mnist
+from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
 from ia_stages.kmax import kappa_max
 
 SETTINGS = {

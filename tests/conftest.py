@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def schema_path() -> Path:
-    """Absolute path of workflow/schemas/config.schema.yaml."""
-    return ROOT / "workflow" / "schemas" / "config.schema.yaml"
+    """Absolute path of the package's workflow/schemas/config.schema.yaml."""
+    return ROOT / "src" / "ia_stages" / "pipeline" / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from ia_stages.cli import main
-from ia_stages.store import write_store
+from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.store import write_store
 
 SETTINGS = (
     '{"seed": 0, "backend": "numpy", "dataset": "x", "beta": 1.0, "normalization": "unit",'

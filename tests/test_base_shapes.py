@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ia_stages.base_shapes import draw_base_shapes
+from ia_stages.data.base_shapes import draw_base_shapes
 
 NAMES = ("crab", "seven", "pikachu")
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ia_stages import datasets
-from ia_stages import metrics as M
-from ia_stages.baselines import kmeans_pixels, kmedoids, spectral_affinity, ti_kmeans
-from ia_stages.group_kernels import GridSettings, group_kernel
-from ia_stages.invariant_mean import MeanSettings
-from ia_stages.kernels import normalize
+from ia_stages.benchmark import metrics as M
+from ia_stages.benchmark.baselines import kmeans_pixels, kmedoids, spectral_affinity, ti_kmeans
+from ia_stages.benchmark.theory import (
+    invariance_error,
+    random_transforms,
+    restart_inits,
+    restart_spread,
+)
+from ia_stages.core.smoothing import normalize
+from ia_stages.data import datasets
+from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings, kappa_max
-from ia_stages.theory import invariance_error, random_transforms, restart_inits, restart_spread
+from ia_stages.kmax.grid import GridSettings, group_kernel
 
 SEARCH = SearchSettings(n_angles=24, refine_iters=10)
 GRID = GridSettings(n_angles=24, max_shift=6)
@@ -138,7 +143,7 @@ def test_invariant_mean_restarts_of_one_class_land_on_one_manifold(rotated_shape
 def test_group_kernel_equals_its_definition_on_a_small_grid():
     """kappa^avg / kappa^soft against explicit warps: every rotation of v, every shift k in the
     window, d2 = |u|^2 + |v|^2 - 2 sum_x u(x) v_r(x + k) (zero outside the image)."""
-    from ia_stages.warp import warp
+    from ia_stages.core.warp import warp
 
     rng = np.random.default_rng(2)
     X = rng.random((2, 12, 12)) * (rng.random((2, 12, 12)) > 0.6)

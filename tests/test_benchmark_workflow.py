@@ -15,11 +15,11 @@ import pytest
 import xarray as xr
 import yaml
 
-from ia_stages.cli import main
-from ia_stages.methods import METHODS
-from ia_stages.stages import bench_tables, cluster
-from ia_stages.stages.bench_tables import NOT_RUN, REPORTED
-from ia_stages.store import read_store, write_store
+from ia_stages.benchmark.methods import METHODS
+from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.stages import bench_tables, cluster
+from ia_stages.pipeline.stages.bench_tables import NOT_RUN, REPORTED
+from ia_stages.pipeline.store import read_store, write_store
 
 from .test_workflow import ROOT, mtimes, run_workflow
 

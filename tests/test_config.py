@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from ia_stages.config import (
+from ia_stages.pipeline.config import (
     ConfigError,
     dataset_size,
     kmax_blocks,
@@ -118,7 +118,7 @@ def test_minimal_config_gets_every_section(schema_path: Path) -> None:
 
 
 def test_load_config_reads_the_default_file(default_config: dict, schema_path: Path) -> None:
-    path = schema_path.parents[2] / "config" / "config.yaml"
+    path = schema_path.parents[5] / "config" / "config.yaml"
     assert load_config(path, schema_path) == validate_config(default_config, schema_path)
 
 
@@ -428,8 +428,8 @@ def test_yaml_roundtrip_of_validated_config(cfg: dict, schema_path: Path) -> Non
 def test_cluster_settings_follow_only_what_each_method_reads(
     default_config: dict, schema_path: Path
 ) -> None:
-    from ia_stages.config import cluster_settings
-    from ia_stages.methods import METHODS
+    from ia_stages.benchmark.methods import METHODS
+    from ia_stages.pipeline.config import cluster_settings
 
     cfg = validate_config(default_config, schema_path)
     edited = copy.deepcopy(cfg)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ia_stages.datasets import (
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import (
     Dataset,
     DatasetError,
     blobs,
@@ -17,7 +18,6 @@ from ia_stages.datasets import (
     mnist3,
     shapes3,
 )
-from ia_stages.warp import warp
 
 SHIFT = (4.0, 4.0)
 ROT = (-30.0, 50.0)

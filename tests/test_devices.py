@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from ia_stages.backend import BackendError
-from ia_stages.devices import claim_device, device_names
+from ia_stages.core.backend import BackendError
+from ia_stages.pipeline.devices import claim_device, device_names
 
 
 def _claim(folder, n, hold, out):

@@ -12,16 +12,16 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from ia_stages import InvariantAttentionClustering, kappa_max
-from ia_stages.attention import invariant_attention
-from ia_stages.clustering import DEFAULT_PRESET, PRESETS
-from ia_stages.datasets import shapes3
-from ia_stages.graph import AttentionSettings, graph_partition
-from ia_stages.invariant_mean import MeanSettings
-from ia_stages.kernels import normalize, smooth
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import shapes3
+from ia_stages.ia.attention import invariant_attention
+from ia_stages.ia.estimator import DEFAULT_PRESET, PRESETS
+from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings
-from ia_stages.metrics import accuracy
-from ia_stages.readout import cluster_by_distance
-from ia_stages.warp import warp
+from ia_stages.readout.graph import AttentionSettings, graph_partition
+from ia_stages.readout.linkage import cluster_by_distance
 
 # Small, fast settings: a coarse search and one cheap invariant-mean step.
 FAST = {
@@ -398,7 +398,7 @@ def test_sklearn_estimator_checks(estimator, check):
 
     - ``check_array_api_input``: skipped by scikit-learn unless ``SCIPY_ARRAY_API=1``; the
       estimator does not support the array API (it runs on numpy, or on cupy through
-      :mod:`ia_stages.backend`, not through array-API dispatch).
+      :mod:`ia_stages.core.backend`, not through array-API dispatch).
 
     Sparse input is refused (as ``check_estimator_sparse_*`` require): images are dense.
     """

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ia_stages.attention import column_normalize, knn_attention_step, sparse_neighbours
-from ia_stages.graph import (
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.ia.attention import column_normalize, knn_attention_step, sparse_neighbours
+from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.kmax import KappaMaxResult
+from ia_stages.readout.graph import (
     AttentionSettings,
     contraction_ratio,
     dense_weights,
@@ -17,9 +20,6 @@ from ia_stages.graph import (
     stop_iteration,
     symmetrize,
 )
-from ia_stages.invariant_mean import MeanSettings, invariant_mean
-from ia_stages.kmax import KappaMaxResult
-from ia_stages.metrics import accuracy
 
 
 def _planted(n_per: int = 12, groups: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +109,7 @@ def test_kth_bandwidth_scales_with_the_kth_neighbour() -> None:
 
 
 def test_union_carries_the_inverted_alignment() -> None:
-    from ia_stages.groups import SE2
+    from ia_stages.core.groups import SE2
 
     sq = np.array([[0.0, 1.0, 5.0], [1.0, 0.0, 2.0], [5.0, 2.0, 0.0]])
     params = np.zeros((3, 3, 3))
@@ -200,7 +200,7 @@ def test_contraction_rule_stops_before_the_ratio_rises() -> None:
 
 
 def test_community_stability_is_one_on_separated_groups_and_lower_on_noise() -> None:
-    from ia_stages.graph import community_stability
+    from ia_stages.readout.graph import community_stability
 
     sq, _ = _planted()
     rng = np.random.default_rng(0)

@@ -15,13 +15,13 @@ import xarray as xr
 import yaml
 from PIL import Image
 
-from ia_stages.class_averages import class_averages, threshold_stability
-from ia_stages.cli import main
-from ia_stages.config import ConfigError, validate_config
-from ia_stages.datasets import DatasetError
-from ia_stages.images import fit_canvas, load_images, probe
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import DatasetError
+from ia_stages.data.user_images import fit_canvas, load_images, probe
+from ia_stages.ia.class_averages import class_averages, threshold_stability
 from ia_stages.kmax import kappa_max
-from ia_stages.warp import warp
+from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.config import ConfigError, validate_config
 
 
 def _stack(n: int = 6, size: int = 12, seed: int = 0) -> np.ndarray:
@@ -122,7 +122,7 @@ def test_options_canvas_downsample_invert_rgb_labels_and_subset(tmp_path):
 def test_class_averages_recover_the_base_image_and_the_poses():
     """Rotated, shifted copies of two shapes: each class average is its shape in the pose of
     the medoid, every member's pose maps it onto the average, and distances are small."""
-    from ia_stages.base_shapes import draw_base_shapes
+    from ia_stages.data.base_shapes import draw_base_shapes
 
     bases = np.stack(list(draw_base_shapes(48).values()))[:2]
     rng = np.random.default_rng(0)
@@ -251,7 +251,7 @@ def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path
         "ka": {"datasets": []},
         "figures": {"blobs": None, "shapes": None, "mean_trace": {"dataset": None}},
     }
-    from ia_stages.config import dataset_size
+    from ia_stages.pipeline.config import dataset_size
 
     valid = validate_config(cfg, schema_path)
     assert dataset_size(valid, "mine") == 3 and valid["datasets"]["mine"]["beta"] == 20.0
@@ -263,7 +263,7 @@ def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path
 
 
 def test_my_images_template_is_a_valid_config_once_path_is_set(tmp_path, schema_path):
-    template = yaml.safe_load((schema_path.parents[2] / "config/my_images.yaml").read_text())
+    template = yaml.safe_load((schema_path.parents[5] / "config/my_images.yaml").read_text())
     with pytest.raises(ConfigError, match=r"datasets\.mine.*path/to/your/images"):
         validate_config(template, schema_path)
     _png_folder(tmp_path / "f", _stack(4))

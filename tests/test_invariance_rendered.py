@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ia_stages import kappa_max
+from ia_stages.benchmark.theory import rendered_invariance_error
 from ia_stages.kmax import SearchSettings
-from ia_stages.theory import rendered_invariance_error
 
 SHAPE = (32, 32)
 

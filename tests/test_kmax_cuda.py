@@ -23,7 +23,7 @@ SIMULATED = textwrap.dedent(
     import json
     import numpy as np
     from numba import config
-    from ia_stages.kernels import normalize, smooth
+    from ia_stages.core.smoothing import normalize, smooth
     from ia_stages.kmax import SearchSettings
     from ia_stages.kmax.cuda import search_pairs_cuda
     from ia_stages.kmax.refine import pair_images, search_pairs
@@ -73,7 +73,7 @@ SIMULATED = textwrap.dedent(
         )
     # the scan's peak picking, compiled from the same code
     from ia_stages.kmax.cuda import pair_peaks_cuda
-    from ia_stages.kmax.scan_kernel import pair_peaks
+    from ia_stages.kmax.rings import pair_peaks
 
     M, n_o = 36, 4
     angles = np.arange(M) * 2 * np.pi / M
@@ -87,7 +87,7 @@ SIMULATED = textwrap.dedent(
     out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
     # ... and the joint peaks over angle and a 13-centre lattice
     from ia_stages.kmax.cuda import pair_joint_peaks_cuda
-    from ia_stages.kmax.scan_kernel import pair_joint_peaks
+    from ia_stages.kmax.rings import pair_joint_peaks
     from ia_stages.kmax.search import centre_offsets, lattice_neighbours
 
     nbr = lattice_neighbours(centre_offsets(2.0, 2))

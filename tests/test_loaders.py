@@ -11,12 +11,12 @@ import pytest
 import scipy.io
 import yaml
 
-from ia_stages.config import ConfigError, dataset_size, validate_config
-from ia_stages.datasets import DatasetError, affnist, mnist
-from ia_stages.groups import SE2
-from ia_stages.loaders import LoaderError, load_affnist_mat, load_mnist_idx, read_idx
-from ia_stages.stages import dataset as dataset_stage
-from ia_stages.warp import warp
+from ia_stages.core.groups import SE2
+from ia_stages.core.warp import warp
+from ia_stages.data.datasets import DatasetError, affnist, mnist
+from ia_stages.data.loaders import LoaderError, load_affnist_mat, load_mnist_idx, read_idx
+from ia_stages.pipeline.config import ConfigError, dataset_size, validate_config
+from ia_stages.pipeline.stages import dataset as dataset_stage
 
 
 def write_idx(path, array, code=0x08, compress=False):
@@ -140,7 +140,7 @@ def test_affnist_style_regeneration_keeps_ink_inside():
 def test_new_kinds_through_config_and_stage(tmp_path, idx_pair, schema_path):
     img, lab, _, _ = idx_pair
     affnist_file(tmp_path / "a.mat", n=6)
-    cfg = yaml.safe_load((schema_path.parents[2] / "config" / "config.yaml").read_text())
+    cfg = yaml.safe_load((schema_path.parents[5] / "config" / "config.yaml").read_text())
     cfg["datasets"]["rot"] = {
         "kind": "mnist_rot",
         "n": 5,
@@ -151,7 +151,7 @@ def test_new_kinds_through_config_and_stage(tmp_path, idx_pair, schema_path):
     valid = validate_config(cfg, schema_path)
     assert valid["datasets"]["rot"]["rotation_deg"] == [0, 360]
     assert dataset_size(valid, "rot") == 5
-    from ia_stages.config import stage_settings
+    from ia_stages.pipeline.config import stage_settings
 
     ds = dataset_stage.run(stage_settings(valid, "dataset", "rot"), tmp_path / "rot.zarr")
     assert list(ds["param"].values) == ["theta", "b0", "b1"]

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from ia_stages import InvariantAttentionClustering, kernel_attention
-from ia_stages.attention import attention_weights, column_normalize
-from ia_stages.datasets import blobs, shapes3
-from ia_stages.kernels import normalize, sq_distances
-from ia_stages.metrics import accuracy, block_diagonality
-from ia_stages.readout import cluster_by_distance
+from ia_stages.benchmark.metrics import accuracy, block_diagonality
+from ia_stages.core.smoothing import normalize, sq_distances
+from ia_stages.data.datasets import blobs, shapes3
+from ia_stages.ia.attention import attention_weights, column_normalize
+from ia_stages.readout.linkage import cluster_by_distance
 
 
 @pytest.fixture(scope="module")

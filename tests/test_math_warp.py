@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.ndimage import gaussian_filter
 
-from ia_stages.groups import SE2, wrap_angle
-from ia_stages.warp import (
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.warp import (
     INTERPOLATIONS,
     _poly_taps,
     interpolate,

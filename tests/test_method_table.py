@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from ia_stages.config import ConfigError, cluster_settings, stage_settings, validate_config
-from ia_stages.methods import HEAVY_METHODS, METHODS, NEEDS, Job
+from ia_stages.benchmark.methods import HEAVY_METHODS, METHODS, NEEDS, Job
+from ia_stages.pipeline.config import ConfigError, cluster_settings, stage_settings, validate_config
 
 
 def test_every_method_has_settings_predict_and_a_known_need(
@@ -37,8 +37,8 @@ def test_schema_takes_its_method_names_from_the_table(schema_path: Path) -> None
 
 def test_the_rules_read_heavy_methods_from_the_table() -> None:
     root = Path(__file__).resolve().parents[1]
-    text = (root / "workflow" / "rules" / "benchmark_common.smk").read_text()
-    assert "from ia_stages.methods import HEAVY_METHODS" in text
+    text = (root / "src/ia_stages/pipeline/workflow/rules/benchmark_common.smk").read_text()
+    assert "from ia_stages.benchmark.methods import HEAVY_METHODS" in text
     assert "HEAVY_METHODS = " not in text
 
 
@@ -55,8 +55,8 @@ def test_graph_settings_rerun_only_the_graph_methods(default_config: dict, schem
 
 
 def test_graph_baselines_on_planted_groups() -> None:
+    from ia_stages.benchmark.metrics import accuracy
     from ia_stages.kmax import KappaMaxResult
-    from ia_stages.metrics import accuracy
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(3), 10)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from ia_stages.metrics import (
+from ia_stages.benchmark.metrics import (
     accuracy,
     ari,
     block_diagonality,
@@ -14,7 +14,7 @@ from ia_stages.metrics import (
     max_within_class,
     nmi,
 )
-from ia_stages.readout import cluster_by_distance
+from ia_stages.readout.linkage import cluster_by_distance
 
 # ---------------------------------------------------------------- accuracy, NMI, ARI
 

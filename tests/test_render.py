@@ -1,11 +1,11 @@
-"""Rendered test shapes (ia_stages.render): area, quarter turns, shifts, the warp convention."""
+"""Rendered test shapes (data.render): area, quarter turns, shifts, the warp convention."""
 
 import numpy as np
 import pytest
 
 from ia_stages import warp
-from ia_stages.kernels import smooth
-from ia_stages.render import ellipse, letter, polygon, polygon_area, regular_polygon, render
+from ia_stages.core.smoothing import smooth
+from ia_stages.data.render import ellipse, letter, polygon, polygon_area, regular_polygon, render
 
 
 def test_area_matches_the_polygon():

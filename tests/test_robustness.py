@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from ia_stages.store import read_store
+from ia_stages.pipeline.store import read_store
 
 from .test_workflow import TINY
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ia_stages.store import read_store
+from ia_stages.pipeline.store import read_store
 
 from .test_robustness import ROOT, SMALL, assert_same_results, fresh, snakemake
 

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 from ia_stages import __version__
-from ia_stages.store import (
+from ia_stages.pipeline.store import (
     StoreError,
     config_hash,
     provenance,
@@ -109,7 +109,7 @@ def test_failed_rename_removes_the_temporary(
 ) -> None:
     """A store written completely under its temporary name is cleaned up if the final rename
     fails, so no half-finished store is left beside the target."""
-    import ia_stages.store as store
+    import ia_stages.pipeline.store as store
 
     real_replace = os.replace
     path = tmp_path / "a.zarr"

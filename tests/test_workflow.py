@@ -13,9 +13,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from ia_stages.stages import kmax_block, means
-from ia_stages.stages.metrics import COLUMNS
-from ia_stages.store import read_store
+from ia_stages.pipeline.stages import kmax_block, means
+from ia_stages.pipeline.stages.metrics import COLUMNS
+from ia_stages.pipeline.store import read_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {

@@ -3,12 +3,12 @@ invariant mean, with a Snakemake pipeline around them."""
 
 __version__ = "0.1.0"
 
-from .attention import invariant_attention, kernel_attention
-from .clustering import InvariantAttentionClustering
-from .groups import SE2
-from .invariant_mean import invariant_mean
-from .kmax import kappa_max
-from .warp import warp
+from ia_stages.core.groups import SE2
+from ia_stages.core.warp import warp
+from ia_stages.ia.attention import invariant_attention, kernel_attention
+from ia_stages.ia.estimator import InvariantAttentionClustering
+from ia_stages.ia.invariant_mean import invariant_mean
+from ia_stages.kmax import kappa_max
 
 __all__ = [
     "SE2",

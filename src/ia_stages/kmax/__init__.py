@@ -6,7 +6,7 @@ Modules (imports point from the top of this list downwards):
   nearest, from the same scan and refinement run on the pairs that can enter a list;
 - :mod:`~ia_stages.kmax.search`: :func:`kappa_max`, its settings, the coarse scans and the
   batching of pairs;
-- :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.scan_kernel`: the polar rotation
+- :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.rings`: the polar rotation
   scan (matrix products) and its compiled ring sampling and peak picking;
 - :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
   for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and the scan's peak
@@ -15,8 +15,8 @@ Modules (imports point from the top of this list downwards):
   (the paper-style local descent; a reference in tests and benchmarks).
 """
 
-from .knn import KnnResult
-from .search import (
+from ia_stages.kmax.knn import KnnResult
+from ia_stages.kmax.search import (
     DENSE_REFERENCE,
     EXACT_SEARCH,
     PEAK_RULES,

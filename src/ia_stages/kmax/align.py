@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import array_module
-from ..groups import SE2
-from ..warp import warp, warp_with_jacobian
+from ia_stages.core.backend import array_module
+from ia_stages.core.groups import SE2
+from ia_stages.core.warp import warp, warp_with_jacobian
 
 OBJECTIVES = ("least-squares", "correlation")
 
@@ -41,7 +41,7 @@ def pair_cost(
     interpolation: str = "keys",
 ) -> Any:
     """The alignment objective for every pair, shape ``(m,)`` (``moving`` warped by
-    ``interpolation``, :func:`ia_stages.warp.warp`)."""
+    ``interpolation``, :func:`ia_stages.core.warp.warp`)."""
     w = warp(moving, params, group, interpolation)
     return _cost(target, moving, w, objective)
 
@@ -91,7 +91,7 @@ def refine_alignment(
     objective : 'least-squares' or 'correlation' (see the module docstring)
     lam0 : initial damping, relative to the diagonal of J^T J
     lam_reject : after a rejected step the damping rises 5x, and to at least this
-    interpolation : how ``moving`` is warped, 'keys' or 'bspline' (:func:`ia_stages.warp.warp`)
+    interpolation : how ``moving`` is warped, 'keys' or 'bspline' (:func:`ia_stages.core.warp.warp`)
 
     Returns
     -------

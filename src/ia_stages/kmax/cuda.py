@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .. import warp_kernel
-from ..backend import array_module
-from . import refine, scan_kernel
-from .refine import PairImages, RefinePolicy
+from ia_stages.core import taps
+from ia_stages.core.backend import array_module
+from ia_stages.kmax import refine
+from ia_stages.kmax import rings
+from ia_stages.kmax.refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
 
@@ -46,11 +47,11 @@ def _floor_f64(x):
 
 def _sources() -> dict:
     """Name -> CPU dispatcher of every function of the one source: the search, the tap
-    polynomials' evaluation (:data:`ia_stages.warp_kernel.TAPS`, any interpolation) and the
+    polynomials' evaluation (:data:`ia_stages.core.taps.TAPS`, any interpolation) and the
     scan's peak picking."""
-    tap_functions = {name: getattr(warp_kernel, name) for name in ("_pw", "_pd", "_pdd")}
+    tap_functions = {name: getattr(taps, name) for name in ("_pw", "_pd", "_pdd")}
     peaks = {
-        name: getattr(scan_kernel, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")
+        name: getattr(rings, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")
     }
     return {**tap_functions, **refine.SHARED, **peaks}
 
@@ -113,7 +114,7 @@ def _peaks_kernel() -> Any:
 
 
 def pair_peaks_cuda(scores: Any, ii: Any, jj: Any, n_peaks: int) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` on the GPU, one thread per pair: the
+    """:func:`ia_stages.kmax.rings.pair_peaks` on the GPU, one thread per pair: the
     same arguments and results as device arrays (``scores`` float32 or float64)."""
     xp = array_module(scores)
     m, M = int(ii.shape[0]), scores.shape[3]
@@ -148,7 +149,7 @@ def _joint_peaks_kernel() -> Any:
 def pair_joint_peaks_cuda(
     scores: Any, ii: Any, jj: Any, n_peaks: int, neighbours: Any
 ) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.scan_kernel.pair_joint_peaks` on the GPU, one thread per pair:
+    """:func:`ia_stages.kmax.rings.pair_joint_peaks` on the GPU, one thread per pair:
     the same arguments and results as device arrays (``scores`` float32 or float64)."""
     xp = array_module(scores)
     m = int(ii.shape[0])

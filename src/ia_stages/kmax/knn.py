@@ -43,11 +43,11 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from ..backend import to_numpy
-from ..groups import SE2, wrap_angle
-from ..kernels import normalize, smooth
-from ..validation import check_images
-from .search import (
+from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.validation import check_images
+from ia_stages.kmax.search import (
     FLOATS,
     MB,
     REFINE_BATCH,

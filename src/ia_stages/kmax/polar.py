@@ -9,7 +9,7 @@ products, which BLAS and cuBLAS run fastest. The scan fixes the translation by m
 the refinement that follows frees it.
 
 Polar convention: u_pol(r, phi) = u(m + r (cos phi, sin phi)) in (row, column) coordinates, m the
-centroid. With the SE(2) convention of :mod:`ia_stages.groups`, u = v o tau with tau a rotation by
+centroid. With the SE(2) convention of ``core.groups``, u = v o tau with tau a rotation by
 theta about the centroids gives u_pol(r, phi) = v_pol(r, phi - theta).
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import array_module, fft_module
-from ..warp import interpolate
-from .scan_kernel import polar_samples
+from ia_stages.core.backend import array_module, fft_module
+from ia_stages.core.warp import interpolate
+from ia_stages.kmax.rings import polar_samples
 
 RING_BATCH = 128  # images sampled at once by the array code (cupy)
 
@@ -87,7 +87,7 @@ def polar_spectra(
     """Angular Fourier coefficients of every ring, weighted for the polar area element.
 
     Rings are sampled by ``interpolation`` ('keys' or 'bspline', zero outside the image), as
-    every warp here is: compiled for numpy arrays, :func:`ia_stages.warp.interpolate` for
+    every warp here is: compiled for numpy arrays, :func:`ia_stages.core.warp.interpolate` for
     cupy.
 
     Parameters

@@ -6,7 +6,7 @@ The objective is d2(tau) = ||u||^2 + ||v||^2 - 2 <u, v o tau> (the correlation f
 :func:`ia_stages.kmax.align.pair_cost`), with Newton steps on its exact Hessian: J^T J is a
 poor model of the correlation objective when u and v differ, and Gauss-Newton then needs ~15
 steps per pair where Newton needs ~5. One pass over the target's non-zero pixels computes the
-interpolated warp (B-spline or Keys taps, :data:`ia_stages.warp_kernel.TAPS`, on the moving
+interpolated warp (B-spline or Keys taps, :data:`ia_stages.core.taps.TAPS`, on the moving
 image's prefiltered coefficients) with its first and second derivatives, the cost, gradient and
 Hessian, without storing any image-sized array. On the CPU, pairs run in parallel over numba's
 threads and the moving images (what the taps weigh) are read as float32, two values per load
@@ -26,9 +26,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from ..warp import spline_coefficients
-from ..warp_kernel import _PAD, _pd, _pdd, _pw, taps
-from .align import _sumsq
+from ia_stages.core.taps import _PAD, _pd, _pdd, _pw, taps
+from ia_stages.core.warp import spline_coefficients
+from ia_stages.kmax.align import _sumsq
 
 # The one source of the per-pair search: the functions decorated with ``_shared`` below are
 # plain scalar Python (``math`` functions, loops, indexing; no allocation: scratch comes in as
@@ -126,8 +126,8 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, m):
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
     (:class:`Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
     :func:`_packed`, row length ``Wp``; ``H, W``: the unpadded image shape; ``m``: the
-    interpolation's 16 tap coefficients (:func:`ia_stages.warp_kernel.taps`), ``v`` holding
-    what its taps weigh (:func:`ia_stages.warp.spline_coefficients`).
+    interpolation's 16 tap coefficients (:func:`ia_stages.core.taps.taps`), ``v`` holding
+    what its taps weigh (:func:`ia_stages.core.warp.spline_coefficients`).
     """
     c, s = math.cos(th), math.sin(th)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
@@ -551,7 +551,7 @@ class Resolution:
     off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
     gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
     V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` what the interpolation's taps weigh for the
-        moving images (:func:`ia_stages.warp.spline_coefficients`: the images for 'keys',
+        moving images (:func:`ia_stages.core.warp.spline_coefficients`: the images for 'keys',
         their B-spline coefficients for 'bspline'), zero-padded, flattened and
         :func:`_packed` (the CPU kernels), or float32 (``packed=False``: the CUDA kernels);
         the same float32 values either way
@@ -574,7 +574,7 @@ class Resolution:
         cls, U: np.ndarray, V: np.ndarray, packed: bool = True, interpolation: str = "keys"
     ) -> Resolution:
         """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``, sampled by
-        ``interpolation``: its prefilter (:func:`ia_stages.warp.spline_coefficients`) runs
+        ``interpolation``: its prefilter (:func:`ia_stages.core.warp.spline_coefficients`) runs
         here, once per moving image, for the CPU and the CUDA kernels alike."""
         V = np.asarray(V, dtype=np.float64)
         H, W = V.shape[1:]
@@ -654,7 +654,7 @@ class PairImages:
     """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
     pairs, optionally their half-resolution versions, and optionally the full-resolution
     pairs with fewer target pixels (``search``) that rank and refine in their place, all
-    sampled by ``interpolation`` ('keys' or 'bspline', :data:`ia_stages.warp_kernel.TAPS`)."""
+    sampled by ``interpolation`` ('keys' or 'bspline', :data:`ia_stages.core.taps.TAPS`)."""
 
     full: Resolution
     half: Resolution | None
@@ -693,7 +693,7 @@ def pair_images(
 ) -> PairImages:
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
-    :func:`ia_stages.kernels.half_resolution`) and optionally targets ``search (n_i, H, W)``
+    :func:`ia_stages.core.smoothing.half_resolution`) and optionally targets ``search (n_i, H, W)``
     (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`; ``packed=False``: for
     :func:`ia_stages.kmax.cuda.search_pairs_cuda` (after :meth:`PairImages.to`). The moving
     images are sampled by ``interpolation`` ('keys' or 'bspline')."""

@@ -14,7 +14,7 @@ The search is global over the full circle of rotations, in two steps:
    (default): every pair's correlation over ``n_angles`` rotations about the image centroids,
    translation fixed by matching the centroids, for a whole block of pairs by two real matrix
    products (:func:`ia_stages.kmax.polar.block_scores`), peaks picked by a compiled kernel
-   (:mod:`ia_stages.kmax.scan_kernel`); cost per pair ~ n_angles * rings.
+   (:mod:`ia_stages.kmax.rings`); cost per pair ~ n_angles * rings.
    ``method='grid'``: ``n_angles`` rotations times every integer shift in a window, all shifts of
    one rotation at once by FFT cross-correlation; cost per pair ~ n_angles * H * W * log.
 2. a local refinement of each candidate (sub-degree, sub-pixel) on the interpolated objective
@@ -39,25 +39,25 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..backend import array_module, fft_module, to_numpy
-from ..groups import SE2, wrap_angle
-from ..kernels import half_resolution, normalize, smooth
-from ..validation import check_images
-from ..warp import INTERPOLATIONS, warp
-from .polar import (
+from ia_stages.core.backend import array_module, fft_module, to_numpy
+from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.smoothing import half_resolution, normalize, smooth
+from ia_stages.core.validation import check_images
+from ia_stages.core.warp import INTERPOLATIONS, warp
+from ia_stages.kmax.polar import (
     angle_synthesis,
     block_scores,
     centroid_translation,
     centroids,
     scan_spectra,
 )
-from .refine import PairImages, RefinePolicy, pair_images, search_pairs
-from .scan_kernel import pair_joint_peaks, pair_peaks
+from ia_stages.kmax.refine import PairImages, RefinePolicy, pair_images, search_pairs
+from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
 
 if TYPE_CHECKING:
-    from .knn import KnnResult
+    from ia_stages.kmax.knn import KnnResult
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ def kappa_max(
     -------
     KappaMaxResult, or for ``k`` a :class:`ia_stages.kmax.knn.KnnResult` of ``(n, k)`` arrays
     """
-    from .knn import kappa_max_knn
+    from ia_stages.kmax.knn import kappa_max_knn
 
     if k is not None:
         if V is not None:
@@ -536,9 +536,9 @@ def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
 
 
 def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.scan_kernel.pair_peaks` for cupy scores, by the CUDA build of
+    """:func:`ia_stages.kmax.rings.pair_peaks` for cupy scores, by the CUDA build of
     the same code."""
-    from .cuda import pair_peaks_cuda
+    from ia_stages.kmax.cuda import pair_peaks_cuda
 
     xp = array_module(scores)
     return pair_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c)
@@ -547,9 +547,9 @@ def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[
 def _pair_joint_peaks_gpu(
     scores: Any, i: np.ndarray, j: np.ndarray, c: int, neighbours: np.ndarray
 ) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.scan_kernel.pair_joint_peaks` for cupy scores, by the CUDA build
+    """:func:`ia_stages.kmax.rings.pair_joint_peaks` for cupy scores, by the CUDA build
     of the same code."""
-    from .cuda import pair_joint_peaks_cuda
+    from ia_stages.kmax.cuda import pair_joint_peaks_cuda
 
     xp = array_module(scores)
     return pair_joint_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c, xp.asarray(neighbours))
@@ -571,7 +571,7 @@ def _refine_candidates(
     policy = _policy(settings)
     if xp is np:
         return search_pairs(images, i, j, starts, beta, policy, settings.coarse_iters)
-    from .cuda import search_pairs_cuda
+    from ia_stages.kmax.cuda import search_pairs_cuda
 
     ix, jx = xp.asarray(i), xp.asarray(j)
     return search_pairs_cuda(images, ix, jx, starts, beta, policy, settings.coarse_iters)

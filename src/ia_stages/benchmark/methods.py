@@ -1,0 +1,367 @@
+"""The clustering benchmark's methods, one entry each: the only place a method is defined.
+
+Each :class:`Method` carries its table label, whether it runs once per seed, the stores it
+reads, whether K is given, its weight (heavy jobs get threads and a GPU), the settings it
+reads from the config and its predict function. The workflow (job lists, ``HEAVY_METHODS``),
+the config check of ``benchmark.methods``, the cluster stage and the tables read this table.
+
+``needs`` says which stores a method's job reads besides the dataset: ``'kmax0'`` the
+kappa^max of the input images (IA iteration 0), ``'kmax_all'`` the kappa^max of every IA
+iteration 0..T (IA's read-outs, one partition per iteration); ``'none'``: only the dataset.
+
+Heavy libraries are imported inside the predict functions, so importing this module (as the
+Snakefile does) stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+NEEDS = ("none", "kmax0", "kmax_all")
+ATTRS = "attrs"  # key of a predict function's extra dict holding store attributes, not arrays
+
+
+@dataclass
+class Job:
+    """What a predict function gets.
+
+    X : ``(n, ...)`` the dataset's features as floats
+    images : ``(n, H, W)`` or None (point sets)
+    n_clusters : K (the configured one, else the number of classes)
+    settings : the job's settings (:func:`~ia_stages.pipeline.config.cluster_settings`)
+    kmax : kappa^max results (:class:`~ia_stages.kmax.KappaMaxResult`) of the stores read:
+        ``[iteration 0]`` for 'kmax0', ``[iteration 0, ..., T]`` for 'kmax_all'
+    rng : the job's generator; seed : an int seed for scikit-learn
+    to_backend : maps a numpy array to the configured backend (numpy or cupy)
+    """
+
+    X: np.ndarray
+    images: np.ndarray | None
+    n_clusters: int
+    settings: dict
+    kmax: list = field(default_factory=list)
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    seed: int = 0
+    to_backend: Callable[[np.ndarray], Any] = lambda a: a
+
+
+Prediction = tuple[np.ndarray, dict]
+
+
+@dataclass(frozen=True)
+class Method:
+    """label : name in the tables; randomized : runs once per seed (else once);
+    needs : 'none' | 'kmax0' | 'kmax_all'; k_given : takes the number of clusters K;
+    heavy : searches kappa^max or computes invariant means (threads, a GPU);
+    settings : (config, dataset) -> the settings it reads besides the common ones;
+    predict : Job -> (labels ``(n,)``, extra arrays to store: name -> (dims, values), and
+        under :data:`ATTRS` a dict of store attributes)."""
+
+    label: str
+    randomized: bool
+    needs: str
+    k_given: bool
+    heavy: bool
+    settings: Callable[[dict, str], dict]
+    predict: Callable[[Job], Prediction]
+
+
+# --- settings each method reads -------------------------------------------------------------
+
+
+def _readout(cfg: dict, dataset: str) -> dict:
+    """The linkage read-out's settings (the graph read-outs' are separate keys)."""
+    readout = {k: cfg["readout"][k] for k in ("threshold", "linkage")}
+    ds = cfg["datasets"][dataset]
+    if ds.get("readout_threshold") is not None:
+        readout["threshold"] = ds["readout_threshold"]
+    return readout
+
+
+def _kernel(cfg: dict, dataset: str) -> dict:
+    ds = cfg["datasets"][dataset]
+    return {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
+
+
+def _mean(cfg: dict) -> dict:
+    return {"mean": cfg["ia"]["mean"], "init": cfg["ia"]["init"]}
+
+
+def _none(cfg: dict, dataset: str) -> dict:
+    return {}
+
+
+def _ka_settings(cfg: dict, dataset: str) -> dict:
+    ds = cfg["datasets"][dataset]
+    return {
+        "ka_beta": ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"],
+        "normalization": ds["normalization"],
+        "ka_iterations": cfg["ka"]["iterations"],
+        "readout": _readout(cfg, dataset),
+    }
+
+
+def _readout_settings(cfg: dict, dataset: str) -> dict:
+    return {"readout": _readout(cfg, dataset)}
+
+
+def _graph_settings(cfg: dict, dataset: str) -> dict:
+    return {"graph": dict(cfg["readout"]["graph"])}
+
+
+def _ia_settings(cfg: dict, dataset: str) -> dict:
+    return {
+        "readout": {**_readout(cfg, dataset), "ia": cfg["readout"]["ia"]},
+        "graph": dict(cfg["readout"]["graph"]),
+        "stop": dict(cfg["ia"]["stop"]),
+    }
+
+
+def _ti_settings(cfg: dict, dataset: str) -> dict:
+    return {
+        **_kernel(cfg, dataset),
+        **_mean(cfg),
+        "search": cfg["ia"]["search"],
+        "ti_kmeans": cfg["benchmark"]["ti_kmeans"],
+    }
+
+
+def _ablation_settings(pooling: str) -> Callable[[dict, str], dict]:
+    def settings(cfg: dict, dataset: str) -> dict:
+        ablation = dict(cfg["benchmark"]["ablation"])
+        if pooling == "avg":  # the average has no temperature
+            ablation.pop("temperature")
+        return {
+            **_kernel(cfg, dataset),
+            **_mean(cfg),
+            "readout": _readout(cfg, dataset),
+            "ia_iterations": cfg["ia"]["iterations"],
+            "ablation": ablation,
+        }
+
+    return settings
+
+
+# --- predict functions ----------------------------------------------------------------------
+
+
+def _kmeans(job: Job) -> Prediction:
+    from ia_stages.benchmark.baselines import kmeans_pixels
+
+    return kmeans_pixels(job.X, job.n_clusters, job.seed), {}
+
+
+def _gmm(job: Job) -> Prediction:
+    from ia_stages.benchmark.baselines import gmm_pixels
+
+    return gmm_pixels(job.X, job.n_clusters, job.seed), {}
+
+
+def _ka(k_given: bool) -> Callable[[Job], Prediction]:
+    def predict(job: Job) -> Prediction:
+        from ia_stages.core.smoothing import normalize, sq_distances
+        from ia_stages.ia.attention import kernel_attention
+        from ia_stages.readout.linkage import cluster_by_distance
+
+        s = job.settings
+        feats = kernel_attention(job.X, s["ka_beta"], s["normalization"], s["ka_iterations"])[0]
+        Xn = normalize(feats[-1], s["normalization"])
+        sq = sq_distances(Xn, Xn)
+        ro = s["readout"]
+        if k_given:
+            return cluster_by_distance(sq, 0.0, ro["linkage"], n_clusters=job.n_clusters), {}
+        return cluster_by_distance(sq, ro["threshold"], ro["linkage"]), {}
+
+    return predict
+
+
+def _spectral_kmax(job: Job) -> Prediction:
+    from ia_stages.benchmark.baselines import spectral_affinity
+
+    return spectral_affinity(job.kmax[0].value, job.n_clusters, job.seed), {}
+
+
+def _kmedoids_kmax(job: Job) -> Prediction:
+    from ia_stages.benchmark.baselines import kmedoids
+
+    res = kmedoids(np.sqrt(np.maximum(job.kmax[0].sqdist, 0.0)), job.n_clusters, job.rng)
+    return res.labels, {"medoid": (("cluster",), res.medoids)}
+
+
+def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
+    """A read-out of the input images' kNN kappa^max graph (a baseline, no IA): ``with_k``
+    'spectral' or 'leiden' with K given, None: community detection without K."""
+
+    def predict(job: Job) -> Prediction:
+        from ia_stages.readout.graph import graph_partition
+
+        g = dict(job.settings["graph"])
+        K = None if with_k is None else job.n_clusters
+        if with_k is not None:
+            g["with_k"] = with_k
+        return graph_partition(job.kmax[0].sqdist, g, K, job.seed), {}
+
+    return predict
+
+
+def _ia(k_given: bool) -> Callable[[Job], Prediction]:
+    """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
+
+    def predict(job: Job) -> Prediction:
+        from ia_stages.readout.graph import stop_iteration
+        from ia_stages.readout.linkage import ia_partition
+
+        s = job.settings
+        K = job.n_clusters if k_given else None
+        graph = {**s["graph"], "k": s["graph"]["k_ia"]}
+        parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
+        chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"], graph)
+        extra = {
+            "pred_iter": (("iteration", "sample"), np.stack(parts)),
+            ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},
+        }
+        return parts[chosen], extra
+
+    return predict
+
+
+def _ti_kmeans(job: Job) -> Prediction:
+    from ia_stages.benchmark.baselines import ti_kmeans
+    from ia_stages.ia.invariant_mean import MeanSettings
+    from ia_stages.kmax import SearchSettings
+
+    s = job.settings
+    mean = dict(s["mean"])
+    mean["sigmas"] = tuple(mean["sigmas"])
+    mean["max_images"] = None  # a prototype is the mean of all its members: no top-k cap
+    res = ti_kmeans(
+        job.to_backend(job.images),
+        job.n_clusters,
+        job.rng,
+        s["beta"],
+        s["normalization"],
+        s["sigma"],
+        SearchSettings(**s["search"]),
+        MeanSettings(**mean),
+        s["ti_kmeans"]["iterations"],
+        s["ti_kmeans"]["n_init"],
+        kmax0=job.kmax[0],
+    )
+    extra = {
+        "prototype": (("cluster", "y", "x"), res.prototypes),
+        "objective": (("round",), np.asarray(res.objective)),
+    }
+    return res.labels, extra
+
+
+def _ablation(pooling: str) -> Callable[[Job], Prediction]:
+    """IA with the group-pooled kernel in place of kappa^max, then the K-cluster cut."""
+
+    def predict(job: Job) -> Prediction:
+        from ia_stages.core.backend import to_numpy
+        from ia_stages.ia.attention import invariant_attention_step
+        from ia_stages.ia.invariant_mean import MeanSettings
+        from ia_stages.kmax.grid import GridSettings, group_kernel
+        from ia_stages.readout.linkage import cluster_by_distance
+
+        s = job.settings
+        abl = s["ablation"]
+        grid = GridSettings(
+            n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
+        )
+        mean = dict(s["mean"])
+        mean["sigmas"] = tuple(mean["sigmas"])
+
+        def kernel(F: Any) -> Any:
+            return group_kernel(
+                F,
+                beta=s["beta"],
+                pooling=pooling,
+                temperature=abl.get("temperature", 1.0),
+                normalization=s["normalization"],
+                sigma=s["sigma"],
+                grid=grid,
+            )
+
+        V = job.to_backend(job.images)
+        for _ in range(s["ia_iterations"]):
+            V = invariant_attention_step(V, kernel(V), s["init"], MeanSettings(**mean)).features
+        sq = to_numpy(kernel(V).sqdist)
+        return cluster_by_distance(sq, 0.0, s["readout"]["linkage"], n_clusters=job.n_clusters), {}
+
+    return predict
+
+
+METHODS: dict[str, Method] = {
+    "kmeans": Method("K-means (pixels)", True, "none", True, False, _none, _kmeans),
+    "gmm": Method("GMM, diagonal (pixels)", True, "none", True, False, _none, _gmm),
+    "ka": Method("KA + read-out", False, "none", False, False, _ka_settings, _ka(False)),
+    "ka_k": Method("KA, K given", False, "none", True, False, _ka_settings, _ka(True)),
+    "spectral_kmax": Method(
+        "spectral on kappa^max", True, "kmax0", True, False, _readout_settings, _spectral_kmax
+    ),
+    "kmedoids_kmax": Method(
+        "k-medoids on kappa^max", True, "kmax0", True, False, _readout_settings, _kmedoids_kmax
+    ),
+    "spectral_knn": Method(
+        "spectral on kNN kappa^max graph",
+        True,
+        "kmax0",
+        True,
+        False,
+        _graph_settings,
+        _graph_readout("spectral"),
+    ),
+    "community_knn_k": Method(
+        "communities of kNN kappa^max graph, K given",
+        True,
+        "kmax0",
+        True,
+        False,
+        _graph_settings,
+        _graph_readout("leiden"),
+    ),
+    "community_knn": Method(
+        "communities of kNN kappa^max graph",
+        True,
+        "kmax0",
+        False,
+        False,
+        _graph_settings,
+        _graph_readout(None),
+    ),
+    "ti_kmeans": Method("TI K-means (SE(2))", True, "kmax0", True, True, _ti_settings, _ti_kmeans),
+    "ia": Method("IA + read-out", True, "kmax_all", False, False, _ia_settings, _ia(False)),
+    "ia_k": Method(
+        "IA (kappa^max), K given", True, "kmax_all", True, False, _ia_settings, _ia(True)
+    ),
+    "ia_kavg_k": Method(
+        "IA (kappa^avg), K given",
+        False,
+        "none",
+        True,
+        True,
+        _ablation_settings("avg"),
+        _ablation("avg"),
+    ),
+    "ia_ksoft_k": Method(
+        "IA (kappa^soft), K given",
+        False,
+        "none",
+        True,
+        True,
+        _ablation_settings("soft"),
+        _ablation("soft"),
+    ),
+}
+
+HEAVY_METHODS = tuple(m for m, meth in METHODS.items() if meth.heavy)
+
+
+def method_seeds(method: str, n_seeds: int) -> list[int]:
+    """Seed indices a method runs with: 0..n_seeds-1 if randomised, else just 0."""
+    return list(range(n_seeds)) if METHODS[method].randomized else [0]

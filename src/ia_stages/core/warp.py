@@ -1,0 +1,232 @@
+"""Image warping by Keys cubic convolution (paper §2.1) or cubic B-spline interpolation, and
+their derivatives.
+
+(v o tau)[p] = sum_kl q[k, l] phi(tau(p)_0 - k) phi(tau(p)_1 - l), with phi the Keys kernel
+(a = -0.5) and q = v ('keys'), or phi the cubic B-spline and q the spline coefficients of v
+('bspline'); zero outside the image. tau(p) = A (p - c) + c + b, c the image centre.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module, ndimage_module
+from ia_stages.core.groups import SE2
+from ia_stages.core.taps import INTERPOLATIONS as INTERPOLATIONS  # re-exported: the one table
+from ia_stages.core.taps import TAPS as TAPS
+from ia_stages.core.taps import tap_polynomials, warp_with_jacobian_se2
+
+KEYS_A = -0.5
+_PAD = 4  # zero border wide enough for the taps of clipped sampling points
+_SPLINE_PAD = 12  # zero border of the spline prefilter
+
+
+def keys_kernel(t: Any, a: float = KEYS_A) -> Any:
+    """Keys cubic-convolution kernel phi(t); support (-2, 2), phi(0) = 1, phi(k) = 0 for k != 0."""
+    xp = array_module(t)
+    u = xp.abs(t)
+    near = ((a + 2) * u - (a + 3)) * u * u + 1
+    far = ((a * u - 5 * a) * u + 8 * a) * u - 4 * a
+    return xp.where(u <= 1, near, xp.where(u < 2, far, 0.0))
+
+
+def keys_kernel_derivative(t: Any, a: float = KEYS_A) -> Any:
+    """phi'(t)."""
+    xp = array_module(t)
+    u = xp.abs(t)
+    near = (3 * (a + 2) * u - 2 * (a + 3)) * u
+    far = (3 * a * u - 10 * a) * u + 8 * a
+    return xp.sign(t) * xp.where(u <= 1, near, xp.where(u < 2, far, 0.0))
+
+
+def spline_coefficients(images: Any, interpolation: str = "bspline") -> Any:
+    """What the taps of ``interpolation`` weigh: the images themselves for 'keys', their cubic
+    B-spline coefficients for 'bspline' (per image, over the last two axes, of the image
+    extended by zeros; the coefficients outside the image are dropped, so interpolation is
+    exact up to about the image's values at its border).
+
+    Parameters
+    ----------
+    images : ``(..., H, W)``
+
+    Returns
+    -------
+    ``(..., H, W)`` float64
+    """
+    tap_polynomials(interpolation)
+    if interpolation == "keys":
+        return images
+    xp = array_module(images)
+    nd = ndimage_module(xp)
+    # zeros around the image, as the taps read outside it: the coefficients inside are then
+    # those of the zero-extended image (the filter's pole decays as 0.27^k)
+    P = _SPLINE_PAD
+    pad = [(0, 0)] * (images.ndim - 2) + [(P, P), (P, P)]
+    c = xp.pad(xp.asarray(images, dtype=float), pad)
+    c = nd.spline_filter1d(c, 3, axis=-1, mode="mirror")
+    c = nd.spline_filter1d(c, 3, axis=-2, mode="mirror")
+    return xp.ascontiguousarray(c[..., P:-P, P:-P])
+
+
+def _poly_taps(f: Any, M: np.ndarray, derivative: int = 0) -> list[Any]:
+    """The 4 taps (or their first / second derivatives in f) of :func:`tap_polynomials` ``M``
+    at fractional parts ``f``."""
+    if derivative == 0:
+        return [((m[3] * f + m[2]) * f + m[1]) * f + m[0] for m in M]
+    if derivative == 1:
+        return [(3 * m[3] * f + 2 * m[2]) * f + m[1] for m in M]
+    return [6 * m[3] * f + 2 * m[2] for m in M]
+
+
+def centred_grid(shape: tuple[int, int], xp: Any = np) -> Any:
+    """Pixel coordinates minus the centre, shape ``(2, H, W)``."""
+    H, W = shape
+    y = xp.arange(H, dtype=float) - (H - 1) / 2
+    x = xp.arange(W, dtype=float) - (W - 1) / 2
+    return xp.stack(xp.meshgrid(y, x, indexing="ij"))
+
+
+def sampling_field(A: Any, b: Any, shape: tuple[int, int]) -> Any:
+    """Sampling points tau(p) for every output pixel.
+
+    Parameters
+    ----------
+    A : ``(n, 2, 2)``
+    b : ``(n, 2)``
+    shape : (H, W)
+
+    Returns
+    -------
+    ``(n, 2, H, W)`` coordinates (row, column) in input-pixel units.
+    """
+    xp = array_module(A)
+    g = centred_grid(shape, xp)
+    H, W = shape
+    c = xp.asarray([(H - 1) / 2, (W - 1) / 2])
+    return xp.einsum("nij,jhw->nihw", A, g) + (c + b)[:, :, None, None]
+
+
+def interpolate(
+    images: Any,
+    field: Any,
+    with_gradient: bool = False,
+    with_hessian: bool = False,
+    interpolation: str = "keys",
+) -> Any:
+    """Sample ``images`` at ``field`` by Keys cubic convolution (or cubic B-spline
+    interpolation), zero outside the image.
+
+    Parameters
+    ----------
+    images : ``(n, H, W)``
+    field : ``(n, 2, H', W')`` sampling coordinates (row, column)
+    with_gradient : also return the derivative of the output with respect to the field.
+    with_hessian : also return the second derivatives (implies ``with_gradient``).
+    interpolation : 'keys' or 'bspline' (:data:`TAPS`; the B-spline coefficients of
+        ``images`` are computed here)
+
+    Returns
+    -------
+    out : ``(n, H', W')``; and, if ``with_gradient``, grad : ``(n, 2, H', W')`` with
+    grad[:, 0] = d out / d field_row and grad[:, 1] = d out / d field_col; and, if
+    ``with_hessian``, hess : ``(n, 3, H', W')`` = (d2/drow2, d2/drow dcol, d2/dcol2).
+    """
+    xp = array_module(images, field)
+    M = tap_polynomials(interpolation)
+    images = spline_coefficients(images, interpolation)
+    n, H, W = images.shape
+    Hp, Wp = H + 2 * _PAD, W + 2 * _PAD
+    flat = xp.pad(images, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(-1)
+    # Points more than 2 px outside the image read only zeros; clipping them to 2.5 px outside
+    # keeps every tap inside the zero border without changing the result.
+    y = xp.clip(field[:, 0].reshape(n, -1), -2.5, H + 1.5)
+    x = xp.clip(field[:, 1].reshape(n, -1), -2.5, W + 1.5)
+    y0, x0 = xp.floor(y), xp.floor(x)
+    fy, fx = y - y0, x - x0
+    # flat index of the first tap (floor - 1) of every output pixel
+    base = (y0.astype(np.int64) + (_PAD - 1)) * Wp + (x0.astype(np.int64) + (_PAD - 1))
+    base += (xp.arange(n, dtype=np.int64) * (Hp * Wp))[:, None]
+    with_gradient = with_gradient or with_hessian
+    wy, wx = _poly_taps(fy, M), _poly_taps(fx, M)
+    if with_gradient:
+        dwy, dwx = _poly_taps(fy, M, 1), _poly_taps(fx, M, 1)
+        gy, gx = xp.zeros_like(y), xp.zeros_like(y)
+    if with_hessian:
+        ddwy, ddwx = _poly_taps(fy, M, 2), _poly_taps(fx, M, 2)
+        hyy, hxy, hxx = xp.zeros_like(y), xp.zeros_like(y), xp.zeros_like(y)
+    out = xp.zeros_like(y)
+    for a in range(4):
+        row = xp.zeros_like(y)
+        drow = xp.zeros_like(y) if with_gradient else None
+        ddrow = xp.zeros_like(y) if with_hessian else None
+        for c in range(4):
+            v = xp.take(flat, base + (a * Wp + c))
+            row += wx[c] * v
+            if with_gradient:
+                drow += dwx[c] * v
+            if with_hessian:
+                ddrow += ddwx[c] * v
+        out += wy[a] * row
+        if with_gradient:
+            gy += dwy[a] * row
+            gx += wy[a] * drow
+        if with_hessian:
+            hyy += ddwy[a] * row
+            hxy += dwy[a] * drow
+            hxx += wy[a] * ddrow
+    shape_out = (n, *field.shape[2:])
+    if not with_gradient:
+        return out.reshape(shape_out)
+    grad = xp.stack([gy, gx], 1).reshape((n, 2, *field.shape[2:]))
+    if not with_hessian:
+        return out.reshape(shape_out), grad
+    hess = xp.stack([hyy, hxy, hxx], 1).reshape((n, 3, *field.shape[2:]))
+    return out.reshape(shape_out), grad, hess
+
+
+def warp(images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys") -> Any:
+    """Apply per-image transforms: ``out[i] = images[i] o tau(params[i])``.
+
+    Parameters
+    ----------
+    images : ``(n, H, W)`` (or ``(H, W)`` with params ``(n_params,)``)
+    params : ``(n, n_params)`` group parameters (SE(2): theta [rad], b0, b1 [px])
+    interpolation : 'keys' or 'bspline' (:func:`interpolate`)
+
+    Returns
+    -------
+    ``(n, H, W)`` warped images (same leading shape as ``images``).
+    """
+    single = images.ndim == 2
+    if single:
+        images, params = images[None], params[None]
+    field = sampling_field(group.matrix(params), group.translation(params), images.shape[1:])
+    out = interpolate(images, field, interpolation=interpolation)
+    return out[0] if single else out
+
+
+def warp_with_jacobian(
+    images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys"
+) -> tuple[Any, Any]:
+    """Warp and differentiate with respect to the group parameters (``interpolation`` as in
+    :func:`interpolate`).
+
+    Returns
+    -------
+    out : ``(n, H, W)`` warped images
+    jac : ``(n, n_params, H, W)``, jac[i, k] = d out[i] / d params[i, k]
+    """
+    xp = array_module(images)
+    if xp is np and group.name == "se2" and images.ndim == 3:
+        Q = spline_coefficients(images, interpolation)
+        return warp_with_jacobian_se2(Q, params, interpolation)
+    shape = images.shape[1:]
+    field = sampling_field(group.matrix(params), group.translation(params), shape)
+    out, grad = interpolate(images, field, with_gradient=True, interpolation=interpolation)
+    dA, db = group.jacobian(params)  # (n, k, 2, 2), (n, k, 2)
+    g = centred_grid(shape, xp)
+    dfield = xp.einsum("nkij,jhw->nkihw", dA, g) + db[..., None, None]  # (n, k, 2, H, W)
+    jac = xp.einsum("nkihw,nihw->nkhw", dfield, grad)
+    return out, jac

@@ -1,0 +1,435 @@
+"""The user's own images: folders of PNG/TIFF/JPEG, ``.npy``/``.npz`` arrays, Zarr stores or
+xarray (NetCDF) files, multi-page TIFFs and MRC/MRCS stacks, read with the libraries made for
+them (Pillow, tifffile, mrcfile, numpy, xarray).
+
+Two steps: :func:`probe` reads only headers (number of images, their sizes) so that the
+configuration is checked, and the number of samples known, before any job runs;
+:func:`load_images` reads the pixels and applies the options (grayscale, ``invert``,
+``downsample``, ``canvas``, ``labels``, ``max_images``). Both raise
+:class:`~ia_stages.data.datasets.DatasetError` with one line naming the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ia_stages.data.datasets import Dataset, DatasetError
+
+IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
+STACK_SUFFIXES = (".npy", ".npz", ".zarr", ".nc", ".tif", ".tiff", ".mrc", ".mrcs")
+LABEL_NAMES = ("label", "labels")
+
+
+@dataclass
+class Probe:
+    """What the headers say: ``n`` images, one ``shape`` per image (H, W) and the file names
+    (folders) or None (stacks); ``labels``: class name per image from subfolders or the
+    stack's ``label`` variable, or None."""
+
+    n: int
+    shapes: list[tuple[int, int]]
+    names: list[str]
+    labels: list[str] | None
+
+
+def _folder_files(root: Path) -> tuple[list[Path], list[str] | None]:
+    """Image files of ``root`` and, when they sit in subfolders, the subfolder names."""
+    top = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    nested = [
+        (f, d.name)
+        for d in subs
+        for f in sorted(d.iterdir())
+        if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES
+    ]
+    if nested and top:
+        raise DatasetError(
+            f"{root}: holds images both at its top level ({top[0].name}) and in class "
+            "subfolders; put every image in a subfolder, or none"
+        )
+    if nested:
+        return [f for f, _ in nested], [c for _, c in nested]
+    if not top:
+        raise DatasetError(f"{root}: no PNG/TIFF/JPEG images in the folder or its subfolders")
+    return top, None
+
+
+def _image_header(path: Path) -> tuple[int, int]:
+    """(H, W) of one image file from its header; the whole file is checked by ``verify``."""
+    from PIL import Image, UnidentifiedImageError
+
+    if path.suffix.lower() in (".tif", ".tiff"):
+        import tifffile
+
+        try:
+            with tifffile.TiffFile(path) as tif:
+                shape = tif.series[0].shape
+        except (tifffile.TiffFileError, OSError, ValueError, IndexError) as err:
+            raise DatasetError(f"{path}: not a readable TIFF ({err})") from None
+        return _plane_shape(shape, path)
+    try:
+        with Image.open(path) as im:
+            size = im.size
+            im.verify()  # checks the whole stream (CRCs, truncation) without decoding
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as err:
+        raise DatasetError(f"{path}: not a readable image ({err})") from None
+    return size[1], size[0]
+
+
+def _plane_shape(shape: tuple[int, ...], path: Path) -> tuple[int, int]:
+    if len(shape) == 2 or (len(shape) == 3 and shape[-1] in (3, 4)):
+        return int(shape[0]), int(shape[1])
+    raise DatasetError(f"{path}: expected one 2-D (or RGB) image, got shape {tuple(shape)}")
+
+
+def _stack_shape(shape: tuple[int, ...], path: Path) -> tuple[int, int, int]:
+    """(n, H, W) of an array of images: (H, W), (n, H, W) or RGB(A) (n, H, W, 3|4)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 2:
+        return 1, shape[0], shape[1]
+    if len(shape) == 3 or (len(shape) == 4 and shape[-1] in (3, 4)):
+        return shape[0], shape[1], shape[2]
+    raise DatasetError(
+        f"{path}: expected images (n, H, W) or RGB (n, H, W, 3), got a {len(shape)}-D array "
+        f"of shape {shape}"
+    )
+
+
+def _open_xarray(path: Path):
+    import xarray as xr
+
+    try:
+        if path.suffix == ".zarr" or path.is_dir():
+            return xr.open_zarr(path, consolidated=None)
+        return xr.open_dataset(path)
+    except Exception as err:  # backends raise many kinds; all mean "unreadable"
+        raise DatasetError(f"{path}: not a readable Zarr store or xarray file ({err})") from None
+
+
+def _npz_arrays(path: Path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise DatasetError(f"{path}: not a readable .npz file ({err})") from None
+
+
+def _npz_images_key(npz, path: Path) -> str:
+    keys = list(npz.files)
+    if "images" in keys:
+        return "images"
+    rest = [k for k in keys if k not in LABEL_NAMES]
+    if len(rest) != 1:
+        raise DatasetError(f"{path}: name the image array 'images' (arrays found: {keys})")
+    return rest[0]
+
+
+def _stack_labels(values, n: int, path: Path) -> list[str]:
+    labels = np.asarray(values).ravel()
+    if labels.size != n:
+        raise DatasetError(f"{path}: {labels.size} labels for {n} images")
+    return [str(v) for v in labels.tolist()]
+
+
+def probe(path: str | Path) -> Probe:
+    """Read only the headers of ``path`` (folder or stack): sizes, names, labels."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file or folder")
+    suffix = path.suffix.lower()
+    if path.is_dir() and suffix != ".zarr":
+        files, classes = _folder_files(path)
+        shapes = [_image_header(f) for f in files]
+        names = [str(f.relative_to(path)) for f in files]
+        return Probe(len(files), shapes, names, classes)
+    labels = None
+    if suffix == ".npy":
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise DatasetError(f"{path}: not a readable .npy file ({err})") from None
+        shape = arr.shape
+    elif suffix == ".npz":
+        with _npz_arrays(path) as npz:
+            key = _npz_images_key(npz, path)
+            shape = npz[key].shape
+            lab = next((k for k in LABEL_NAMES if k in npz.files), None)
+            if lab is not None:
+                labels = _stack_labels(npz[lab], _stack_shape(shape, path)[0], path)
+    elif suffix in (".zarr", ".nc"):
+        with _open_xarray(path) as ds:
+            if "images" not in ds:
+                raise DatasetError(f"{path}: no 'images' variable (found: {list(ds.data_vars)})")
+            shape = ds["images"].shape
+            lab = next((k for k in LABEL_NAMES if k in ds), None)
+            if lab is not None:
+                labels = _stack_labels(ds[lab].values, _stack_shape(shape, path)[0], path)
+    elif suffix in (".tif", ".tiff"):
+        import tifffile
+
+        try:
+            with tifffile.TiffFile(path) as tif:
+                pages = len(tif.pages)
+                page = tif.pages[0].shape
+        except (tifffile.TiffFileError, OSError, ValueError, IndexError) as err:
+            raise DatasetError(f"{path}: not a readable TIFF ({err})") from None
+        shape = (pages, *page) if pages > 1 else page
+    elif suffix in (".mrc", ".mrcs"):
+        import mrcfile
+
+        try:
+            with mrcfile.mmap(path, mode="r", permissive=False) as mrc:
+                shape = mrc.data.shape
+        except (ValueError, OSError, EOFError) as err:
+            raise DatasetError(f"{path}: not a readable MRC file ({err})") from None
+    else:
+        raise DatasetError(
+            f"{path}: unknown kind of image data; give a folder of PNG/TIFF/JPEG files or a "
+            f"file ending in {', '.join(STACK_SUFFIXES)}"
+        )
+    n, h, w = _stack_shape(shape, path)
+    if n == 0:
+        raise DatasetError(f"{path}: holds no images")
+    return Probe(n, [(h, w)] * n, [str(i) for i in range(n)], labels)
+
+
+def read_label_csv(csv_path: str | Path, names: list[str]) -> list[str]:
+    """Class name of every image from a CSV ``file,label`` (a header row is allowed).
+
+    ``file`` is an image's path relative to the folder, its file name, or, for stacks, its
+    index. Every image needs a label; a row naming no image is an error.
+    """
+    csv_path = Path(csv_path)
+    try:
+        with csv_path.open(newline="") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DatasetError(f"{csv_path}: cannot read labels CSV ({err})") from None
+    if rows and [c.strip().lower() for c in rows[0][:2]] in (["file", "label"], ["name", "label"]):
+        rows = rows[1:]
+    index: dict[str, int] = {}
+    for k, name in enumerate(names):
+        index.setdefault(name, k)
+        index.setdefault(Path(name).name, k)
+    out: list[str | None] = [None] * len(names)
+    for line, row in enumerate(rows, 1):
+        if len(row) < 2:
+            raise DatasetError(f"{csv_path}: row {line} needs two columns, file and label")
+        key = row[0].strip()
+        if key not in index:
+            raise DatasetError(f"{csv_path}: row {line} names {key!r}, not among the images")
+        out[index[key]] = row[1].strip()
+    missing = [names[k] for k, v in enumerate(out) if v is None]
+    if missing:
+        raise DatasetError(f"{csv_path}: no label for {len(missing)} image(s), e.g. {missing[0]!r}")
+    return out  # type: ignore[return-value]
+
+
+def check(
+    path: str | Path,
+    canvas: int | None = None,
+    downsample: int = 1,
+    labels: str | None = None,
+    max_images: int | None = None,
+    probed: Probe | None = None,
+) -> int:
+    """Check ``path`` and the options from headers only; returns the number of samples.
+
+    ``probed``: :func:`probe`'s result for ``path`` when the caller has it.
+    """
+    p = probed or probe(path)
+    if canvas is None and len(set(p.shapes)) > 1:
+        sizes = sorted(set(p.shapes))
+        first = next(k for k, s in enumerate(p.shapes) if s != p.shapes[0])
+        raise DatasetError(
+            f"{path}: images differ in size ({p.names[0]} is {p.shapes[0][0]}x"
+            f"{p.shapes[0][1]}, {p.names[first]} is {p.shapes[first][0]}x{p.shapes[first][1]}; "
+            f"{len(sizes)} sizes); set canvas to pad or crop them to one size"
+        )
+    h, w = p.shapes[0]
+    if canvas is None and (h // downsample < 4 or w // downsample < 4):
+        raise DatasetError(f"{path}: {h}x{w} px images are too small for downsample {downsample}")
+    if labels:
+        read_label_csv(labels, p.names)
+    if max_images is not None and max_images > p.n:
+        raise DatasetError(f"{path}: max_images={max_images} is larger than the {p.n} images")
+    return p.n if max_images is None else max_images
+
+
+def _to_float(a: np.ndarray) -> np.ndarray:
+    """Integers scaled to [0, 1] by their type's range; floats as they are."""
+    if np.issubdtype(a.dtype, np.integer):
+        return a.astype(float) / float(np.iinfo(a.dtype).max)
+    if np.issubdtype(a.dtype, np.bool_):
+        return a.astype(float)
+    return a.astype(float)
+
+
+def _gray(a: np.ndarray, where: str, rgb: list[str]) -> np.ndarray:
+    """(..., H, W, 3|4) -> (..., H, W) luminance (ITU-R 601-2, as Pillow's ``L``)."""
+    rgb.append(where)
+    return a[..., :3] @ np.array([0.299, 0.587, 0.114])
+
+
+def _read_folder(files: list[Path], root: Path, rgb: list[str]) -> list[np.ndarray]:
+    from PIL import Image, UnidentifiedImageError
+
+    out = []
+    for f in files:
+        try:
+            if f.suffix.lower() in (".tif", ".tiff"):
+                import tifffile
+
+                a = _to_float(tifffile.imread(f))
+            else:
+                with Image.open(f) as im:
+                    if im.mode in ("RGB", "RGBA", "P", "CMYK", "YCbCr", "LA", "PA"):
+                        rgb.append(str(f.relative_to(root)))
+                        im = im.convert("L")
+                    a = _to_float(np.asarray(im))
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as err:
+            raise DatasetError(f"{f}: not a readable image ({err})") from None
+        if a.ndim == 3 and a.shape[-1] in (3, 4):
+            a = _gray(a, str(f.relative_to(root)), rgb)
+        if a.ndim != 2:
+            raise DatasetError(f"{f}: expected one 2-D image, got shape {a.shape}")
+        out.append(a)
+    return out
+
+
+def _read_stack(path: Path) -> tuple[np.ndarray, list[str]]:
+    """The pixels of a stack ``(n, H, W)`` (RGB converted) and the names of RGB sources."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        a = np.load(path, allow_pickle=False)
+    elif suffix == ".npz":
+        with _npz_arrays(path) as npz:
+            a = npz[_npz_images_key(npz, path)]
+    elif suffix in (".zarr", ".nc"):
+        with _open_xarray(path) as ds:
+            a = ds["images"].values
+    elif suffix in (".tif", ".tiff"):
+        import tifffile
+
+        a = tifffile.imread(path)
+    else:
+        import mrcfile
+
+        try:
+            with mrcfile.open(path, mode="r", permissive=False) as mrc:
+                a = np.array(mrc.data)
+        except (ValueError, OSError, EOFError) as err:
+            raise DatasetError(f"{path}: not a readable MRC file ({err})") from None
+    n, h, w = _stack_shape(a.shape, path)
+    a = _to_float(np.asarray(a)).reshape((n, h, w, *a.shape[3:]))
+    rgb: list[str] = []
+    if a.ndim == 4:
+        a = _gray(a, path.name, rgb)
+    return a, rgb
+
+
+def _downsample(a: np.ndarray, k: int) -> np.ndarray:
+    """Mean of k x k blocks (trailing rows and columns that do not fill a block are dropped)."""
+    if k == 1:
+        return a
+    h, w = (a.shape[0] // k) * k, (a.shape[1] // k) * k
+    return a[:h, :w].reshape(h // k, k, w // k, k).mean((1, 3))
+
+
+def fit_canvas(a: np.ndarray, size: int) -> np.ndarray:
+    """Zero-pad or centre-crop an image ``(H, W)`` to ``(size, size)``, keeping its centre."""
+    out = np.zeros((size, size), dtype=float)
+    src, dst = [], []
+    for n in a.shape:
+        if n >= size:  # crop
+            lo = (n - size) // 2
+            src.append(slice(lo, lo + size))
+            dst.append(slice(0, size))
+        else:  # pad
+            lo = (size - n) // 2
+            src.append(slice(0, n))
+            dst.append(slice(lo, lo + n))
+    out[dst[0], dst[1]] = a[src[0], src[1]]
+    return out
+
+
+def load_images(
+    path: str | Path,
+    canvas: int | None = None,
+    downsample: int = 1,
+    invert: bool = False,
+    labels: str | None = None,
+    max_images: int | None = None,
+    rng: np.random.Generator | None = None,
+) -> Dataset:
+    """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
+
+    Parameters
+    ----------
+    path : folder of PNG/TIFF/JPEG (class subfolders optional), ``.npy``, ``.npz``
+        (``images`` [+ ``label``]), ``.zarr``/``.nc`` (xarray: ``images`` [+ ``label``]),
+        multi-page ``.tif``, ``.mrc``/``.mrcs``
+    canvas : None (all images must have one size) or the side, in output pixels, every image
+        is zero-padded or centre-cropped to
+    downsample : mean of ``downsample`` x ``downsample`` pixel blocks, before ``canvas``
+    invert : replace v by max - v, max the largest value of the images read (for dark
+        objects on a light background); integer pixels are first scaled to [0, 1]
+    labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
+    max_images : keep this many images, a subset drawn with ``rng`` (in file order)
+
+    Returns
+    -------
+    Dataset with ``data`` ``(n, H, W)`` float64, ``label`` ``(n,)`` int or None,
+    ``sample_names`` (file names, or indices into the stack) and ``class_names``.
+    RGB images are converted to grayscale with a warning.
+    """
+    path = Path(path)
+    rng = rng or np.random.default_rng(0)
+    p = probe(path)
+    n_out = check(path, canvas, downsample, labels, max_images, p)
+    keep = np.arange(p.n)
+    if max_images is not None:
+        keep = np.sort(rng.choice(p.n, n_out, replace=False))
+    rgb: list[str] = []
+    if path.is_dir() and path.suffix.lower() != ".zarr":
+        planes = _read_folder([path / p.names[k] for k in keep], path, rgb)
+    else:
+        stack, rgb = _read_stack(path)
+        planes = list(stack[keep])
+    if rgb:
+        warnings.warn(
+            f"{path}: {len(rgb)} RGB image(s) converted to grayscale (e.g. {rgb[0]})",
+            UserWarning,
+            stacklevel=2,
+        )
+    if invert:
+        top = max(float(a.max()) for a in planes)
+        planes = [top - a for a in planes]
+    planes = [_downsample(a, downsample) for a in planes]
+    if canvas is not None:
+        planes = [fit_canvas(a, canvas) for a in planes]
+    data = np.stack(planes)
+    bad = ~np.isfinite(data)
+    if bad.any():
+        k = int(np.argwhere(bad)[0][0])
+        raise DatasetError(f"{path}: image {p.names[keep[k]]} holds NaN or inf")
+    names = [p.names[k] for k in keep]
+    classes = read_label_csv(labels, p.names) if labels else p.labels
+    if classes is None:
+        label, class_names = None, []
+    else:
+        class_names, label = np.unique(np.asarray(classes)[keep], return_inverse=True)
+        class_names = [str(c) for c in class_names]
+        label = label.astype(np.int64)
+    return Dataset(
+        data,
+        label,
+        None,
+        class_names,
+        source=f"images from {path.name}",
+        sample_names=names,
+    )

@@ -1,0 +1,241 @@
+"""Kernel attention (paper eq. 2.1) and Invariant Attention iterations.
+
+Both build a similarity matrix Gamma, column-normalise it, W[i, j] = Gamma[i, j] / sum_l
+Gamma[l, j], and replace feature j by a W[:, j]-weighted mean: the plain mean for kernel
+attention, the invariant mean for Invariant Attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.core.groups import SE2
+from ia_stages.core.smoothing import normalize, rbf_kernel
+from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
+from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.readout.graph import (
+    AttentionSettings,
+    KnnList,
+    dense_weights,
+    knn_from_dense,
+    knn_weights,
+    symmetrize,
+)
+
+INITS = ("kmax", "identity")
+
+
+def column_normalize(gamma: Any) -> Any:
+    """W = Gamma / column sums; every column of W sums to 1. ``(n, n)``."""
+    return gamma / gamma.sum(0, keepdims=True)
+
+
+def attention_weights(X: Any, beta: float, normalization: str = "unit") -> Any:
+    """Kernel-attention weights W ``(n, n)`` of features ``X`` ``(n, ...)``.
+
+    RBF kernel on the normalised features, column-normalised.
+    """
+    flat = normalize(X, normalization).reshape(X.shape[0], -1)
+    return column_normalize(rbf_kernel(flat, flat, beta))
+
+
+def kernel_attention(
+    X: Any, beta: float, normalization: str = "unit", iterations: int = 1
+) -> tuple[Any, Any]:
+    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel.
+
+    Parameters
+    ----------
+    X : ``(n, ...)`` features (images or points)
+    beta : RBF bandwidth; the kernel sees the features after ``normalization``
+    iterations : number of KA steps
+
+    Returns
+    -------
+    features : ``(iterations + 1, n, ...)`` features before and after every step
+    weights : ``(iterations, n, n)`` the W used in every step
+    """
+    xp = array_module(X)
+    feats, weights = [X], []
+    for _ in range(iterations):
+        cur = feats[-1]
+        W = attention_weights(cur, beta, normalization)
+        feats.append(xp.tensordot(W.T, cur, 1))
+        weights.append(W)
+    return xp.stack(feats), xp.stack(weights) if weights else xp.zeros((0,) + (X.shape[0],) * 2)
+
+
+@dataclass
+class InvariantAttentionStep:
+    """One Invariant Attention iteration.
+
+    features : ``(n, H, W)`` invariant means, the next features
+    weights : ``(n, n)`` W computed from the input features (column-normalised kappa^max, or
+        the kNN attention's sparse columns written out densely)
+    kmax : kappa^max of the input features
+    means : per-column :class:`InvariantMeanResult` (params ``(n, n_params)`` etc.; with kNN
+        attention ``(m, n_params)`` for the column's m neighbours)
+    neighbours : with kNN attention, every column's neighbours (None for dense W)
+    """
+
+    features: Any
+    weights: Any
+    kmax: KappaMaxResult
+    means: list[InvariantMeanResult]
+    neighbours: KnnList | None = None
+
+
+def invariant_attention_step(
+    V: Any,
+    kmax: KappaMaxResult,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    columns: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> InvariantAttentionStep:
+    """Invariant means of ``V`` for the weights of a given kappa^max (all or some columns).
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    kmax : kappa^max of ``V`` with itself
+    init : 'kmax' starts tau_i of column j at the kappa^max alignment of V[i] onto V[j]
+        (params[j, i]); 'identity' starts at the identity as in the paper
+    columns : indices of the columns j to compute (default all)
+
+    Returns
+    -------
+    InvariantAttentionStep with ``features`` of shape ``(len(columns), H, W)``.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    xp = array_module(V)
+    W = column_normalize(kmax.value)
+    cols = range(V.shape[0]) if columns is None else columns
+    means = []
+    for j in cols:
+        start = kmax.params[j] if init == "kmax" else None
+        means.append(invariant_mean(V, W[:, j], start, mean_settings, group))
+        if progress is not None:
+            progress(1)
+    feats = xp.stack([m.mean for m in means])
+    return InvariantAttentionStep(features=feats, weights=W, kmax=kmax, means=means)
+
+
+def knn_attention_step(
+    V: Any,
+    knn: KnnList,
+    weights: Any,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    columns: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[InvariantMeanResult]:
+    """Invariant means of the columns of a sparse W: column j aligns only its listed samples.
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    knn : every column's neighbours (``KnnList``, indices ``(n, width)``
+        with -1 for missing entries; ``params`` ``(n, width, n_params)`` the kappa^max
+        alignments onto the column, needed for ``init='kmax'``)
+    weights : ``(n, width)`` column weights (:func:`~ia_stages.readout.graph.knn_weights`)
+    columns : indices of the columns j to compute (default all)
+
+    Returns
+    -------
+    One :class:`InvariantMeanResult` per column; its ``params`` ``(m, n_params)`` are those
+    of the column's m listed samples, in list order.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "kmax" and knn.params is None:
+        raise ValueError("init='kmax' needs the kNN list's params (kappa^max alignments)")
+    cols = range(knn.n) if columns is None else columns
+    means = []
+    for j in cols:
+        keep = np.flatnonzero(knn.indices[j] >= 0)
+        idx = knn.indices[j, keep]
+        start = knn.params[j, keep] if init == "kmax" else None
+        means.append(invariant_mean(V[idx], weights[j, keep], start, mean_settings, group))
+        if progress is not None:
+            progress(1)
+    return means
+
+
+def sparse_neighbours(
+    kmax: KappaMaxResult, attention: AttentionSettings, beta: float
+) -> tuple[KnnList, np.ndarray]:
+    """The kNN list of a dense kappa^max result under ``attention`` and its weights
+    ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``)."""
+    attention.check(int(kmax.value.shape[0]))
+    knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
+    knn = symmetrize(knn, attention.symmetry)
+    return knn, knn_weights(knn, attention, beta)
+
+
+def invariant_attention(
+    V: Any,
+    beta: float,
+    iterations: int = 1,
+    normalization: str = "unit",
+    init: str = "kmax",
+    search: SearchSettings = SearchSettings(),
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    sigma: float = 2.0,
+    attention: AttentionSettings = AttentionSettings(),  # noqa: B008 (frozen dataclass)
+    progress: Callable[[int], None] | None = None,
+) -> list[InvariantAttentionStep]:
+    """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
+
+    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`);
+    ``attention`` chooses W: 'dense' (the paper's) or 'knn' (each column's invariant mean
+    aligns only its k nearest samples under kappa^max, :mod:`ia_stages.readout.graph`).
+    ``progress`` is called with the number of columns finished.
+
+    Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
+    final features. The kappa^max of the final features is not computed here.
+    """
+    attention.check(int(V.shape[0]))
+    steps = []
+    for _ in range(iterations):
+        km = kappa_max(
+            V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
+        )
+        steps.append(attention_step(V, km, attention, beta, init, mean_settings, group, progress))
+        V = steps[-1].features
+    return steps
+
+
+def attention_step(
+    V: Any,
+    kmax: KappaMaxResult,
+    attention: AttentionSettings,
+    beta: float,
+    init: str = "kmax",
+    mean_settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    progress: Callable[[int], None] | None = None,
+) -> InvariantAttentionStep:
+    """One Invariant Attention iteration of ``V`` ``(n, H, W)`` given its kappa^max.
+
+    ``attention`` chooses W: 'dense' (:func:`invariant_attention_step`, every column weighs
+    every sample) or 'knn' (:func:`sparse_neighbours` then :func:`knn_attention_step`, each
+    column aligns only its listed neighbours; ``beta`` is read by ``bandwidth='fixed'``).
+    ``progress`` is called with the number of columns finished.
+    """
+    if attention.kind == "dense":
+        return invariant_attention_step(V, kmax, init, mean_settings, group, progress=progress)
+    attention.check(int(V.shape[0]))
+    knn, w = sparse_neighbours(kmax, attention, beta)
+    means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
+    feats = array_module(V).stack([m.mean for m in means])
+    return InvariantAttentionStep(feats, dense_weights(knn, w), kmax, means, knn)

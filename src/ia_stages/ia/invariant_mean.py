@@ -1,0 +1,168 @@
+"""The invariant mean (paper eq. 2.3-2.7, Algorithm 1) with greedy Gaussian smoothing (§5).
+
+For one column j of the weight matrix W, minimise over mu and tau_1..tau_n
+
+    f(tau; mu) = sum_i w_i ||g_sigma * (v_i o tau_i - mu)||^2,  w = W[:, j] / sum(W[:, j]),
+
+by alternating a gradient step on every tau_i (mu fixed) with the closed-form update
+mu = sum_i w_i v_i o tau_i (eq. 2.5). At every step each smoothing level sigma in ``sigmas``
+is tried and the one whose step lowers the unsmoothed objective (sigma = 0) most is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module
+from ia_stages.core.groups import SE2
+from ia_stages.core.smoothing import smooth
+from ia_stages.core.warp import warp_with_jacobian
+
+PRECONDITIONERS = ("gauss-newton", "none")
+
+
+@dataclass(frozen=True)
+class MeanSettings:
+    """Settings of Algorithm 1.
+
+    steps : number of gradient steps N
+    step_size : learning rate t
+    sigmas : smoothing levels tried greedily at every step (px); 0 = no smoothing
+    preconditioner : 'gauss-newton' scales each tau_i's gradient by the inverse of its 3x3
+        Gauss-Newton matrix (rotation and shift steps in comparable units; t = 1 is a full
+        Gauss-Newton step); 'none' is the paper's plain gradient step
+    weight_floor : images with w_i below weight_floor * max(w) are left out (their share of
+        mu is negligible); 0 keeps every image
+    max_images : None, or keep only the images with the largest weights, at most this many
+        (the cost of a mean is linear in the images it aligns; the weight left out is
+        reported as ``dropped_weight``)
+    """
+
+    steps: int = 20
+    step_size: float = 1.0
+    sigmas: tuple[float, ...] = (3.0, 1.5, 0.0)
+    preconditioner: str = "gauss-newton"
+    weight_floor: float = 1e-4
+    max_images: int | None = None
+
+
+@dataclass
+class InvariantMeanResult:
+    """Output of :func:`invariant_mean`.
+
+    mean : ``(H, W)`` the invariant mean mu
+    params : ``(n, n_params)`` final tau_i (the start for images left out by the weight floor)
+    objective : ``(steps + 1,)`` unsmoothed objective f after each step (index 0 = start)
+    sigma : ``(steps,)`` smoothing level chosen at each step (NaN where no level improved)
+    snapshots : {step: mean} for the steps in ``record``
+    dropped_weight : share of the column's weight carried by the images left out
+    """
+
+    mean: Any
+    params: Any
+    objective: Any
+    sigma: Any
+    snapshots: dict[int, Any] = field(default_factory=dict)
+    dropped_weight: float = 0.0
+
+
+def invariant_mean(
+    V: Any,
+    weights: Any,
+    init_params: Any | None = None,
+    settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    record: tuple[int, ...] = (),
+) -> InvariantMeanResult:
+    """Invariant mean of ``V`` under ``weights`` (Algorithm 1).
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` images
+    weights : ``(n,)`` non-negative weights (one column of W; normalised here)
+    init_params : ``(n, n_params)`` starting tau_i; None = identity (as in the paper)
+    record : steps at which to keep a copy of mu
+
+    Returns
+    -------
+    InvariantMeanResult
+    """
+    xp = array_module(V)
+    if settings.preconditioner not in PRECONDITIONERS:
+        raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}")
+    n = V.shape[0]
+    w_all = xp.asarray(weights, dtype=float)
+    if float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):
+        raise ValueError("weights must be non-negative with a positive sum")
+    active = xp.flatnonzero(w_all >= settings.weight_floor * w_all.max())
+    if settings.max_images is not None and active.size > settings.max_images:
+        heaviest = xp.argsort(-w_all[active], kind="stable")[: settings.max_images]
+        active = xp.sort(active[heaviest])
+    dropped = 1.0 - float(w_all[active].sum() / w_all.sum())
+    w = w_all[active] / w_all[active].sum()
+    Va = V[active]
+    tau = group.identity(n, xp) if init_params is None else xp.array(init_params, dtype=float)
+    tau_a = tau[active]
+
+    warped, jac = warp_with_jacobian(Va, tau_a, group)
+    mu = xp.tensordot(w, warped, 1)
+    objective = [_objective(w, warped, mu)]
+    chosen = []
+    snapshots = {0: mu.copy()} if 0 in record else {}
+    t = settings.step_size
+    for step in range(1, settings.steps + 1):
+        best = None
+        for sigma in settings.sigmas:
+            trial = tau_a - t * _direction(w, warped - mu, jac, sigma, settings.preconditioner)
+            w_t, j_t = warp_with_jacobian(Va, trial, group)
+            mu_t = xp.tensordot(w, w_t, 1)
+            f_t = _objective(w, w_t, mu_t)
+            if best is None or f_t < best[0]:
+                best = (f_t, sigma, trial, w_t, j_t, mu_t)
+        if best[0] < objective[-1]:
+            f_t, sigma, tau_a, warped, jac, mu = best
+            chosen.append(sigma)
+        else:  # no level lowers f: keep the iterate, shorten the step
+            f_t = objective[-1]
+            chosen.append(np.nan)
+            t *= 0.5
+        objective.append(f_t)
+        if step in record:
+            snapshots[step] = mu.copy()
+    tau[active] = tau_a
+    return InvariantMeanResult(
+        mean=mu,
+        params=tau,
+        objective=np.asarray(objective, dtype=float),
+        sigma=np.asarray(chosen, dtype=float),
+        snapshots=snapshots,
+        dropped_weight=dropped,
+    )
+
+
+def _objective(w: Any, warped: Any, mu: Any) -> float:
+    r = warped - mu
+    return float((w * (r * r).reshape(r.shape[0], -1).sum(1)).sum())
+
+
+def _direction(w: Any, residual: Any, jac: Any, sigma: float, preconditioner: str) -> Any:
+    """Per-image descent direction for f_sigma, shape ``(m, n_params)``.
+
+    The gradient of f_sigma with respect to tau_i is 2 w_i <g * r_i, g * J_ik> (g * g * r in the
+    paper's notation, since g is symmetric). Gauss-Newton divides it by its 3x3 matrix
+    2 w_i <g * J_ik, g * J_il>, in which w_i cancels.
+    """
+    xp = array_module(residual)
+    m, k = jac.shape[:2]
+    r = smooth(residual, sigma).reshape(m, -1)
+    J = smooth(jac, sigma).reshape(m, k, -1)
+    g = 2 * xp.einsum("mkp,mp->mk", J, r)
+    if preconditioner == "none":
+        return w[:, None] * g
+    H = 2 * xp.einsum("mkp,mlp->mkl", J, J)
+    eye = xp.eye(k)
+    H = H + 1e-6 * (H * eye).sum(-1, keepdims=True).clip(1e-12) * eye
+    return xp.linalg.solve(H, g[..., None])[..., 0]

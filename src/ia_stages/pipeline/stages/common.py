@@ -1,0 +1,71 @@
+"""Helpers shared by the stages: loading features, checking them, timing, backend moves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ia_stages.core.backend import resolve_backend, to_backend
+from ia_stages.pipeline.store import StoreError, read_store
+
+
+class InputError(ValueError):
+    """Data a stage reads is unusable (NaN, wrong shape, ...); the message names the file."""
+
+
+def load_features(path: str | Path) -> xr.Dataset:
+    """Read a store with a ``features`` variable and check every value is finite."""
+    ds = read_store(path, required=("features",))
+    values = ds["features"].values
+    if not np.issubdtype(values.dtype, np.floating):
+        raise InputError(f"{path}: features must be floating point, got {values.dtype}")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        sample = int(np.argwhere(bad)[0][0])
+        raise InputError(f"{path}: features contain NaN or inf (first in sample {sample})")
+    return ds
+
+
+def require_images(ds: xr.Dataset, path: str | Path) -> np.ndarray:
+    """Return ``features`` as ``(n, H, W)`` float64 or raise naming ``path``."""
+    f = ds["features"]
+    if f.dims != ("sample", "y", "x"):
+        raise InputError(f"{path}: expected image features (sample, y, x), got {f.dims}")
+    return f.values.astype(float)
+
+
+@contextmanager
+def timer() -> Iterator[dict[str, float]]:
+    """``with timer() as t: ...`` leaves the elapsed wall time in ``t['seconds']``."""
+    out: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield out
+    finally:
+        out["seconds"] = time.perf_counter() - start
+
+
+_pinned: list[int] = []
+
+
+def on_backend(array: np.ndarray, backend: str) -> tuple[Any, str]:
+    """Move ``array`` to the resolved backend; returns (array, backend name).
+
+    The first move to cupy pins the process to a GPU no other job holds
+    (:func:`ia_stages.pipeline.devices.pin_cupy_device`).
+    """
+    name = resolve_backend(backend)
+    if name == "cupy" and not _pinned:
+        from ia_stages.pipeline.devices import pin_cupy_device
+
+        _pinned.append(pin_cupy_device())
+    return to_backend(array, name), name
+
+
+__all__ = ["InputError", "StoreError", "load_features", "on_backend", "require_images", "timer"]

@@ -1,0 +1,188 @@
+"""Stages ``means`` and ``means-gather``: one Invariant Attention iteration's invariant means.
+
+The means of the columns of W are independent, so the stage is sharded like kappa^max:
+``means`` computes one block of columns, ``means-gather`` assembles the next features (and W)
+from the blocks. W is the column-normalised kappa^max ('dense', the paper's) or, with the
+settings' ``attention`` of kind 'knn', each column's weights over its k nearest samples under
+kappa^max (:mod:`ia_stages.readout.graph`); a 'knn' column's mean aligns only those samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ia_stages.core.backend import to_numpy
+from ia_stages.ia.attention import column_normalize, invariant_attention_step, knn_attention_step
+from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.kmax import KappaMaxResult
+from ia_stages.pipeline.stages.common import (
+    InputError,
+    load_features,
+    on_backend,
+    require_images,
+    timer,
+)
+from ia_stages.pipeline.stages.kmax_block import block_range
+from ia_stages.pipeline.store import provenance, read_store, write_store
+from ia_stages.readout.graph import (
+    AttentionSettings,
+    dense_weights,
+    knn_from_dense,
+    knn_weights,
+    symmetrize,
+)
+
+
+def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
+    km = read_store(kmax, required=("value", "params", "sqdist"))
+    if km["value"].shape != (n, n):
+        raise InputError(f"{kmax}: kappa^max is {km['value'].shape}, features have n={n}")
+    return km
+
+
+def attention_of(settings: dict, n: int) -> AttentionSettings:
+    """The settings' attention (dense when absent), checked against ``n`` samples."""
+    cfg = {k: v for k, v in settings.get("attention", {"kind": "dense"}).items()}
+    cfg.pop("mean_steps", None)
+    att = AttentionSettings(**cfg)
+    try:
+        att.check(n)
+    except ValueError as err:
+        raise InputError(f"settings key {err}") from None
+    return att
+
+
+def sparse_weights(km: xr.Dataset, att: AttentionSettings, beta: float | None):
+    """kNN list and its column weights ``(n, width)`` from a dense kappa^max store."""
+    knn = knn_from_dense(km["sqdist"].values, att.k, km["params"].values)
+    knn = symmetrize(knn, att.symmetry)
+    return knn, knn_weights(knn, att, 1.0 if beta is None else beta)
+
+
+def run(
+    features: str | Path,
+    kmax: str | Path,
+    out: str | Path,
+    settings: dict,
+    block: int = 0,
+    block_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Invariant means of the columns in ``block`` (all columns when ``block_size`` is None).
+
+    Writes a store with ``features`` ``(sample, y, x)`` for those columns (``sample`` = column
+    index), ``mean_params`` ``(sample, source, param)``, ``objective`` ``(sample, step)`` and
+    ``sigma`` ``(sample, step_taken)``.
+    """
+    V = require_images(load_features(features), features)
+    n = V.shape[0]
+    km = _read_kmax(kmax, n)
+    size = n if block_size is None else block_size
+    n_blocks = -(-n // size)
+    if not 0 <= block < n_blocks:
+        raise InputError(f"{features}: column block {block} outside 0..{n_blocks - 1} for n={n}")
+    cols = block_range(block, size, n)
+    mean = dict(settings["mean"])
+    mean["sigmas"] = tuple(mean["sigmas"])
+    att = attention_of(settings, n)
+    steps = settings.get("attention", {}).get("mean_steps")
+    if att.kind == "knn" and steps is not None:
+        mean["steps"] = steps
+    Vx, backend = on_backend(V, settings["backend"])
+    if att.kind == "knn":
+        knn, w = sparse_weights(km, att, settings.get("beta"))
+        with timer() as t:
+            means = knn_attention_step(
+                Vx, knn, w, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+            )
+        feats = np.stack([to_numpy(m.mean) for m in means])
+        rows = knn.indices[cols.start : cols.stop]
+        params = np.full((*rows.shape, means[0].params.shape[-1]), np.nan)
+        for r, m in enumerate(means):
+            params[r, rows[r] >= 0] = to_numpy(m.params)
+        variables = {
+            "mean_params": (("sample", "neighbour", "param"), params),
+            "neighbour_index": (("sample", "neighbour"), rows),
+        }
+    else:
+        res = KappaMaxResult(
+            *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
+        )
+        with timer() as t:
+            step = invariant_attention_step(
+                Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+            )
+        means, feats = step.means, to_numpy(step.features)
+        variables = {
+            "mean_params": (
+                ("sample", "source", "param"),
+                np.stack([to_numpy(m.params) for m in means]),
+            ),
+        }
+    dropped = max(m.dropped_weight for m in means)
+    ds = xr.Dataset(
+        {
+            "features": (("sample", "y", "x"), feats),
+            **variables,
+            "objective": (("sample", "step"), np.stack([m.objective for m in means])),
+            "sigma": (("sample", "step_taken"), np.stack([m.sigma for m in means])),
+        },
+        coords={"sample": np.arange(cols.start, cols.stop)},
+    )
+    if att.kind == "dense":
+        ds = ds.assign_coords(source=np.arange(n))
+    ds.attrs = provenance(
+        "means",
+        settings,
+        settings["seed"],
+        backend,
+        block=block,
+        n=n,
+        wall_seconds=t["seconds"],
+        max_dropped_weight=dropped,
+    )
+    write_store(ds, out)
+    return ds
+
+
+def gather(
+    blocks: list[str | Path], kmax: str | Path, out: str | Path, settings: dict
+) -> xr.Dataset:
+    """Assemble the next features from column blocks; adds ``weights`` (W) from ``kmax``."""
+    if not blocks:
+        raise InputError(f"{out}: no invariant-mean blocks to gather")
+    parts = [(p, read_store(p, required=("features", "mean_params", "objective"))) for p in blocks]
+    n = int(parts[0][1].attrs["n"])
+    for path, b in parts:
+        if int(b.attrs.get("n", -1)) != n:
+            raise InputError(f"{path}: block is for n={b.attrs.get('n')}, others for n={n}")
+    ds = xr.concat([b for _, b in parts], dim="sample").sortby("sample")
+    cols = ds["sample"].values
+    if cols.size != n or not np.array_equal(cols, np.arange(n)):
+        missing = sorted(set(range(n)) - set(cols.tolist()))
+        what = f"column {missing[0]} missing" if missing else "a column appears twice"
+        raise InputError(f"{out}: invariant-mean blocks do not cover 0..{n - 1} ({what})")
+    km = _read_kmax(kmax, n)
+    att = attention_of(settings, n)
+    if att.kind == "knn":
+        knn, w = sparse_weights(km, att, settings.get("beta"))
+        W = dense_weights(knn, w)
+    else:
+        W = column_normalize(km["value"].values)
+    ds["weights"] = (("sample_i", "sample_j"), W)
+    ds.attrs = provenance(
+        "means-gather",
+        settings,
+        settings["seed"],
+        parts[0][1].attrs.get("backend", "numpy"),
+        n=n,
+        blocks=len(parts),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
+    )
+    write_store(ds, out)
+    return ds

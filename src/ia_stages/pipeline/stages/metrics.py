@@ -1,0 +1,130 @@
+"""Stage ``metrics``: one row per method and iteration (results/{dataset}/metrics.csv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ia_stages.benchmark import metrics as M
+from ia_stages.core.smoothing import normalize, sq_distances
+from ia_stages.ia.attention import column_normalize
+from ia_stages.pipeline.stages.common import load_features
+from ia_stages.pipeline.store import read_store, write_text_atomic
+from ia_stages.readout.linkage import cluster_by_distance
+
+COLUMNS = [
+    "dataset",
+    "method",
+    "iteration",
+    "acc",
+    "nmi",
+    "ari",
+    "clusters_found",
+    "classes",
+    "block_diagonality",
+    "max_within_class_manifold_distance",
+    "wall_seconds",
+]
+
+
+def _row(dataset, method, it, labels, pred, W, rmax, seconds) -> dict:
+    """One table row; without labels (unlabelled images) only what needs none is filled."""
+    known = labels is not None
+    return {
+        "dataset": dataset,
+        "method": method,
+        "iteration": it,
+        "acc": M.accuracy(labels, pred) if known else np.nan,
+        "nmi": M.nmi(labels, pred) if known else np.nan,
+        "ari": M.ari(labels, pred) if known else np.nan,
+        "clusters_found": int(np.unique(pred).size),
+        "classes": int(np.unique(labels).size) if known else np.nan,
+        "block_diagonality": M.block_diagonality(W, labels) if known else np.nan,
+        "max_within_class_manifold_distance": rmax,
+        "wall_seconds": seconds,
+    }
+
+
+def _max_within(dist: np.ndarray, labels: np.ndarray | None) -> float:
+    return M.max_within_class(dist, labels) if labels is not None else np.nan
+
+
+def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> list[dict]:
+    """Rows for IA iterations 0..T from features stores (dataset first) and kappa^max stores."""
+    rows, seconds = [], 0.0
+    readout = settings["readout"]
+    for t, (fpath, kpath) in enumerate(zip(features, kmax, strict=True)):
+        f = load_features(fpath)
+        km = read_store(kpath, required=("value", "sqdist"))
+        sq = km["sqdist"].values
+        pred = cluster_by_distance(sq, readout["threshold"], readout["linkage"])
+        dist = M.manifold_distances(sq, M.feature_norms(f["features"].values))
+        if t > 0:
+            seconds += float(f.attrs.get("wall_seconds", 0.0))
+        rows.append(
+            _row(
+                settings["dataset"],
+                "IA",
+                t,
+                labels,
+                pred,
+                column_normalize(km["value"].values),
+                _max_within(dist, labels),
+                seconds,
+            )
+        )
+        seconds += float(km.attrs.get("wall_seconds", 0.0))
+    return rows
+
+
+def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dict]:
+    """Rows for KA iterations 0..K: read-out on Euclidean distances of the normalised features."""
+    ka = read_store(ka_path, required=("features", "weights", "seconds"))
+    rows = []
+    K = ka.sizes["iteration"] - 1
+    readout = settings["readout"]
+    for t in range(K + 1):
+        X = ka["features"].values[t]
+        Xn = normalize(X, settings["normalization"])
+        pred = cluster_by_distance(sq_distances(Xn, Xn), readout["threshold"], readout["linkage"])
+        if "kmax_sqdist" in ka:
+            dist = M.manifold_distances(ka["kmax_sqdist"].values[t], M.feature_norms(X))
+        else:  # points: the group is trivial, manifold distance = Euclidean distance
+            dist = np.sqrt(sq_distances(X, X))
+        seconds = float(ka["seconds"].values[t])
+        rows.append(
+            _row(
+                settings["dataset"],
+                "KA",
+                t,
+                labels,
+                pred,
+                ka["weights"].values[t],
+                _max_within(dist, labels),
+                seconds,
+            )
+        )
+    return rows
+
+
+def run(
+    dataset: str | Path,
+    out: str | Path,
+    settings: dict,
+    ia_features: list[str | Path] = (),
+    ia_kmax: list[str | Path] = (),
+    ka: str | Path | None = None,
+) -> pd.DataFrame:
+    """Write metrics.csv for one dataset."""
+    data = read_store(dataset)
+    labels = data["label"].values if "label" in data else None  # unlabelled images
+    rows = []
+    if ka is not None:
+        rows += ka_rows(settings, labels, ka)
+    if ia_kmax:
+        rows += ia_rows(settings, labels, [dataset, *ia_features], list(ia_kmax))
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out)
+    return df

@@ -1,0 +1,78 @@
+# Shared wiring of the clustering benchmark (benchmark.smk): job lists and input functions.
+import json
+
+from ia_stages.pipeline.config import cluster_settings
+from ia_stages.benchmark.methods import HEAVY_METHODS, METHODS, method_seeds
+
+BENCH = config["benchmark"]
+BENCH_DATASETS = BENCH["datasets"]
+BENCH_METHODS = BENCH["methods"]
+BENCH_TABLES = [
+    f"results/tables/{name}.{ext}"
+    for name in ("clustering", "theory", "cost")
+    for ext in ("csv", "md", "tex")
+] + ["results/figures/benchmark_acc.png"]
+
+
+wildcard_constraints:
+    method="|".join(METHODS),
+    seed=r"\d+",
+
+
+def cluster_runs(datasets=BENCH_DATASETS):
+    return [
+        f"results/{d}/cluster/{m}/seed{s}.zarr"
+        for d in datasets
+        for m in BENCH_METHODS
+        for s in method_seeds(m, BENCH["seeds"])
+    ]
+
+
+def ia_stores(d):
+    """kappa^max stores of iterations 0..T and feature stores of iterations 1..T."""
+    kmax = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(IA_ITERS + 1)]
+    feats = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
+    return kmax, feats
+
+
+def cluster_inputs(w):
+    """The dataset, the kappa^max the method reads, and the stores whose compute it reuses."""
+    ins = {"dataset": f"results/data/{w.dataset}.zarr", "upstream": []}
+    kmax, feats = ia_stores(w.dataset)
+    need = METHODS[w.method].needs
+    if need == "kmax0":
+        ins["kmax"] = kmax[0]
+        ins["upstream"] = [kmax[0]]
+    elif need == "kmax_all":
+        ins["kmax"] = kmax
+        ins["upstream"] = kmax + feats
+    return ins
+
+
+def cluster_args(w, input):
+    args = []
+    if "kmax" in input.keys():
+        kmax = input.kmax
+        args += ["--kmax", *([kmax] if isinstance(kmax, str) else kmax)]
+    if input.upstream:
+        args += ["--upstream", *input.upstream]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def cost_stores(w):
+    stores = []
+    for d in BENCH_DATASETS:
+        stores.append(f"results/data/{d}.zarr")
+        for t in range(IA_ITERS + 1):
+            stores += [
+                f"results/{d}/ia/iter{t}/kmax/{bi}_{bj}.zarr" for bi, bj in kmax_blocks(config, d)
+            ]
+        stores += ia_stores(d)[1]
+    return stores + cluster_runs()
+
+
+def cluster_settings_arg(w):
+    """Params function: the JSON settings of one benchmark job, shell-quoted."""
+    return shlex.quote(
+        json.dumps(cluster_settings(config, w.dataset, w.method, int(w.seed)), sort_keys=True)
+    )

@@ -1,0 +1,108 @@
+# Shared wiring: wildcard constraints, stage settings, input lists.
+import shlex
+
+from ia_stages.pipeline.config import column_blocks, kmax_blocks, stage_settings_json
+
+CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
+GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
+IA_DATASETS = config["ia"]["datasets"]
+KA_DATASETS = config["ka"]["datasets"]
+IA_ITERS = config["ia"]["iterations"]
+FIGS = config["figures"]
+FIGURE_FILES = {
+    "fig2": "results/figures/fig2_ka_blobs.png",
+    "fig3": "results/figures/fig3_dataset_ka_means.png",
+    "fig4": "results/figures/fig4_ia_weights_means.png",
+    "fig5": "results/figures/fig5_invariant_mean.png",
+}
+FIGURE_DATASETS = {  # figures whose dataset is null in the config are not drawn
+    "fig2": FIGS["blobs"],
+    "fig3": FIGS["shapes"],
+    "fig4": FIGS["shapes"],
+    "fig5": FIGS["mean_trace"]["dataset"],
+}
+FIGURES = [f for name, f in FIGURE_FILES.items() if FIGURE_DATASETS[name] is not None]
+# every IA dataset: clusters.csv, its class-average gallery and the read-out's stability
+CLASS_OUTPUTS = [
+    path
+    for d in IA_DATASETS
+    for path in (
+        f"results/{d}/clusters.csv",
+        f"results/figures/{d}_classes.png",
+        f"results/figures/{d}_stability.png",
+    )
+]
+
+
+wildcard_constraints:
+    dataset="|".join(sorted(config["datasets"])),
+    t=r"\d+",
+    bi=r"\d+",
+    bj=r"\d+",
+    cb=r"\d+",
+
+
+def settings(stage):
+    """Params function: the JSON settings of `stage` for the rule's dataset, shell-quoted."""
+    return lambda w: shlex.quote(stage_settings_json(config, stage, w.dataset))
+
+
+def features_of(w):
+    """Features of IA iteration t: the dataset for t = 0, else iteration t's invariant means."""
+    t = int(w.t)
+    if t == 0:
+        return f"results/data/{w.dataset}.zarr"
+    return f"results/{w.dataset}/ia/iter{t}/features.zarr"
+
+
+def kmax_block_stores(w):
+    return [
+        f"results/{w.dataset}/ia/iter{w.t}/kmax/{bi}_{bj}.zarr"
+        for bi, bj in kmax_blocks(config, w.dataset)
+    ]
+
+
+def means_block_stores(w):
+    return [f"results/{w.dataset}/ia/iter{w.t}/means/{cb}.zarr" for cb in column_blocks(config, w.dataset)]
+
+
+def previous_features(w):
+    """Features entering the iteration that produces iteration t's features."""
+    t = int(w.t) - 1
+    if t == 0:
+        return f"results/data/{w.dataset}.zarr"
+    return f"results/{w.dataset}/ia/iter{t}/features.zarr"
+
+
+def previous_kmax(w):
+    return f"results/{w.dataset}/ia/iter{int(w.t) - 1}/kmax.zarr"
+
+
+def metrics_inputs(w):
+    """Stores the metrics of a dataset read: dataset, KA, IA features and kappa^max per iteration."""
+    d = w.dataset
+    ins = {"dataset": f"results/data/{d}.zarr"}
+    if d in KA_DATASETS:
+        ins["ka"] = f"results/{d}/ka/iterations.zarr"
+    if d in IA_DATASETS:
+        ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
+        ins["ia_kmax"] = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(IA_ITERS + 1)]
+    return ins
+
+
+def metrics_args(w, input):
+    """Command-line options for the inputs metrics_inputs gave."""
+    args = []
+    if "ka" in input.keys():
+        args += ["--ka", input.ka]
+    if "ia_features" in input.keys():
+        args += ["--ia-features", *input.ia_features, "--ia-kmax", *input.ia_kmax]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def dataset_files(w):
+    """The user's files of an `images` dataset (a change to them reruns the dataset)."""
+    ds = config["datasets"][w.dataset]
+    if ds["kind"] != "images":
+        return []
+    return [ds["path"]] + ([ds["labels"]] if ds["labels"] else [])

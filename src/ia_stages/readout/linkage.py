@@ -1,0 +1,63 @@
+"""Cluster read-out without the number of classes: group samples whose features lie on the
+same transformation manifold (small kappa^max distance) by agglomerative clustering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
+
+LINKAGES = ("average", "single", "complete")
+
+
+def cluster_by_distance(
+    sqdist: Any, threshold: float, method: str = "average", n_clusters: int | None = None
+) -> np.ndarray:
+    """Labels ``(n,)`` (0, 1, ...) from a symmetric squared-distance matrix ``(n, n)``.
+
+    Samples are merged while the ``method`` linkage distance (on sqrt(sqdist)) stays below
+    ``threshold``; with ``n_clusters`` the tree is cut into that many clusters instead.
+    For Invariant Attention pass kappa^max's ``sqdist`` (manifold distances of unit-norm
+    features); for kernel attention the plain squared distances.
+    """
+    if method not in LINKAGES:
+        raise ValueError(f"linkage must be one of {LINKAGES}, got {method!r}")
+    d = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
+    n = d.shape[0]
+    if n == 1:
+        return np.zeros(1, dtype=np.int64)
+    d = 0.5 * (d + d.T)
+    np.fill_diagonal(d, 0.0)
+    Z = linkage(squareform(d, checks=False), method=method)
+    if n_clusters is not None:
+        labels = fcluster(Z, t=n_clusters, criterion="maxclust")
+    else:
+        labels = fcluster(Z, t=threshold, criterion="distance")
+    _, relabelled = np.unique(labels, return_inverse=True)
+    return relabelled.astype(np.int64)
+
+
+IA_READOUTS = ("graph", "average")
+
+
+def ia_partition(
+    sqdist: Any, readout: dict, graph: dict, n_clusters: int | None, seed: int
+) -> np.ndarray:
+    """IA's read-out of one iteration's kappa^max squared distances ``(n, n)``; labels.
+
+    ``readout['ia']`` = 'graph': the kNN-graph read-out (``graph_partition``,
+    spectral with K, community detection without); 'average': the ``readout['linkage']``
+    tree cut at ``readout['threshold']`` or into K clusters.
+    """
+    from ia_stages.readout.graph import graph_partition
+
+    kind = readout.get("ia", "graph")
+    if kind == "graph":
+        return graph_partition(sqdist, graph, n_clusters, seed)
+    if kind == "average":
+        if n_clusters is not None:
+            return cluster_by_distance(sqdist, 0.0, readout["linkage"], n_clusters=n_clusters)
+        return cluster_by_distance(sqdist, readout["threshold"], readout["linkage"])
+    raise ValueError(f"readout.ia must be one of {IA_READOUTS}, got {kind!r}")
