@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ia_stages.benchmark import metrics as M
-from ia_stages.benchmark.baselines import kmeans_pixels, kmedoids, spectral_affinity, ti_kmeans
+from ia_stages.benchmark.baselines import kmeans_pixels, kmedoids, ti_kmeans
 from ia_stages.benchmark.theory import (
     invariance_error,
     random_transforms,
@@ -18,6 +18,7 @@ from ia_stages.data import datasets
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.grid import GridSettings, group_kernel
+from ia_stages.readout.graph import spectral_affinity
 
 SEARCH = SearchSettings(n_angles=24, refine_iters=10)
 GRID = GridSettings(n_angles=24, max_shift=6)

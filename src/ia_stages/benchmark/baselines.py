@@ -47,16 +47,6 @@ def gmm_pixels(X: np.ndarray, n_clusters: int, seed: int, reg_covar: float = 1e-
     return gm.fit_predict(flat).astype(np.int64)
 
 
-def spectral_affinity(affinity: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
-    """Spectral clustering of a precomputed affinity ``(n, n)`` (e.g. kappa^max); labels."""
-    from sklearn.cluster import SpectralClustering
-
-    A = np.asarray(affinity, dtype=float)
-    A = 0.5 * (A + A.T)
-    sc = SpectralClustering(n_clusters=n_clusters, affinity="precomputed", random_state=seed)
-    return sc.fit_predict(A).astype(np.int64)
-
-
 @dataclass
 class KMedoidsResult:
     """labels ``(n,)``, medoids ``(K,)`` sample indices, cost = sum of distances to medoids."""

@@ -180,7 +180,7 @@ def _ka(k_given: bool) -> Callable[[Job], Prediction]:
 
 
 def _spectral_kmax(job: Job) -> Prediction:
-    from ia_stages.benchmark.baselines import spectral_affinity
+    from ia_stages.readout.graph import spectral_affinity
 
     return spectral_affinity(job.kmax[0].value, job.n_clusters, job.seed), {}
 
@@ -212,8 +212,8 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.readout.graph import stop_iteration
         from ia_stages.readout.linkage import ia_partition
+        from ia_stages.readout.stopping import stop_iteration
 
         s = job.settings
         K = job.n_clusters if k_given else None

@@ -17,15 +17,9 @@ from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, rbf_kernel
 from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
+from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
-from ia_stages.readout.graph import (
-    AttentionSettings,
-    KnnList,
-    dense_weights,
-    knn_from_dense,
-    knn_weights,
-    symmetrize,
-)
+from ia_stages.kmax.neighbours import KnnResult, knn_from_dense, symmetrize
 
 INITS = ("kmax", "identity")
 
@@ -87,7 +81,7 @@ class InvariantAttentionStep:
     weights: Any
     kmax: KappaMaxResult
     means: list[InvariantMeanResult]
-    neighbours: KnnList | None = None
+    neighbours: KnnResult | None = None
 
 
 def invariant_attention_step(
@@ -130,7 +124,7 @@ def invariant_attention_step(
 
 def knn_attention_step(
     V: Any,
-    knn: KnnList,
+    knn: KnnResult,
     weights: Any,
     init: str = "kmax",
     mean_settings: MeanSettings = MeanSettings(),
@@ -143,10 +137,10 @@ def knn_attention_step(
     Parameters
     ----------
     V : ``(n, H, W)`` current features
-    knn : every column's neighbours (``KnnList``, indices ``(n, width)``
+    knn : every column's neighbours (``KnnResult``, indices ``(n, width)``
         with -1 for missing entries; ``params`` ``(n, width, n_params)`` the kappa^max
         alignments onto the column, needed for ``init='kmax'``)
-    weights : ``(n, width)`` column weights (:func:`~ia_stages.readout.graph.knn_weights`)
+    weights : ``(n, width)`` column weights (:func:`~ia_stages.ia.weights.knn_weights`)
     columns : indices of the columns j to compute (default all)
 
     Returns
@@ -172,7 +166,7 @@ def knn_attention_step(
 
 def sparse_neighbours(
     kmax: KappaMaxResult, attention: AttentionSettings, beta: float
-) -> tuple[KnnList, np.ndarray]:
+) -> tuple[KnnResult, np.ndarray]:
     """The kNN list of a dense kappa^max result under ``attention`` and its weights
     ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``)."""
     attention.check(int(kmax.value.shape[0]))

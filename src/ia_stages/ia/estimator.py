@@ -22,25 +22,17 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from ia_stages.benchmark.baselines import spectral_affinity
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_images, check_number
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings, invariant_mean
+from ia_stages.ia.weights import ATTENTION_KINDS, BANDWIDTHS, AttentionSettings
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
-from ia_stages.readout.graph import (
-    ATTENTION_KINDS,
-    BANDWIDTHS,
-    COMMUNITIES,
-    STOP_RULES,
-    SYMMETRIES,
-    WITH_K,
-    AttentionSettings,
-    graph_partition,
-    stop_iteration,
-)
+from ia_stages.kmax.neighbours import SYMMETRIES
+from ia_stages.readout.graph import COMMUNITIES, WITH_K, graph_partition, spectral_affinity
 from ia_stages.readout.linkage import LINKAGES, cluster_by_distance
+from ia_stages.readout.stopping import STOP_RULES, stop_iteration
 
 # Named settings. A parameter left at None takes its value from the chosen preset.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -159,12 +151,12 @@ class InvariantAttentionClustering(
     sigma : Gaussian smoothing (px) inside kappa^max (>= 0)
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
-        :class:`~ia_stages.readout.graph.AttentionSettings`)
+        :class:`~ia_stages.ia.weights.AttentionSettings`)
     n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); a
         preset's value is lowered to n_samples - 1 on smaller data, a given one is not
     attention_options : dict, kNN attention only: ``bandwidth`` ('kth' | 'fixed'),
         ``symmetry`` ('none' | 'mutual' | 'union') as in
-        :class:`~ia_stages.readout.graph.AttentionSettings`, and ``mean_steps`` (None, or the
+        :class:`~ia_stages.ia.weights.AttentionSettings`, and ``mean_steps`` (None, or the
         Algorithm 1 steps of the columns' means instead of ``mean_settings.steps``; 0 is the
         weighted mean of the neighbours at their kappa^max alignments)
     readout : 'linkage' (agglomerative on kappa^max distances), 'spectral' (spectral
@@ -178,7 +170,7 @@ class InvariantAttentionClustering(
     readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
         ``n_clusters``), ``community`` ('leiden' | 'hdbscan', without), ``resolution``
         (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2)
-    stop : which iteration's read-out to keep (:func:`ia_stages.readout.graph.stop_iteration`):
+    stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
         'stability' (the last before the Leiden communities of the read-out graph agree less
         across seeds), 'partition' (the first whose read-out agrees with the previous one's),
         'contraction' (the last before the within/between distance ratio stops falling) or
@@ -269,10 +261,10 @@ class InvariantAttentionClustering(
         """The settings this fit uses: the preset filled into every parameter left at None,
         each checked (one-line ``ValueError`` naming the parameter).
 
-        Adds ``attention_settings`` (:class:`~ia_stages.readout.graph.AttentionSettings`),
+        Adds ``attention_settings`` (:class:`~ia_stages.ia.weights.AttentionSettings`),
         ``attention_mean`` (the :class:`MeanSettings` of the columns' means), ``graph`` and
         ``stop_rule`` (the dicts :func:`~ia_stages.readout.graph.graph_partition` and
-        :func:`~ia_stages.readout.graph.stop_iteration` take) and ``preset``.
+        :func:`~ia_stages.readout.stopping.stop_iteration` take) and ``preset``.
         """
         preset = DEFAULT_PRESET if self.preset is None else self.preset
         check_choice(preset, "preset", tuple(PRESETS))

@@ -2,10 +2,13 @@
 
 Modules (imports point from the top of this list downwards):
 
+- :mod:`~ia_stages.kmax.kappa`: :func:`kappa_max`, the public entry, which picks a mode;
 - :mod:`~ia_stages.kmax.knn`: the exact kNN mode (``kappa_max(X, k=...)``): each sample's k
   nearest, from the same scan and refinement run on the pairs that can enter a list;
-- :mod:`~ia_stages.kmax.search`: :func:`kappa_max`, its settings, the coarse scans and the
+- :mod:`~ia_stages.kmax.search`: the all-pairs search, its settings, the coarse scans and the
   batching of pairs;
+- :mod:`~ia_stages.kmax.neighbours`: :class:`KnnResult`, the one kNN type, and what is done
+  to kNN lists alone (from a dense result, symmetrised);
 - :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.rings`: the polar rotation
   scan (matrix products) and its compiled ring sampling and peak picking;
 - :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
@@ -15,7 +18,8 @@ Modules (imports point from the top of this list downwards):
   (the paper-style local descent; a reference in tests and benchmarks).
 """
 
-from ia_stages.kmax.knn import KnnResult
+from ia_stages.kmax.kappa import kappa_max
+from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
     DENSE_REFERENCE,
     EXACT_SEARCH,
@@ -24,7 +28,6 @@ from ia_stages.kmax.search import (
     KappaMaxResult,
     MemoryBudgetError,
     SearchSettings,
-    kappa_max,
 )
 
 __all__ = [

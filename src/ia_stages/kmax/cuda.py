@@ -27,8 +27,7 @@ from numba import cuda
 
 from ia_stages.core import taps
 from ia_stages.core.backend import array_module
-from ia_stages.kmax import refine
-from ia_stages.kmax import rings
+from ia_stages.kmax import refine, rings
 from ia_stages.kmax.refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
@@ -50,9 +49,7 @@ def _sources() -> dict:
     polynomials' evaluation (:data:`ia_stages.core.taps.TAPS`, any interpolation) and the
     scan's peak picking."""
     tap_functions = {name: getattr(taps, name) for name in ("_pw", "_pd", "_pdd")}
-    peaks = {
-        name: getattr(rings, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")
-    }
+    peaks = {name: getattr(rings, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")}
     return {**tap_functions, **refine.SHARED, **peaks}
 
 

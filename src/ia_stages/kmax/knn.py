@@ -1,7 +1,7 @@
 """Exact k-nearest-neighbour mode of kappa^max: each sample's k nearest, without all n^2 pairs.
 
 kappa^max is monotone in the squared distance d2, so each sample's k largest kernel values are
-its k smallest d2. The same search as :func:`ia_stages.kmax.search.kappa_max` runs (same scan
+its k smallest d2. The same search as :func:`ia_stages.kmax.kappa_max` runs (same scan
 settings, centres and peak rule, same compiled refinement), but only on the pairs that can
 enter a list:
 
@@ -36,17 +36,16 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numba
 import numpy as np
-import scipy.sparse
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.validation import check_images
+from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
     FLOATS,
     MB,
@@ -59,50 +58,6 @@ from ia_stages.kmax.search import (
     _pair_layout,
     _refine_candidates,
 )
-
-
-@dataclass
-class KnnResult:
-    """Each sample's k nearest under kappa^max, itself first.
-
-    indices : ``(n, k)`` int64; ``indices[i, 0] == i``, then the k - 1 nearest others by d2
-    value : ``(n, k)`` kappa^max(X[i], X[indices[i, m]])
-    sqdist : ``(n, k)`` the squared distance, as :class:`ia_stages.kmax.KappaMaxResult.sqdist`
-    params : ``(n, k, 3)`` optimal tau with X[indices[i, m]] o tau ~ X[i], as the dense
-        result's ``params[i, indices[i, m]]``
-    pairs_scanned : pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
-    pairs_refined : distinct pairs refined
-    second_scan : samples whose pool was too small for the margin, so that a second scan ran
-    margin_used : the margin these lists needed: the most that a listed pair's scan d2 lies
-        above its sample's k-th d2 (in units of ``knn_margin``). Above ``knn_margin`` (a
-        warning says so), such a pair was found by luck and others may be missing: raise it
-    seconds : wall-clock seconds spent in 'refine' and in all ('total'), and the process's CPU
-        seconds (all threads) in each ('cpu_refine', 'cpu_total')
-    """
-
-    indices: np.ndarray
-    value: np.ndarray
-    sqdist: np.ndarray
-    params: np.ndarray
-    pairs_scanned: int = 0
-    pairs_refined: int = 0
-    second_scan: int = 0
-    margin_used: float = 0.0
-    seconds: dict = field(default_factory=dict)
-
-    def to_sparse(self, field: str = "value", include_self: bool = True) -> scipy.sparse.csr_array:
-        """``(n, n)`` sparse matrix with entry [i, indices[i, m]] = ``field`` ('value' or
-        'sqdist'); ``include_self=False`` leaves out the diagonal (column 0). Row i holds
-        sample i's list, so the matrix is not symmetric in general."""
-        if field not in ("value", "sqdist"):
-            raise ValueError(f"field must be 'value' or 'sqdist', got {field!r}")
-        n, k = self.indices.shape
-        first = 0 if include_self else 1
-        data = getattr(self, field)[:, first:]
-        rows = np.repeat(np.arange(n), k - first)
-        return scipy.sparse.csr_array(
-            (data.ravel(), (rows, self.indices[:, first:].ravel())), shape=(n, n)
-        )
 
 
 def scan_sqdist(scores: Any, uu_i: Any, uu_j: Any, n_angles: int) -> Any:
@@ -131,7 +86,7 @@ def kappa_max_knn(
     X : ``(n, H, W)`` images (cupy arrays are copied to the host: the kNN mode runs on the
         CPU)
     k : list length, sample included: 1 <= k < n
-    beta, normalization, group, sigma : as :func:`ia_stages.kmax.search.kappa_max`
+    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
     settings : the search; ``knn_margin`` and ``knn_pool`` steer which pairs are refined
         (``method`` must be 'polar')
     progress : called with the number of pairs scanned after every tile of the scan (of both

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numba
 import numpy as np
@@ -55,9 +55,6 @@ from ia_stages.kmax.refine import PairImages, RefinePolicy, pair_images, search_
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
-
-if TYPE_CHECKING:
-    from ia_stages.kmax.knn import KnnResult
 
 
 @dataclass(frozen=True)
@@ -231,7 +228,7 @@ class KappaMaxResult:
     sqdist: Any
 
 
-def kappa_max(
+def kappa_max_all_pairs(
     U: Any,
     V: Any | None = None,
     beta: float = 1.0,
@@ -240,41 +237,12 @@ def kappa_max(
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
-    k: int | None = None,
-) -> KappaMaxResult | KnnResult:
-    """kappa^max between every image of ``U`` and every image of ``V``.
+) -> KappaMaxResult:
+    """kappa^max between every image of ``U`` and every image of ``V``: the all-pairs search.
 
-    Parameters
-    ----------
-    U : ``(n_i, H, W)``
-    V : ``(n_j, H, W)`` or None for ``V = U``, in which case only pairs i < j are searched and
-        the rest follows by symmetry (value equal, params inverted, diagonal = identity).
-        Pass the block of later samples as ``V`` when sharding: the searched direction (V[j]
-        warped onto U[i]) then matches the unsharded computation exactly.
-    beta : RBF bandwidth in kappa(u, v) = exp(-beta ||u - v||^2)
-    normalization : 'unit' scales every image to unit L2 norm before the search; 'none'.
-    progress : called with the number of pairs finished after every chunk.
-    sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
-        Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
-        it removes the content that makes kappa^max depend on the angle at which an image was
-        taken: what interpolation cannot reproduce and, for images of sharp edges, the
-        pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
-        measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
-        0 compares the raw images and is not invariant on such images.
-    k : None: all pairs. An integer (``V`` None): the exact kNN mode, each sample's k
-        nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`); it runs on the
-        CPU, cupy images are copied to the host.
-
-    Returns
-    -------
-    KappaMaxResult, or for ``k`` a :class:`ia_stages.kmax.knn.KnnResult` of ``(n, k)`` arrays
+    The public entry is :func:`ia_stages.kmax.kappa_max`, which documents the parameters and
+    calls this for ``k=None``.
     """
-    from ia_stages.kmax.knn import kappa_max_knn
-
-    if k is not None:
-        if V is not None:
-            raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
-        return kappa_max_knn(U, k, beta, normalization, group, settings, progress, sigma)
     U = check_images(U, "U", dtype=FLOATS)
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)

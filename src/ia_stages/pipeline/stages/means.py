@@ -18,7 +18,9 @@ import xarray as xr
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.attention import column_normalize, invariant_attention_step, knn_attention_step
 from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
+from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
 from ia_stages.pipeline.stages.common import (
     InputError,
     load_features,
@@ -28,13 +30,6 @@ from ia_stages.pipeline.stages.common import (
 )
 from ia_stages.pipeline.stages.kmax_block import block_range
 from ia_stages.pipeline.store import provenance, read_store, write_store
-from ia_stages.readout.graph import (
-    AttentionSettings,
-    dense_weights,
-    knn_from_dense,
-    knn_weights,
-    symmetrize,
-)
 
 
 def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:

@@ -1,0 +1,99 @@
+"""The package's layout: every module imports on its own, no import cycle, and imports point
+downwards only (pipeline -> benchmark -> ia -> readout -> kmax -> data -> core)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import ia_stages
+
+PACKAGE = Path(ia_stages.__file__).parent
+LAYERS = ("core", "data", "kmax", "readout", "ia", "benchmark", "pipeline")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, everywhere: bool) -> set[str]:
+    """ia_stages modules that ``name`` imports (module level only unless ``everywhere``)."""
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree) if everywhere else tree.body
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ia_stages"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ia_stages"))
+    return found & set(_modules()) - {name}
+
+
+def _layer(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_top_level_holds_at_most_eight_entries() -> None:
+    entries = [p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 8, entries
+    assert set(LAYERS) <= set(entries)
+
+
+def test_imports_point_downwards_only() -> None:
+    wrong = []
+    for name, path in _modules().items():
+        mine = _layer(name)
+        for other in _imports(name, path, everywhere=True):
+            theirs = _layer(other)
+            if mine is not None and theirs is not None and theirs > mine:
+                wrong.append(f"{name} -> {other}")
+    assert not wrong, wrong
+
+
+def test_no_import_cycle() -> None:
+    graph = {name: _imports(name, path, everywhere=True) for name, path in _modules().items()}
+    # importing a.b.c runs the package a.b's __init__ first: that is no cycle of a.b.c's making
+    graph = {k: {m for m in v if not k.startswith(m + ".")} for k, v in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*stack, node, nxt]))
+            if nxt not in state:
+                visit(nxt, [*stack, node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+
+
+def test_every_module_imports_on_its_own() -> None:
+    """Each module imported into an interpreter holding no other ia_stages module."""
+    code = (
+        "import importlib, json, sys\n"
+        "import numpy, numba, scipy, sklearn, xarray, zarr, pandas\n"
+        "failed = {}\n"
+        f"for name in {sorted(_modules())!r}:\n"
+        "    for m in [m for m in sys.modules if m.startswith('ia_stages')]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as err:\n"
+        "        failed[name] = repr(err)\n"
+        "print(json.dumps(failed))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
