@@ -200,3 +200,85 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+MIN_IMAGE_SIDE = 8
+"""Smallest image side (px) kappa^max accepts: below it the rotation search has too few
+pixels to tell images apart (1 x 1 or 3 x 3 images give kappa^max = 1 for every pair)."""
+
+BACKGROUNDS = ("none", "median")
+"""``background`` settings: 'none' leaves images as they are; 'median' subtracts each image's
+median, so that a grey or offset background does not dominate kappa^max."""
+
+BACKGROUND_WARN_FRACTION = 0.1
+"""A background (median of the image borders) above this fraction of the largest absolute
+value is warned about, unless ``background='median'`` removes it."""
+
+
+def check_image_content(X: Any, name: str = "X", names: Sequence[str] | None = None) -> None:
+    """Raise a one-line ``ValueError`` if ``X`` ``(n, H, W)`` holds images kappa^max cannot use.
+
+    Refused: images smaller than :data:`MIN_IMAGE_SIDE` on a side, and all-zero or constant
+    images (after unit normalisation they carry no shape: kappa^max with them is the same for
+    every partner). ``names`` (one per image, e.g. file names) are added to the message.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> check_image_content(np.ones((2, 8, 8)))
+    Traceback (most recent call last):
+    ...
+    ValueError: X: image 0 is constant (every pixel 1); remove it, it has no shape to compare
+    """
+    xp = array_module(X)
+    h, w = X.shape[1:3]
+    if min(h, w) < MIN_IMAGE_SIDE:
+        raise ValueError(
+            f"{name}: images of {h} x {w} px are too small for the kappa^max search (at least "
+            f"{MIN_IMAGE_SIDE} x {MIN_IMAGE_SIDE} px); upsample or pad them"
+        )
+    flat = X.reshape(X.shape[0], -1)
+    flat_ = xp.asarray(flat.max(1) == flat.min(1))
+    if bool(flat_.any()):
+        k = int(xp.argmax(flat_))
+        value = float(flat[k, 0])
+        label = f"image {k}" + (f" ({names[k]})" if names is not None else "")
+        what = "all zero" if value == 0 else f"constant (every pixel {value:g})"
+        raise ValueError(f"{name}: {label} is {what}; remove it, it has no shape to compare")
+
+
+def subtract_background(X: Any, background: str = "none", name: str = "X") -> Any:
+    """``X`` ``(n, H, W)`` with its background removed (``'median'``) or, with ``'none'``, as it is,
+    warning when the images' border median is far from zero.
+
+    kappa^max compares unit-norm images: a constant offset (a grey background) adds the same
+    value to every image and hides their differences. ``'median'`` subtracts each image's
+    median, the background's value when the object covers less than half the image.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.full((1, 8, 8), 0.5); X[0, 3:5, 3:5] = 1.0
+    >>> float(subtract_background(X, "median")[0, 0, 0])
+    0.0
+    """
+    check_choice(background, "background", BACKGROUNDS)
+    xp = array_module(X)
+    if background == "median":
+        return X - xp.median(X.reshape(X.shape[0], -1), axis=1).reshape(-1, 1, 1)
+    border = xp.concatenate(
+        [X[:, 0, :], X[:, -1, :], X[:, :, 0], X[:, :, -1]], axis=1
+    )  # (n, 2H + 2W)
+    level = float(xp.median(xp.abs(xp.median(border, axis=1))))
+    top = float(xp.abs(X).max())
+    if top > 0 and level > BACKGROUND_WARN_FRACTION * top:
+        import warnings
+
+        warnings.warn(
+            f"{name}: the images' background is not zero (border median {level:.3g}, "
+            f"largest value {top:.3g}); kappa^max compares the background too. Pass "
+            f"background='median' to subtract it",
+            UserWarning,
+            stacklevel=4,  # the caller of kappa_max (or of the estimator's fit)
+        )
+    return X
