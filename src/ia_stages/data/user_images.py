@@ -12,12 +12,16 @@ configuration is checked, and the number of samples known, before any job runs;
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ia_stages.core.validation import MIN_IMAGE_SIDE, check_image_content, subtract_background
 from ia_stages.data.datasets import Dataset, DatasetError
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -251,8 +255,12 @@ def check(
             f"{len(sizes)} sizes); set canvas to pad or crop them to one size"
         )
     h, w = p.shapes[0]
-    if canvas is None and (h // downsample < 4 or w // downsample < 4):
-        raise DatasetError(f"{path}: {h}x{w} px images are too small for downsample {downsample}")
+    side = MIN_IMAGE_SIDE
+    if canvas is None and (h // downsample < side or w // downsample < side):
+        raise DatasetError(
+            f"{path}: {h}x{w} px images are too small for the kappa^max search with downsample "
+            f"{downsample} (at least {side}x{side} px after downsampling); set canvas to pad them"
+        )
     if labels:
         read_label_csv(labels, p.names)
     if max_images is not None and max_images > p.n:
@@ -357,6 +365,25 @@ def fit_canvas(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def _warn_canvas(path: Path, shapes: list[tuple[int, ...]], canvas: int) -> None:
+    """Warn how many images ``fit_canvas`` pads and how many it crops."""
+    padded = sum(1 for h, w in shapes if max(h, w) < canvas or min(h, w) < canvas)
+    cropped = sum(1 for h, w in shapes if max(h, w) > canvas)
+    if cropped:
+        warnings.warn(
+            f"{path}: {cropped} image(s) centre-cropped to canvas {canvas} px (their edges are "
+            "lost; a larger canvas or downsample keeps them)",
+            UserWarning,
+            stacklevel=3,
+        )
+    if padded:
+        warnings.warn(
+            f"{path}: {padded} image(s) zero-padded to canvas {canvas} px",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def load_images(
     path: str | Path,
     canvas: int | None = None,
@@ -365,6 +392,7 @@ def load_images(
     labels: str | None = None,
     max_images: int | None = None,
     rng: np.random.Generator | None = None,
+    background: str = "none",
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
@@ -380,6 +408,8 @@ def load_images(
         objects on a light background); integer pixels are first scaled to [0, 1]
     labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
     max_images : keep this many images, a subset drawn with ``rng`` (in file order)
+    background : 'none' (default; a warning when the borders are far from zero) or 'median':
+        subtract each image's median, as :func:`ia_stages.core.validation.subtract_background`
 
     Returns
     -------
@@ -411,12 +441,21 @@ def load_images(
         planes = [top - a for a in planes]
     planes = [_downsample(a, downsample) for a in planes]
     if canvas is not None:
+        _warn_canvas(path, [a.shape for a in planes], canvas)
         planes = [fit_canvas(a, canvas) for a in planes]
     data = np.stack(planes)
     bad = ~np.isfinite(data)
     if bad.any():
         k = int(np.argwhere(bad)[0][0])
-        raise DatasetError(f"{path}: image {p.names[keep[k]]} holds NaN or inf")
+        raise DatasetError(f"{path}: image {k} ({p.names[keep[k]]}) holds NaN or inf")
+    try:
+        check_image_content(data, "images", [p.names[k] for k in keep])
+    except ValueError as err:
+        raise DatasetError(f"{path}: {str(err).removeprefix('images: ')}") from None
+    try:
+        data = subtract_background(data, background, str(path))
+    except ValueError as err:
+        raise DatasetError(f"{path}: {err}") from None
     names = [p.names[k] for k in keep]
     classes = read_label_csv(labels, p.names) if labels else p.labels
     if classes is None:
@@ -433,3 +472,72 @@ def load_images(
         source=f"images from {path.name}",
         sample_names=names,
     )
+
+
+def input_files(path: str | Path, labels: str | Path | None = None) -> list[Path]:
+    """Every file the images at ``path`` are read from: the folder's image files (those
+    :func:`probe` lists), a stack's file, every file of a Zarr store; and the labels CSV."""
+    path = Path(path)
+    if path.is_dir() and path.suffix.lower() != ".zarr":
+        files, _ = _folder_files(path)
+    elif path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+    else:
+        files = [path]
+    return files + ([Path(labels)] if labels else [])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def manifest(
+    path: str | Path, labels: str | Path | None = None, previous: dict | None = None
+) -> dict:
+    """Path, size, mtime and SHA-256 of every input file of the images at ``path``.
+
+    ``previous``: an earlier manifest; the hash of a file whose path, size and mtime it lists
+    unchanged is taken from it instead of reading the file again.
+
+    Example
+    -------
+    >>> m = manifest("images/")  # doctest: +SKIP
+    >>> sorted(m["files"][0])  # doctest: +SKIP
+    ['mtime_ns', 'path', 'sha256', 'size']
+    """
+    known = {e["path"]: e for e in (previous or {}).get("files", [])}
+    entries = []
+    for f in input_files(path, labels):
+        st = f.stat()
+        entry = {"path": str(f), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        old = known.get(entry["path"])
+        same = old and old["size"] == entry["size"] and old["mtime_ns"] == entry["mtime_ns"]
+        entry["sha256"] = old["sha256"] if same else _sha256(f)
+        entries.append(entry)
+    return {"path": str(path), "labels": None if labels is None else str(labels), "files": entries}
+
+
+def write_manifest(path: str | Path, labels: str | Path | None, out: str | Path) -> bool:
+    """Write :func:`manifest` to ``out`` (JSON) if it differs from what ``out`` holds.
+
+    The file is rewritten only when an input file was added, removed, renamed or changed, so
+    its modification time tells Snakemake when the dataset must be rebuilt. Returns True when
+    it was written.
+    """
+    out = Path(out)
+    try:
+        previous = json.loads(out.read_text())
+    except (OSError, ValueError):
+        previous = None
+    current = manifest(path, labels, previous)
+    if current == previous:
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(current, indent=1))
+    os.replace(tmp, out)
+    return True

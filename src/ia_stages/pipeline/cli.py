@@ -200,8 +200,10 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         block_size=a.block_size,
         seed=a.seed,
         backend=a.backend,
+        background=a.background,
     )
-    written = user_run.run(cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report)
+    snakefile = a.snakefile or user_run.SNAKEFILE
+    written = user_run.run(cfg, a.out, a.cores, snakefile, a.report, resume=a.resume)
     for name, path in written.items():
         print(f"{name}: {path}")
 
@@ -319,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
     sp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks")
     sp.add_argument("--invert", action="store_true", help="dark objects on a light background")
+    sp.add_argument(
+        "--background",
+        default="none",
+        choices=["none", "median"],
+        help="median: subtract each image's median (grey or offset background)",
+    )
     sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
@@ -334,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     sp.add_argument("--cores", type=int, default=2, help="CPU cores for the workflow")
     sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
+    sp.add_argument(
+        "--resume",
+        "--unlock",
+        dest="resume",
+        action="store_true",
+        help="after a killed run: remove its lock on DIR and carry on where it stopped",
+    )
     sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
 
     sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
