@@ -52,27 +52,11 @@ FIGURES = [
 
 
 def run_workflow(workdir: Path, configfile: Path, targets: list[str] | None = None) -> None:
-    """Run the workflow (up to ``targets``, default all) through the Snakemake API."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        ExecutionSettings,
-        OutputSettings,
-        ResourceSettings,
-        StorageSettings,
-    )
+    """Run the workflow (up to ``targets``, default all) with the runner ``ia-stages cluster``
+    uses (one Snakemake API call, shared)."""
+    from ia_stages.pipeline.cluster_command import run_snakemake
 
-    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
-        wf = api.workflow(
-            resource_settings=ResourceSettings(cores=2),
-            config_settings=ConfigSettings(configfiles=[configfile]),
-            storage_settings=StorageSettings(),
-            snakefile=ROOT / "Snakefile",
-            workdir=workdir,
-        )
-        dag = wf.dag(DAGSettings(targets=targets or []))
-        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+    run_snakemake(ROOT / "Snakefile", workdir, configfile, targets or [], cores=2)
 
 
 def mtimes(folder: Path) -> dict[Path, int]:
