@@ -203,8 +203,14 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
 
 
 MIN_IMAGE_SIDE = 8
-"""Smallest image side (px) kappa^max accepts: below it the rotation search has too few
-pixels to tell images apart (1 x 1 or 3 x 3 images give kappa^max = 1 for every pair)."""
+"""Smallest side (px) of the user's images the pipeline reads (``ia-stages cluster``, the
+``images`` datasets): below it the rotation search has too few pixels to tell images apart."""
+
+SIDES_PER_SIGMA = 4.0
+"""kappa^max refuses images whose longer side is below this many times its smoothing
+``sigma``: smoothing then leaves a blur without shape (3 x 3 px images at sigma 2 give
+kappa^max = 1 for every pair). A single pixel is refused at any sigma."""
+
 
 BACKGROUNDS = ("none", "median")
 """``background`` settings: 'none' leaves images as they are; 'median' subtracts each image's
@@ -215,10 +221,13 @@ BACKGROUND_WARN_FRACTION = 0.1
 value is warned about, unless ``background='median'`` removes it."""
 
 
-def check_image_content(X: Any, name: str = "X", names: Sequence[str] | None = None) -> None:
+def check_image_content(
+    X: Any, name: str = "X", names: Sequence[str] | None = None, sigma: float = 2.0
+) -> None:
     """Raise a one-line ``ValueError`` if ``X`` ``(n, H, W)`` holds images kappa^max cannot use.
 
-    Refused: images smaller than :data:`MIN_IMAGE_SIDE` on a side, and all-zero or constant
+    Refused: single-pixel images, images whose longer side is below :data:`SIDES_PER_SIGMA`
+    times the smoothing ``sigma`` (px, default 2 as kappa^max's), and all-zero or constant
     images (after unit normalisation they carry no shape: kappa^max with them is the same for
     every partner). ``names`` (one per image, e.g. file names) are added to the message.
 
@@ -232,10 +241,12 @@ def check_image_content(X: Any, name: str = "X", names: Sequence[str] | None = N
     """
     xp = array_module(X)
     h, w = X.shape[1:3]
-    if min(h, w) < MIN_IMAGE_SIDE:
+    need = int(np.ceil(SIDES_PER_SIGMA * sigma))
+    if h * w < 2 or max(h, w) < need:
         raise ValueError(
-            f"{name}: images of {h} x {w} px are too small for the kappa^max search (at least "
-            f"{MIN_IMAGE_SIDE} x {MIN_IMAGE_SIDE} px); upsample or pad them"
+            f"{name}: images of {h} x {w} px (n_features = {h * w}) are too small for the "
+            f"kappa^max search (a side of at least {max(need, 2)} px at smoothing "
+            f"sigma={sigma:g}); upsample or pad them"
         )
     flat = X.reshape(X.shape[0], -1)
     flat_ = xp.asarray(flat.max(1) == flat.min(1))

@@ -219,7 +219,7 @@ def invariant_attention(
     check_number(sigma, "sigma", low=0.0)
     check_number(iterations, "iterations", integer=True, low=0)
     V = check_images(V, "V", min_samples=2, dtype=(np.float64, np.float32))
-    check_image_content(V, "V")
+    check_image_content(V, "V", sigma=sigma)
     attention.check(int(V.shape[0]))
     steps = []
     for _ in range(iterations):

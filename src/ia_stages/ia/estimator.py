@@ -366,13 +366,16 @@ class InvariantAttentionClustering(
         return int(k)
 
     def _validate_X(self, X: Any, min_samples: int = 2) -> Any:
-        X = check_images(
+        return check_images(
             X,
             "X",
             image_shape=self.image_shape,
             min_samples=min_samples,
         )
-        check_image_content(X, "X")
+
+    def _prepare(self, X: Any) -> Any:
+        """Checked images ``X`` refused if they cannot be compared, background applied."""
+        check_image_content(X, "X", sigma=0.0)  # kappa_max checks the size for its sigma
         if check_choice(self.background, "background", BACKGROUNDS) == "median":
             X = subtract_background(X, "median", "X")
         return X
@@ -392,7 +395,7 @@ class InvariantAttentionClustering(
         -------
         self
         """
-        X = self._validate_X(X)
+        X = self._prepare(self._validate_X(X))
         n = X.shape[0]
         s = self._resolved(n)
         rng = check_random_state(self.random_state)
@@ -553,7 +556,7 @@ class InvariantAttentionClustering(
         smoothed images after the best rotation and translation (0..2).
         """
         check_is_fitted(self, "cluster_means_")
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._prepare(self._check_fitted_shape(self._validate_X(X, min_samples=1)))
         km = self._kmax(X, self.settings_, None, U=self.cluster_means_)
         return np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0)).T
 
@@ -573,7 +576,7 @@ class InvariantAttentionClustering(
         check_is_fitted(self, "cluster_means_")
         if X is None:
             return Alignment(self.labels_, self.poses_, self.distances_)
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._prepare(self._check_fitted_shape(self._validate_X(X, min_samples=1)))
         return self._align(self.cluster_means_, X, self.settings_)
 
     @property

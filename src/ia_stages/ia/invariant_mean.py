@@ -92,7 +92,7 @@ def invariant_mean(
     InvariantMeanResult
     """
     V = check_images(V, "V", dtype=(np.float64, np.float32))
-    check_image_content(V, "V")
+    check_image_content(V, "V", sigma=0.0)  # no smoothing here: single pixels, constants
     return _invariant_mean(V, weights, init_params, settings, group, record)
 
 

@@ -63,8 +63,8 @@ def kappa_max(
     ------
     ValueError
         one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, ``k`` < 1,
-        images that are not finite ``(n, H, W)`` arrays, smaller than
-        :data:`ia_stages.core.validation.MIN_IMAGE_SIDE` px, or all-zero or constant.
+        images that are not finite ``(n, H, W)`` arrays, too small for ``sigma``
+        (:func:`ia_stages.core.validation.check_image_content`), or all-zero or constant.
 
     Example
     -------
@@ -76,10 +76,10 @@ def kappa_max(
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(sigma, "sigma", low=0.0)
     check_number(k, "k", integer=True, low=1, allow_none=True)
-    U = _checked(U, "U" if k is None else "X", background)  # the kNN mode's name is X
+    U = _checked(U, "U" if k is None else "X", background, sigma)  # the kNN mode's name is X
     if V is not None:
         V = _checked(check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U"), "V",
-                     background)  # fmt: skip
+                     background, sigma)  # fmt: skip
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
@@ -87,8 +87,8 @@ def kappa_max(
     return kappa_max_all_pairs(U, V, beta, normalization, group, settings, progress, sigma)
 
 
-def _checked(X: Any, name: str, background: str) -> Any:
+def _checked(X: Any, name: str, background: str, sigma: float) -> Any:
     """``X`` as checked images with the ``background`` setting applied."""
     X = check_images(X, name, dtype=FLOATS)
-    check_image_content(X, name)
+    check_image_content(X, name, sigma=sigma)
     return subtract_background(X, background, name)
