@@ -384,13 +384,7 @@ def _check_instance() -> InvariantAttentionClustering:
     )
 
 
-@parametrize_with_checks(
-    [_check_instance()],
-    expected_failed_checks=lambda est: {
-        "check_estimators_dtypes": "its integer data in 0..2 holds all-zero rows, which the "
-        "estimator refuses with a one-line ValueError (kappa^max cannot compare them, issue 22)"
-    },
-)
+@parametrize_with_checks([_check_instance()])
 def test_sklearn_estimator_checks(estimator, check):
     """scikit-learn's estimator checks (``parametrize_with_checks``, legacy set).
 
@@ -406,8 +400,6 @@ def test_sklearn_estimator_checks(estimator, check):
     - ``check_array_api_input``: skipped by scikit-learn unless ``SCIPY_ARRAY_API=1``; the
       estimator does not support the array API (it runs on numpy, or on cupy through
       :mod:`ia_stages.core.backend`, not through array-API dispatch).
-    - ``check_estimators_dtypes`` (expected to fail): its random integer data holds all-zero
-      rows, and all-zero images are refused (``core.validation.check_image_content``).
 
     Sparse input is refused (as ``check_estimator_sparse_*`` require): images are dense.
     """

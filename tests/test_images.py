@@ -99,21 +99,21 @@ def test_options_canvas_downsample_invert_rgb_labels_and_subset(tmp_path):
     rows = ["file,label", "x0.png,cat", "x1.png,dog", "x2.png,cat", "x3.png,dog"]
     (tmp_path / "lab.csv").write_text("\n".join(rows) + "\n")
     with pytest.warns(UserWarning, match="RGB"):
-        ds = load_images(root, canvas=8, downsample=2, invert=True, labels=tmp_path / "lab.csv")
-    assert ds.data.shape == (4, 8, 8)
+        ds = load_images(root, canvas=5, downsample=2, invert=True, labels=tmp_path / "lab.csv")
+    assert ds.data.shape == (4, 5, 5)
     gray = np.asarray(Image.open(root / "x2.png").convert("L"), dtype=float) / 255
     down = gray.reshape(6, 2, 6, 2).mean((1, 3))
     top = max(
         np.asarray(Image.open(root / f"x{k}.png").convert("L"), dtype=float).max() / 255
         for k in range(4)
     )
-    np.testing.assert_allclose(ds.data[2], fit_canvas(top - down, 8))
+    np.testing.assert_allclose(ds.data[2], fit_canvas(top - down, 5))
     assert ds.class_names == ["cat", "dog"] and ds.label.tolist() == [0, 1, 0, 1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        a = load_images(root, canvas=9, max_images=2, rng=np.random.default_rng(1))
-        b = load_images(root, canvas=9, max_images=2, rng=np.random.default_rng(1))
-        full = load_images(root, canvas=9)
+        a = load_images(root, canvas=6, max_images=2, rng=np.random.default_rng(1))
+        b = load_images(root, canvas=6, max_images=2, rng=np.random.default_rng(1))
+        full = load_images(root, canvas=6)
     assert a.sample_names == b.sample_names and len(a.sample_names) == 2
     for name, im in zip(a.sample_names, a.data, strict=True):
         np.testing.assert_array_equal(im, full.data[full.sample_names.index(name)])

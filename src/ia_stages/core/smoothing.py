@@ -36,14 +36,14 @@ def normalize(images: Any, mode: str = "unit") -> Any:
     xp = array_module(images)
     shape = (-1,) + (1,) * (images.ndim - 1)
     # Scale each sample by a power of two (exact in floating point) so that its largest value
-    # is in [0.5, 1) before squaring: values near 1e300 would overflow the sum of squares.
-    # The result equals images / ||images|| bit for bit, as power-of-two scaling is exact.
-    top = xp.abs(images.reshape(images.shape[0], -1)).max(1)
-    _, exponent = xp.frexp(xp.where(top > 0, top, 1.0))
-    scaled = xp.ldexp(images, -exponent.reshape(shape))
-    norms = xp.sqrt((scaled.reshape(images.shape[0], -1) ** 2).sum(1))
+    # is in [0.5, 1) before squaring: values near 1e300 would overflow the sum of squares. The
+    # result equals images / ||images|| bit for bit, as power-of-two scaling is exact.
+    peak = xp.abs(images.reshape(images.shape[0], -1)).max(1)
+    _, exponent = xp.frexp(xp.where(peak > 0, peak, 1.0))
+    images = xp.ldexp(images, -exponent.reshape(shape))
+    norms = xp.sqrt((images.reshape(images.shape[0], -1) ** 2).sum(1))
     norms = xp.where(norms > 0, norms, 1.0)
-    return scaled / norms.reshape(shape)
+    return images / norms.reshape(shape)
 
 
 def half_resolution(images: Any) -> Any:

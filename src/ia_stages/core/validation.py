@@ -7,6 +7,7 @@ One function, :func:`check_images`, serves the estimator and :func:`ia_stages.km
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -202,69 +203,121 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-MIN_IMAGE_SIDE = 8
-"""Smallest side (px) of the user's images the pipeline reads (``ia-stages cluster``, the
-``images`` datasets): below it the rotation search has too few pixels to tell images apart."""
-
-SIDES_PER_SIGMA = 4.0
-"""kappa^max refuses images whose longer side is below this many times its smoothing
-``sigma``: smoothing then leaves a blur without shape (3 x 3 px images at sigma 2 give
-kappa^max = 1 for every pair). A single pixel is refused at any sigma."""
-
-
 BACKGROUNDS = ("none", "median")
-"""``background`` settings: 'none' leaves images as they are; 'median' subtracts each image's
-median, so that a grey or offset background does not dominate kappa^max."""
 
-BACKGROUND_WARN_FRACTION = 0.1
-"""A background (median of the image borders) above this fraction of the largest absolute
-value is warned about, unless ``background='median'`` removes it."""
+
+def min_side(sigma: float) -> int:
+    """Smallest image side that smoothing by ``sigma`` px leaves a shape in: the Gaussian's
+    core (+- sigma), 2 sigma + 1 px (1 px without smoothing)."""
+    return int(np.ceil(2.0 * float(sigma))) + 1
 
 
 def check_image_content(
-    X: Any, name: str = "X", names: Sequence[str] | None = None, sigma: float = 2.0
+    X: Any, name: str = "X", sigma: float = 0.0, constant: str = "warn"
 ) -> None:
-    """Raise a one-line ``ValueError`` if ``X`` ``(n, H, W)`` holds images kappa^max cannot use.
+    """Refuse images that kappa^max cannot compare, and warn about a non-zero background.
 
-    Refused: single-pixel images, images whose longer side is below :data:`SIDES_PER_SIGMA`
-    times the smoothing ``sigma`` (px, default 2 as kappa^max's), and all-zero or constant
-    images (after unit normalisation they carry no shape: kappa^max with them is the same for
-    every partner). ``names`` (one per image, e.g. file names) are added to the message.
+    kappa^max compares shapes after scaling every image to unit norm. A constant image (all
+    zero, or one grey level) has no shape: it gets kappa = 1 with every other constant image of
+    its sign and clusters with them. Smoothing by ``sigma`` turns an image whose side is
+    shorter than the Gaussian's core (:func:`min_side`) into nearly the Gaussian itself, the
+    same for every image: those are refused.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` finite images (as :func:`check_images` returns them), numpy or cupy
+    name : how messages name ``X``
+    sigma : the smoothing (px) the images will get
+    constant : 'warn' (default): constant images are warned about, and refused only when every
+        image is constant; 'error': any constant image is refused (the pipeline's check of a
+        user's files, where a blank image is a mistake)
+
+    Raises
+    ------
+    ValueError
+        one line naming the first constant image (``X[i]``) or the size.
+
+    Warns
+    -----
+    UserWarning
+        a constant image (``constant='warn'``); most images' border median far from zero (a
+        grey or shifted background): kappa^max then matches backgrounds as much as shapes.
+        ``background='median'`` (the estimator's parameter, the ``background`` key of an
+        ``images`` dataset) subtracts it.
 
     Example
     -------
     >>> import numpy as np
-    >>> check_image_content(np.ones((2, 8, 8)))
+    >>> X = np.zeros((3, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> check_image_content(X, sigma=2.0)
+    >>> check_image_content(np.zeros((2, 16, 16)))
     Traceback (most recent call last):
     ...
-    ValueError: X: image 0 is constant (every pixel 1); remove it, it has no shape to compare
+    ValueError: every image of X is constant (X[0]: every pixel 0): no shape to compare
+    """
+    H, W = int(X.shape[-2]), int(X.shape[-1])
+    if H * W == 1:
+        raise ValueError(
+            f"{name} has images of 1 x 1 px (1 feature(s) per sample): a single pixel has no "
+            "shape for kappa^max to compare"
+        )
+    side = min_side(sigma)
+    if min(H, W) < side:
+        raise ValueError(
+            f"{name}: images of {H} x {W} px are too small for smoothing by sigma = {sigma:g} px "
+            f"(at least {side} px a side; lower sigma or use larger images)"
+        )
+    xp = array_module(X)
+    flat = X.reshape(X.shape[0], -1)
+    lo, hi = flat.min(1), flat.max(1)
+    flat_ones = xp.flatnonzero(hi == lo)
+    if int(flat_ones.size):
+        i = int(flat_ones[0])
+        what = f"{name}[{i}] is constant (every pixel {float(lo[i]):g})"
+        if int(flat_ones.size) == X.shape[0]:
+            raise ValueError(
+                f"every image of {name} is constant ({name}[0]: every pixel {float(lo[0]):g}): "
+                "no shape to compare"
+            )
+        if constant == "error":
+            raise ValueError(f"{what}: it has no shape for kappa^max to compare")
+        others = int(flat_ones.size) - 1
+        warnings.warn(
+            f"{what}{f', and {others} more' if others else ''}: a constant image has no shape; "
+            "it gets kappa = 1 with every constant image of its sign and clusters with them",
+            UserWarning,
+            stacklevel=3,
+        )
+    border = border_median(X)
+    off = xp.abs(border) > 0.1 * (hi - lo)
+    if float(off.mean()) > 0.5:
+        level = float(xp.median(border))
+        warnings.warn(
+            f"{name}: the background is not zero (median border pixel {level:.3g} "
+            "in most images), so kappa^max compares backgrounds as well as shapes; subtract it "
+            "with background='median'",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def border_median(X: Any) -> Any:
+    """Median of each image's one-pixel border, ``(n,)``: the background level.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> border_median(np.full((2, 8, 8), 0.5)).tolist()
+    [0.5, 0.5]
     """
     xp = array_module(X)
-    h, w = X.shape[1:3]
-    need = int(np.ceil(SIDES_PER_SIGMA * sigma))
-    if h * w < 2 or max(h, w) < need:
-        raise ValueError(
-            f"{name}: images of {h} x {w} px (n_features = {h * w}) are too small for the "
-            f"kappa^max search (a side of at least {max(need, 2)} px at smoothing "
-            f"sigma={sigma:g}); upsample or pad them"
-        )
-    flat = X.reshape(X.shape[0], -1)
-    flat_ = xp.asarray(flat.max(1) == flat.min(1))
-    if bool(flat_.any()):
-        k = int(xp.argmax(flat_))
-        value = float(flat[k, 0])
-        label = f"image {k}" + (f" ({names[k]})" if names is not None else "")
-        what = "all zero" if value == 0 else f"constant (every pixel {value:g})"
-        raise ValueError(f"{name}: {label} is {what}; remove it, it has no shape to compare")
+    edge = xp.concatenate([X[:, 0, :], X[:, -1, :], X[:, 1:-1, 0], X[:, 1:-1, -1]], axis=1)
+    return xp.median(edge, axis=1)
 
 
-def subtract_background(X: Any, background: str = "none", name: str = "X") -> Any:
-    """``X`` ``(n, H, W)`` with its background removed (``'median'``) or, with ``'none'``, as it is,
-    warning when the images' border median is far from zero.
-
-    kappa^max compares unit-norm images: a constant offset (a grey background) adds the same
-    value to every image and hides their differences. ``'median'`` subtracts each image's
-    median, the background's value when the object covers less than half the image.
+def subtract_background(X: Any, background: str = "none") -> Any:
+    """Images with their background level removed: ``'median'`` subtracts each image's
+    :func:`border_median`; ``'none'`` returns ``X`` unchanged.
 
     Example
     -------
@@ -274,22 +327,6 @@ def subtract_background(X: Any, background: str = "none", name: str = "X") -> An
     0.0
     """
     check_choice(background, "background", BACKGROUNDS)
-    xp = array_module(X)
-    if background == "median":
-        return X - xp.median(X.reshape(X.shape[0], -1), axis=1).reshape(-1, 1, 1)
-    border = xp.concatenate(
-        [X[:, 0, :], X[:, -1, :], X[:, :, 0], X[:, :, -1]], axis=1
-    )  # (n, 2H + 2W)
-    level = float(xp.median(xp.abs(xp.median(border, axis=1))))
-    top = float(xp.abs(X).max())
-    if top > 0 and level > BACKGROUND_WARN_FRACTION * top:
-        import warnings
-
-        warnings.warn(
-            f"{name}: the images' background is not zero (border median {level:.3g}, "
-            f"largest value {top:.3g}); kappa^max compares the background too. Pass "
-            f"background='median' to subtract it",
-            UserWarning,
-            stacklevel=4,  # the caller of kappa_max (or of the estimator's fit)
-        )
-    return X
+    if background == "none":
+        return X
+    return X - border_median(X)[:, None, None]

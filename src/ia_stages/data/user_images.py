@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ia_stages.core.validation import MIN_IMAGE_SIDE, check_image_content, subtract_background
+from ia_stages.core.validation import min_side, subtract_background
 from ia_stages.data.datasets import Dataset, DatasetError
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -255,12 +253,8 @@ def check(
             f"{len(sizes)} sizes); set canvas to pad or crop them to one size"
         )
     h, w = p.shapes[0]
-    side = MIN_IMAGE_SIDE
-    if canvas is None and (h // downsample < side or w // downsample < side):
-        raise DatasetError(
-            f"{path}: {h}x{w} px images are too small for the kappa^max search with downsample "
-            f"{downsample} (at least {side}x{side} px after downsampling); set canvas to pad them"
-        )
+    if canvas is None and (h // downsample < 4 or w // downsample < 4):
+        raise DatasetError(f"{path}: {h}x{w} px images are too small for downsample {downsample}")
     if labels:
         read_label_csv(labels, p.names)
     if max_images is not None and max_images > p.n:
@@ -365,23 +359,70 @@ def fit_canvas(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def _warn_canvas(path: Path, shapes: list[tuple[int, ...]], canvas: int) -> None:
-    """Warn how many images ``fit_canvas`` pads and how many it crops."""
-    padded = sum(1 for h, w in shapes if max(h, w) < canvas or min(h, w) < canvas)
-    cropped = sum(1 for h, w in shapes if max(h, w) > canvas)
-    if cropped:
-        warnings.warn(
-            f"{path}: {cropped} image(s) centre-cropped to canvas {canvas} px (their edges are "
-            "lost; a larger canvas or downsample keeps them)",
-            UserWarning,
-            stacklevel=3,
+def _check_content(data: np.ndarray, names: list[str], path: Path, sigma: float) -> None:
+    """One-line DatasetError naming the first image that is not finite or is constant, or the
+    size when it is too small for smoothing by ``sigma``."""
+    bad = ~np.isfinite(data)
+    if bad.any():
+        k = int(np.argwhere(bad)[0][0])
+        raise DatasetError(f"{path}: image {names[k]} (index {k}) holds NaN or inf")
+    flat = data.reshape(data.shape[0], -1)
+    constant = np.flatnonzero(flat.max(1) == flat.min(1))
+    if constant.size:
+        k = int(constant[0])
+        raise DatasetError(
+            f"{path}: image {names[k]} (index {k}) is constant (every pixel {flat[k, 0]:g}): it "
+            "has no shape to compare; remove it"
         )
-    if padded:
-        warnings.warn(
-            f"{path}: {padded} image(s) zero-padded to canvas {canvas} px",
-            UserWarning,
-            stacklevel=3,
+    H, W = data.shape[1:]
+    if min(H, W) < min_side(sigma):
+        raise DatasetError(
+            f"{path}: images of {H} x {W} px are too small for kernel_sigma {sigma:g} (at least "
+            f"{min_side(sigma)} px a side)"
         )
+
+
+def manifest(path: str | Path, labels: str | Path | None = None) -> str:
+    """A digest of every input file of an ``images`` data set: its path relative to ``path``,
+    size and content (BLAKE2b). It changes exactly when an image (or the labels file) is
+    added, deleted, renamed or overwritten with other content.
+
+    Parameters
+    ----------
+    path : a folder of images (searched recursively), a stack file, or a Zarr folder
+    labels : the labels CSV, if any
+
+    Returns
+    -------
+    str, 32 hex digits
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "a.png").write_bytes(b"x")
+    1
+    >>> before = manifest(d); (d / "a.png").write_bytes(b"y")
+    1
+    >>> manifest(d) == before
+    False
+    """
+    path = Path(path)
+    if path.is_dir() and path.suffix.lower() != ".zarr":
+        files = sorted(f for f in path.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+    elif path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+    else:
+        files = [path]
+    if labels:
+        files.append(Path(labels))
+    digest = hashlib.blake2b(digest_size=16)
+    for f in files:
+        name = f.relative_to(path) if path.is_dir() and f.is_relative_to(path) else f
+        digest.update(f"{name}\0{f.stat().st_size}\0".encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def load_images(
@@ -393,6 +434,7 @@ def load_images(
     max_images: int | None = None,
     rng: np.random.Generator | None = None,
     background: str = "none",
+    sigma: float = 0.0,
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
@@ -408,14 +450,21 @@ def load_images(
         objects on a light background); integer pixels are first scaled to [0, 1]
     labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
     max_images : keep this many images, a subset drawn with ``rng`` (in file order)
-    background : 'none' (default; a warning when the borders are far from zero) or 'median':
-        subtract each image's median, as :func:`ia_stages.core.validation.subtract_background`
+    background : 'none' or 'median' (subtract each image's border median, last)
+    sigma : the smoothing kappa^max will apply: images too small for it are refused
 
     Returns
     -------
     Dataset with ``data`` ``(n, H, W)`` float64, ``label`` ``(n,)`` int or None,
     ``sample_names`` (file names, or indices into the stack) and ``class_names``.
-    RGB images are converted to grayscale with a warning.
+    RGB images are converted to grayscale, and images padded or cropped to ``canvas``, with
+    a warning.
+
+    Raises
+    ------
+    DatasetError
+        one line naming the file (and its index in the data set): unreadable, NaN or inf,
+        constant (no shape to compare), too small for ``sigma``.
     """
     path = Path(path)
     rng = rng or np.random.default_rng(0)
@@ -441,22 +490,18 @@ def load_images(
         planes = [top - a for a in planes]
     planes = [_downsample(a, downsample) for a in planes]
     if canvas is not None:
-        _warn_canvas(path, [a.shape for a in planes], canvas)
+        changed = sum(a.shape != (canvas, canvas) for a in planes)
+        if changed:
+            warnings.warn(
+                f"{path}: {changed} image(s) padded or centre-cropped to {canvas} x {canvas} px",
+                UserWarning,
+                stacklevel=2,
+            )
         planes = [fit_canvas(a, canvas) for a in planes]
     data = np.stack(planes)
-    bad = ~np.isfinite(data)
-    if bad.any():
-        k = int(np.argwhere(bad)[0][0])
-        raise DatasetError(f"{path}: image {k} ({p.names[keep[k]]}) holds NaN or inf")
-    try:
-        check_image_content(data, "images", [p.names[k] for k in keep])
-    except ValueError as err:
-        raise DatasetError(f"{path}: {str(err).removeprefix('images: ')}") from None
-    try:
-        data = subtract_background(data, background, str(path))
-    except ValueError as err:
-        raise DatasetError(f"{path}: {err}") from None
     names = [p.names[k] for k in keep]
+    _check_content(data, names, path, sigma)
+    data = subtract_background(data, background)
     classes = read_label_csv(labels, p.names) if labels else p.labels
     if classes is None:
         label, class_names = None, []
@@ -472,72 +517,3 @@ def load_images(
         source=f"images from {path.name}",
         sample_names=names,
     )
-
-
-def input_files(path: str | Path, labels: str | Path | None = None) -> list[Path]:
-    """Every file the images at ``path`` are read from: the folder's image files (those
-    :func:`probe` lists), a stack's file, every file of a Zarr store; and the labels CSV."""
-    path = Path(path)
-    if path.is_dir() and path.suffix.lower() != ".zarr":
-        files, _ = _folder_files(path)
-    elif path.is_dir():
-        files = sorted(f for f in path.rglob("*") if f.is_file())
-    else:
-        files = [path]
-    return files + ([Path(labels)] if labels else [])
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def manifest(
-    path: str | Path, labels: str | Path | None = None, previous: dict | None = None
-) -> dict:
-    """Path, size, mtime and SHA-256 of every input file of the images at ``path``.
-
-    ``previous``: an earlier manifest; the hash of a file whose path, size and mtime it lists
-    unchanged is taken from it instead of reading the file again.
-
-    Example
-    -------
-    >>> m = manifest("images/")  # doctest: +SKIP
-    >>> sorted(m["files"][0])  # doctest: +SKIP
-    ['mtime_ns', 'path', 'sha256', 'size']
-    """
-    known = {e["path"]: e for e in (previous or {}).get("files", [])}
-    entries = []
-    for f in input_files(path, labels):
-        st = f.stat()
-        entry = {"path": str(f), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        old = known.get(entry["path"])
-        same = old and old["size"] == entry["size"] and old["mtime_ns"] == entry["mtime_ns"]
-        entry["sha256"] = old["sha256"] if same else _sha256(f)
-        entries.append(entry)
-    return {"path": str(path), "labels": None if labels is None else str(labels), "files": entries}
-
-
-def write_manifest(path: str | Path, labels: str | Path | None, out: str | Path) -> bool:
-    """Write :func:`manifest` to ``out`` (JSON) if it differs from what ``out`` holds.
-
-    The file is rewritten only when an input file was added, removed, renamed or changed, so
-    its modification time tells Snakemake when the dataset must be rebuilt. Returns True when
-    it was written.
-    """
-    out = Path(out)
-    try:
-        previous = json.loads(out.read_text())
-    except (OSError, ValueError):
-        previous = None
-    current = manifest(path, labels, previous)
-    if current == previous:
-        return False
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(current, indent=1))
-    os.replace(tmp, out)
-    return True

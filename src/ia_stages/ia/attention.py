@@ -15,8 +15,8 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize, rbf_kernel
-from ia_stages.core.validation import check_image_content, check_images, check_number
+from ia_stages.core.smoothing import NORMALIZATIONS, normalize, rbf_kernel
+from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, _invariant_mean
 from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
@@ -54,21 +54,12 @@ def kernel_attention(
     -------
     features : ``(iterations + 1, n, ...)`` features before and after every step
     weights : ``(iterations, n, n)`` the W used in every step
-
-    Example
-    -------
-    >>> import numpy as np
-    >>> feats, W = kernel_attention(np.random.default_rng(0).random((5, 2)), beta=1.0)
-    >>> feats.shape, W.shape
-    ((2, 5, 2), (1, 5, 5))
     """
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(iterations, "iterations", integer=True, low=0)
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    X = check_images(X, "X") if getattr(X, "ndim", 3) == 3 else X
     xp = array_module(X)
-    if xp is np:
-        from sklearn.utils import check_array
-
-        X = check_array(X, allow_nd=True, ensure_min_samples=1, input_name="X")
     feats, weights = [X], []
     for _ in range(iterations):
         cur = feats[-1]
@@ -211,15 +202,13 @@ def invariant_attention(
 
     Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
     final features. The kappa^max of the final features is not computed here.
-
-    Raises a one-line ``ValueError`` for ``beta`` not > 0 and finite, ``sigma`` < 0,
-    ``iterations`` < 0, and images :func:`~ia_stages.kmax.kappa_max` refuses.
     """
     check_number(beta, "beta", low=0.0, low_open=True)
-    check_number(sigma, "sigma", low=0.0)
     check_number(iterations, "iterations", integer=True, low=0)
-    V = check_images(V, "V", min_samples=2, dtype=(np.float64, np.float32))
-    check_image_content(V, "V", sigma=sigma)
+    check_number(sigma, "sigma", low=0.0)
+    check_choice(init, "init", INITS)
+    V = check_images(V, "V")
+    check_image_content(V, "V", sigma)
     attention.check(int(V.shape[0]))
     steps = []
     for _ in range(iterations):

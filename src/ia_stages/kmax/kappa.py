@@ -6,12 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ia_stages.core.groups import SE2
-from ia_stages.core.validation import (
-    check_image_content,
-    check_images,
-    check_number,
-    subtract_background,
-)
+from ia_stages.core.smoothing import NORMALIZATIONS
+from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
@@ -27,7 +23,6 @@ def kappa_max(
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
     k: int | None = None,
-    background: str = "none",
 ) -> KappaMaxResult | KnnResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -51,9 +46,6 @@ def kappa_max(
     k : None: all pairs. An integer (``V`` None): the exact kNN mode, each sample's k
         nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`); it runs on the
         CPU, cupy images are copied to the host.
-    background : 'none' (default) compares the images as they are and warns when their
-        borders are far from zero; 'median' subtracts each image's median first (a grey
-        background otherwise dominates the comparison).
 
     Returns
     -------
@@ -62,33 +54,31 @@ def kappa_max(
     Raises
     ------
     ValueError
-        one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, ``k`` < 1,
-        images that are not finite ``(n, H, W)`` arrays, too small for ``sigma``
-        (:func:`ia_stages.core.validation.check_image_content`), or all-zero or constant.
+        one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, an unknown
+        ``normalization``, images that are not finite ``(n, H, W)`` arrays, a constant image
+        or images smaller than the search can use
+        (:func:`~ia_stages.core.validation.check_image_content`).
 
     Example
     -------
     >>> import numpy as np
-    >>> X = np.random.default_rng(0).random((3, 16, 16))
-    >>> kappa_max(X, beta=1.0).value.shape
-    (3, 3)
+    >>> X = np.zeros((3, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> X[1] = np.rot90(X[0])
+    >>> km = kappa_max(X, beta=2.0)
+    >>> bool(km.value[0, 1] > 0.99)
+    True
     """
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(sigma, "sigma", low=0.0)
-    check_number(k, "k", integer=True, low=1, allow_none=True)
-    U = _checked(U, "U" if k is None else "X", background, sigma)  # the kNN mode's name is X
-    if V is not None:
-        V = _checked(check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U"), "V",
-                     background, sigma)  # fmt: skip
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    first = "U" if k is None else "X"  # the kNN mode compares one set X with itself
+    U = check_images(U, first, dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    for name, images in ((first, U), ("V", V)):
+        if images is not None:
+            check_image_content(images, name, sigma)
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
         return kappa_max_knn(U, k, beta, normalization, group, settings, progress, sigma)
     return kappa_max_all_pairs(U, V, beta, normalization, group, settings, progress, sigma)
-
-
-def _checked(X: Any, name: str, background: str, sigma: float) -> Any:
-    """``X`` as checked images with the ``background`` setting applied."""
-    X = check_images(X, name, dtype=FLOATS)
-    check_image_content(X, name, sigma=sigma)
-    return subtract_background(X, background, name)

@@ -202,8 +202,9 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         backend=a.backend,
         background=a.background,
     )
-    snakefile = a.snakefile or user_run.SNAKEFILE
-    written = user_run.run(cfg, a.out, a.cores, snakefile, a.report, resume=a.resume)
+    written = user_run.run(
+        cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
+    )
     for name, path in written.items():
         print(f"{name}: {path}")
 
@@ -321,12 +322,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
     sp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks")
     sp.add_argument("--invert", action="store_true", help="dark objects on a light background")
-    sp.add_argument(
-        "--background",
-        default="none",
-        choices=["none", "median"],
-        help="median: subtract each image's median (grey or offset background)",
-    )
     sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
@@ -343,11 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--cores", type=int, default=2, help="CPU cores for the workflow")
     sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
     sp.add_argument(
-        "--resume",
         "--unlock",
-        dest="resume",
         action="store_true",
-        help="after a killed run: remove its lock on DIR and carry on where it stopped",
+        help="remove the lock a killed run left in DIR and resume where it stopped",
+    )
+    sp.add_argument(
+        "--background",
+        choices=["none", "median"],
+        default="none",
+        help="'median': subtract each image's border median (grey backgrounds)",
     )
     sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
 
@@ -402,11 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ia-stages`` console script."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    # the package's own logger only: Snakemake (run by `ia-stages cluster`) prints its lines
+    # itself, and a root handler would print every one of them a second time
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         args.func(args)
     except EXPECTED as err:

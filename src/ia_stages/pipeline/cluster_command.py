@@ -4,23 +4,14 @@ Writes a config for one ``images`` dataset into ``DIR/config.yaml`` (the default
 never touched), runs the same Snakemake workflow through its API with ``DIR`` as working
 directory (so ``DIR/results/`` holds every store and log, and a rerun does only what changed),
 and copies ``clusters.csv`` and the gallery to the top of ``DIR``.
-
-Every input is read and checked before anything in ``DIR`` is written (config, images: pixels
-included), so a bad input leaves an earlier run's output as it was. A run killed with
-``kill -9`` leaves Snakemake's lock behind; the next run names it, and ``resume=True``
-(``--resume``) removes it and carries on where the killed run stopped.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import sys
+import tempfile
 import time
-import warnings
-from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -95,69 +86,48 @@ def targets(dataset: str = DATASET) -> list[str]:
     ]
 
 
-PID_FILE = ".ia-stages.pid"  # the process id of the run using the folder
-
-
 def run(
     config: dict,
     out: str | Path,
     cores: int = 2,
     snakefile: str | Path = SNAKEFILE,
     report: bool = False,
-    resume: bool = False,
-    warn: Callable[[str], None] | None = None,
+    unlock: bool = False,
 ) -> dict[str, Path]:
-    """Check every input, write ``config`` to ``out/config.yaml``, run the workflow in ``out``.
+    """Check everything, write ``out/config.yaml``, run the workflow in ``out``.
 
-    Parameters
-    ----------
-    config : the workflow config (:func:`images_config`)
-    out : the output folder (created; an existing folder is reused: only what changed reruns)
-    cores : CPU cores for the workflow, default 2
-    snakefile : the workflow's Snakefile, default the package's
-    report : also write ``out/report.html``
-    resume : remove the lock a killed run left in ``out`` and carry on (jobs it left
-        incomplete are rerun)
-    warn : called with every warning about the input (grayscale conversion, padding,
-        cropping, background); default: printed on stderr
+    Every check runs before anything in ``out`` is written: the config, the output folder
+    (not a file, writable), every image (read once here: NaN/inf, constant images, sizes;
+    warnings such as grayscale conversion are shown here, on the console), and a lock left by
+    a killed run (``unlock=True`` removes it and the run resumes where it stopped).
 
-    Returns
-    -------
-    dict name -> path of what it wrote at the top of ``out``: clusters.csv, classes.png,
+    Returns the paths of what it wrote at the top of ``out``: clusters.csv, classes.png,
     stability.png, summary.csv and (``report``) report.html.
 
     Raises
     ------
-    ConfigError, InputError
-        one line, before anything in ``out`` is written, for a bad config, bad images (NaN or
-        inf, all-zero or constant images, images too small: naming the file and image), an
-        ``out`` that is a file or cannot be written, or a lock; a failed job's own error line.
-
-    Example
-    -------
-    >>> run(images_config("digits/"), "out/")  # doctest: +SKIP
-    {'clusters.csv': PosixPath('/.../out/clusters.csv'), ...}
+    ConfigError, DatasetError, InputError
+        one line naming the key, file or folder; nothing in ``out`` has changed.
     """
     from ia_stages.pipeline.stages.common import InputError
 
     snakefile = Path(snakefile)
     if not snakefile.is_file():
         raise InputError(f"{snakefile}: Snakefile not found (give --snakefile)")
-    out = _check_out(Path(out).resolve())
-    validate_config(config)  # one-line ConfigError before anything is written
-    for message in check_inputs(config):
-        (warn or _warn)(message)
-    _check_lock(out, resume)
+    checked = validate_config(config)  # one-line ConfigError before anything is written
+    out = Path(out).resolve()
+    check_out(out)
+    check_images(checked)
+    check_lock(out, unlock)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    marker = out / RUN_MARKER
+    marker.write_text(f"{os.getpid()}\n")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        cfg_path = out / "config.yaml"
-        text = yaml.safe_dump(config, sort_keys=False)
-        if not cfg_path.is_file() or cfg_path.read_text() != text:
-            cfg_path.write_text(text)
-    except OSError as err:
-        raise InputError(f"--out {out}: cannot write there ({err.strerror})") from None
-    with _pid_file(out):
-        run_snakemake(snakefile, out, cfg_path, targets(), cores, report, unlock=resume)
+        snakemake(snakefile, out, cfg_path, targets(), cores, report, rerun_incomplete=unlock)
+    finally:
+        marker.unlink(missing_ok=True)
     copies = {
         "clusters.csv": out / targets()[0],
         "classes.png": out / targets()[1],
@@ -166,60 +136,85 @@ def run(
     }
     written = {}
     for name, src in copies.items():
-        tmp = out / f".{name}.tmp"
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, out / name)
+        shutil.copyfile(src, out / name)
         written[name] = out / name
     if report:
         written["report.html"] = out / "report.html"
     return written
 
 
-def check_inputs(config: dict) -> list[str]:
-    """Read every ``images`` dataset of ``config`` (pixels included) and check it, as the
-    dataset stage will; returns the warnings the reading gave.
-
-    Raises :class:`InputError` with the loader's one line (file and image named).
-    """
-    from ia_stages.data.datasets import DatasetError
-    from ia_stages.data.user_images import load_images
-    from ia_stages.pipeline.stages.common import InputError
-
-    messages: list[str] = []
-    for name, ds in config["datasets"].items():
-        if ds["kind"] != "images":
-            continue
-        options = {k: ds[k] for k in ("path", "canvas", "downsample", "invert", "labels")}
-        options["background"] = ds.get("background", "none")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                load_images(**options)  # every image, whatever subset max_images draws
-            except DatasetError as err:
-                raise InputError(f"datasets.{name}: {err}") from None
-        messages += [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-    return messages
+RUN_MARKER = ".ia-stages-run"
+"""File in ``--out`` holding the process id of the run working there (removed at its end)."""
 
 
-def _warn(message: str) -> None:
-    print(f"ia-stages cluster: warning: {message}", file=sys.stderr)
-
-
-def _check_out(out: Path) -> Path:
-    """``out`` if it is (or can become) a writable folder, else a one-line InputError."""
+def check_out(out: Path) -> None:
+    """One-line InputError unless ``out`` is (or can become) a folder this process can write."""
     from ia_stages.pipeline.stages.common import InputError
 
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file, not a folder; give a folder")
-    existing = next(p for p in (out, *out.parents) if p.exists())
-    if not existing.is_dir():
-        raise InputError(f"--out {out}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: cannot write in {existing} (permission denied)")
-    return out
+        raise InputError(f"--out {out}: is an existing file, not a folder")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: {parent} is a file, not a folder")
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=parent, prefix=".ia-stages-probe-")
+        probe.close()
+    except OSError as err:
+        raise InputError(f"--out {out}: cannot write in {parent} ({err.strerror})") from None
 
 
-def _pid_alive(pid: int) -> bool:
+def check_images(config: dict) -> None:
+    """Read every image of the config's ``images`` data sets once, before any job: a bad one
+    stops the run with one DatasetError line naming the file and its index. Warnings (RGB
+    converted to grayscale, images padded or cropped) reach the console from here."""
+    from ia_stages.data.user_images import load_images
+
+    for ds in config["datasets"].values():
+        if ds["kind"] != "images":
+            continue
+        load_images(
+            ds["path"],
+            canvas=ds["canvas"],
+            downsample=ds["downsample"],
+            invert=ds["invert"],
+            labels=ds["labels"],
+            background=ds["background"],
+            sigma=ds["kernel_sigma"],
+        )
+
+
+def check_lock(out: Path, unlock: bool) -> None:
+    """One-line InputError when a run holds ``out`` or a killed one left its lock; with
+    ``unlock`` a killed run's lock is removed (Snakemake's unlock) and the run resumes."""
+    from ia_stages.pipeline.stages.common import InputError
+
+    locks = out / ".snakemake" / "locks"
+    if not locks.is_dir() or not any(locks.iterdir()):
+        return
+    pid = _marker_pid(out / RUN_MARKER)
+    if pid is not None and _alive(pid):
+        raise InputError(
+            f"{out}: another run (process {pid}) is working in this folder; wait for it to end"
+        )
+    if not unlock:
+        raise InputError(
+            f"{out}: locked by an earlier run that was killed; run the same command with "
+            "--unlock to remove the lock and resume where it stopped"
+        )
+    for lock in locks.iterdir():
+        lock.unlink()
+
+
+def _marker_pid(marker: Path) -> int | None:
+    try:
+        return int(marker.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -229,67 +224,21 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _check_lock(out: Path, resume: bool) -> None:
-    """One line when Snakemake's lock in ``out`` is held by a running or a killed run."""
-    from ia_stages.pipeline.stages.common import InputError
-
-    locks = out / ".snakemake" / "locks"
-    if not (locks.is_dir() and any(locks.iterdir())):
-        return
-    try:
-        pid = int((out / PID_FILE).read_text().strip())
-    except (OSError, ValueError):
-        pid = None
-    if pid is not None and pid != os.getpid() and _pid_alive(pid):
-        raise InputError(
-            f"{out}: another ia-stages run (process {pid}) is using this folder; wait for it "
-            "to finish or give another --out"
-        )
-    if not resume:
-        raise InputError(
-            f"{out}: locked by a run that was killed (or another Snakemake run); if none is "
-            f"running, rerun with --resume to unlock {out} and carry on"
-        )
-
-
-@contextmanager
-def _pid_file(out: Path):
-    path = out / PID_FILE
-    path.write_text(str(os.getpid()))
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-
-
-@contextmanager
-def _snakemake_logging_once():
-    """Snakemake's log records reach the console through its own handler only (not also
-    through the root logger the ``ia-stages`` command configures, which printed them twice)."""
-    logger = logging.getLogger("snakemake")
-    before = logger.propagate
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.propagate = before
-
-
-def run_snakemake(
+def snakemake(
     snakefile: str | Path,
     workdir: str | Path,
-    configfile: str | Path,
+    configfile: str | Path | None,
     goals: list[str],
-    cores: int = 2,
+    cores: int,
     report: bool = False,
-    unlock: bool = False,
+    rerun_incomplete: bool = False,
+    dryrun: bool = False,
 ) -> None:
-    """Run the workflow up to ``goals`` in ``workdir`` through Snakemake's API: the one runner
-    of ``ia-stages cluster`` and the workflow tests.
+    """Run the workflow through Snakemake's API: the one runner of the command and the tests.
 
-    ``unlock`` removes a lock a killed run left and reruns the jobs it left incomplete.
-    A failure raises :class:`InputError` with the failed job's own error line (from its log)
-    when it has one, else Snakemake's first line; the full folder is named, never cut.
+    Snakemake's own lines go to the console once. When a job fails, the one-line reason its
+    stage wrote to its log (``ia-stages <stage>: error: ...``) is raised as the InputError's
+    message, with the log's path.
     """
     from snakemake.api import SnakemakeApi
     from snakemake.report.html_reporter import ReportSettings
@@ -304,62 +253,53 @@ def run_snakemake(
 
     from ia_stages.pipeline.stages.common import InputError
 
-    workdir = Path(workdir).resolve()
+    workdir = Path(workdir)
+    configs = [Path(configfile)] if configfile else []
 
     def workflow(api):
         return api.workflow(
             resource_settings=ResourceSettings(cores=cores),
-            config_settings=ConfigSettings(configfiles=[Path(configfile)]),
+            config_settings=ConfigSettings(configfiles=configs),
             storage_settings=StorageSettings(),
             snakefile=Path(snakefile),
             workdir=workdir,
         )
 
-    quiet = OutputSettings(quiet={"progress", "rules", "host"})
+    quiet = {"progress", "rules", "host"}
     started = time.time()
     try:
-        with _snakemake_logging_once():
-            if unlock:
-                with SnakemakeApi(quiet) as api:
-                    workflow(api).dag(DAGSettings(targets=goals)).unlock()
-            with SnakemakeApi(quiet) as api:
-                dag = workflow(api).dag(DAGSettings(targets=goals, force_incomplete=unlock))
-                dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
-            if report:
-                with SnakemakeApi(quiet) as api:
-                    workflow(api).dag(DAGSettings(targets=goals)).create_report(
-                        reporter="html",
-                        report_settings=ReportSettings(path=workdir / "report.html"),
-                    )
+        with SnakemakeApi(OutputSettings(quiet=quiet, dryrun=dryrun)) as api:
+            dag = workflow(api).dag(DAGSettings(targets=goals, force_incomplete=rerun_incomplete))
+            dag.execute_workflow(
+                executor="dryrun" if dryrun else "local", execution_settings=ExecutionSettings()
+            )
+        if report:
+            with SnakemakeApi(OutputSettings(quiet=quiet)) as api:
+                workflow(api).dag(DAGSettings(targets=goals)).create_report(
+                    reporter="html", report_settings=ReportSettings(path=workdir / "report.html")
+                )
     except (ConfigError, InputError):
         raise
     except Exception as err:  # Snakemake reports a failed job as one of many exception kinds
-        text = " ".join(str(err).split())
-        if "cannot be locked" in text:
-            raise InputError(
-                f"{workdir}: locked by another run or by a run that was killed; if none is "
-                f"running, rerun with --resume to unlock {workdir} and carry on"
-            ) from None
         reason = _job_error(workdir / "results" / "logs", started)
-        if reason:
-            raise InputError(f"a job failed: {reason}") from None
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(
-            f"the workflow stopped ({first}); see the logs in {workdir / 'results' / 'logs'}"
-        ) from None
+        if reason is None:
+            text = str(err).strip()
+            reason = text.splitlines()[0] if text else type(err).__name__
+            reason += f"; see the logs in {workdir / 'results' / 'logs'}"
+        raise InputError(f"the workflow stopped: {reason}") from None
 
 
 def _job_error(logs: Path, since: float) -> str | None:
-    """The first ``ia-stages ...: error: ...`` line of a job log written after ``since``,
-    with the log's path; None when there is none."""
+    """The first ``ia-stages <stage>: error:`` line of a job log written since ``since``, with
+    the log's path; None when no log holds one."""
     if not logs.is_dir():
         return None
     recent = sorted(
-        (p for p in logs.rglob("*.log") if p.stat().st_mtime >= since - 1),
-        key=lambda p: p.stat().st_mtime,
+        (f for f in logs.rglob("*.log") if f.stat().st_mtime >= since - 1),
+        key=lambda f: f.stat().st_mtime,
     )
     for log in recent:
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith("ia-stages ") and ": error: " in line:
-                return f"{line} (log: {log})"
+                return f"{line.split(': error: ', 1)[1]} (job log {log})"
     return None

@@ -1,7 +1,6 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
 import shlex
 
-from ia_stages.data.user_images import write_manifest
 from ia_stages.pipeline.config import column_blocks, kmax_blocks, stage_settings_json
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
@@ -101,21 +100,20 @@ def metrics_args(w, input):
     return " ".join(shlex.quote(a) for a in args)
 
 
-def manifest_path(dataset):
-    return f"results/data/{dataset}.manifest.json"
-
-
-# The manifest of every `images` dataset (each input file's path, size, mtime, hash) is
-# rewritten here, when the workflow is read, only if a file was added, removed, renamed or
-# changed: the dataset rule depends on it, so exactly such a change reruns the dataset.
-for _name, _ds in config["datasets"].items():
-    if _ds["kind"] == "images":
-        write_manifest(_ds["path"], _ds["labels"], manifest_path(_name))
-
-
 def dataset_files(w):
-    """The manifest of an `images` dataset's files (a change to them reruns the dataset)."""
+    """The user's files of an `images` dataset (a change to them reruns the dataset)."""
     ds = config["datasets"][w.dataset]
     if ds["kind"] != "images":
         return []
-    return [manifest_path(w.dataset)]
+    return [ds["path"]] + ([ds["labels"]] if ds["labels"] else [])
+
+
+def dataset_manifest(w):
+    """Digest of every input image's name, size and content: a param, so that adding,
+    deleting, renaming or overwriting any image reruns the dataset (and what reads it)."""
+    ds = config["datasets"][w.dataset]
+    if ds["kind"] != "images":
+        return ""
+    from ia_stages.data.user_images import manifest
+
+    return manifest(ds["path"], ds["labels"])
