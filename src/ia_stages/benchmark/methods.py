@@ -110,15 +110,14 @@ def _readout_settings(cfg: dict, dataset: str) -> dict:
 
 
 def _graph_settings(cfg: dict, dataset: str) -> dict:
-    return {"graph": dict(cfg["readout"]["graph"])}
+    # k_ia is IA's read-out graph (ia_config), not the input graph baselines'
+    return {"graph": {k: v for k, v in cfg["readout"]["graph"].items() if k != "k_ia"}}
 
 
 def _ia_settings(cfg: dict, dataset: str) -> dict:
-    return {
-        "readout": {**_readout(cfg, dataset), "ia": cfg["readout"]["ia"]},
-        "graph": dict(cfg["readout"]["graph"]),
-        "stop": dict(cfg["ia"]["stop"]),
-    }
+    from ia_stages.ia.settings import ia_config
+
+    return {"ia": ia_config(cfg, dataset)}
 
 
 def _ti_settings(cfg: dict, dataset: str) -> dict:
@@ -212,14 +211,15 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.readout.linkage import ia_partition
-        from ia_stages.readout.stopping import stop_iteration
+        from ia_stages.ia.loop import read_iterations
+        from ia_stages.ia.settings import ia_settings, sized
 
-        s = job.settings
         K = job.n_clusters if k_given else None
-        graph = {**s["graph"], "k": s["graph"]["k_ia"]}
-        parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
-        chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"], graph)
+        n = job.kmax[0].sqdist.shape[0]
+        s = sized(ia_settings(**job.settings["ia"]), n, K)
+        parts, chosen, reason = read_iterations(
+            [km.sqdist for km in job.kmax], s, K, job.seed, [km.value for km in job.kmax]
+        )
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
             ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},

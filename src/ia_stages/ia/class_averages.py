@@ -2,24 +2,27 @@
 
 What cryo-EM users call a class average is here the invariant mean (Algorithm 1) of a
 cluster's images with equal weights, started from the kappa^max alignment of every member
-onto the cluster's medoid. Each member's pose tau_i (v_i o tau_i ~ mu) comes out of the same
-optimisation; its distance to the class average is measured after that alignment, on
-normalised images as kappa^max measures it.
+onto the cluster's medoid (the member with the least summed kappa^max distance to the others).
+Each image's pose and distance are then measured by one kappa^max of the class averages
+against the images: the pose tau_i with v_i o tau_i ~ its class average, and the distance
+kappa^max measures (smoothed, unit-norm; 0..2, the read-out's units). The estimator's
+``cluster_means_``/``poses_``/``distances_`` and ``clusters.csv`` are these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize
-from ia_stages.core.warp import warp
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.ia.invariant_mean import invariant_mean
+from ia_stages.kmax import KappaMaxResult
 from ia_stages.readout.linkage import cluster_by_distance
+
+if TYPE_CHECKING:
+    from ia_stages.ia.settings import IASettings
 
 
 @dataclass
@@ -28,12 +31,12 @@ class ClassAverages:
 
     means : ``(K, H, W)`` the class averages (invariant means of the clusters)
     params : ``(n, n_params)`` pose tau_i with v_i o tau_i ~ means[labels[i]]
-    distance : ``(n,)`` distance of v_i o tau_i to its class average, both normalised
+    distance : ``(n,)`` kappa^max distance of v_i to its class average (0..2)
     sizes : ``(K,)`` members per cluster
     medoids : ``(K,)`` index of the member the cluster's alignment starts from
     """
 
-    means: np.ndarray
+    means: Any
     params: np.ndarray
     distance: np.ndarray
     sizes: np.ndarray
@@ -54,51 +57,69 @@ def medoids(sqdist: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None = None,
+             progress: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
+
+    Returns ``labels (n,)``, ``params (n, n_params)`` and ``distance (n,)`` from one kappa^max
+    of ``means`` ``(K, H, W)`` against ``V`` ``(n, H, W)``.
+    """
+    km = settings.kmax(V, U=means, progress=progress)
+    sq = to_numpy(km.sqdist)  # (K, n)
+    if labels is None:
+        labels = np.argmin(sq, axis=0).astype(np.int64)
+    cols = np.arange(V.shape[0])
+    params = to_numpy(km.params)[labels, cols]
+    return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
+
+
 def class_averages(
     V: Any,
     labels: np.ndarray,
-    kmax_params: np.ndarray,
-    kmax_sqdist: np.ndarray,
-    settings: MeanSettings = MeanSettings(),
-    normalization: str = "unit",
-    group: SE2 = SE2(),
+    kmax: KappaMaxResult,
+    settings: IASettings,
+    progress: Any = None,
 ) -> ClassAverages:
     """Invariant mean of every cluster of ``V`` and every member's pose and distance.
 
     Parameters
     ----------
-    V : ``(n, H, W)`` images
+    V : ``(n, H, W)`` images (numpy or cupy)
     labels : ``(n,)`` cluster of every image, 0..K-1
-    kmax_params : ``(n, n, n_params)`` kappa^max of ``V``: ``params[i, j]`` aligns v_j onto v_i
-    kmax_sqdist : ``(n, n)`` its squared distances (to pick each cluster's medoid)
-    settings : Algorithm 1's settings; ``max_images`` is ignored (all members count equally)
-    normalization : how images are normalised before the distance ('unit' or 'none')
+    kmax : kappa^max of ``V`` with itself: ``params[i, j]`` aligns v_j onto v_i, ``sqdist``
+        picks each cluster's medoid
+    settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
+        ``max_images`` is ignored: all members count equally) and the kappa^max of the poses
+    progress : called with the number of (mean, image) pairs aligned
 
     Returns
     -------
     ClassAverages
+
+    Example
+    -------
+    >>> avg = class_averages(V, labels, settings.kmax(V), settings)
     """
     labels = np.asarray(labels)
     n = V.shape[0]
     if labels.shape != (n,):
         raise ValueError(f"labels must be ({n},), got {labels.shape}")
-    settings = replace(settings, max_images=None)
-    meds = medoids(kmax_sqdist, labels)
-    K = meds.size
-    params = np.zeros((n, len(group.param_names)))
+    xp = array_module(V)
+    mean = replace(settings.mean, max_images=None)
+    meds = medoids(to_numpy(kmax.sqdist), labels)
+    params0 = kmax.params
     means = []
-    for k in range(K):
+    for k, med in enumerate(meds):
         members = np.flatnonzero(labels == k)
-        start = np.asarray(kmax_params)[meds[k], members]
-        res = invariant_mean(V[members], np.ones(members.size), start, settings, group)
-        means.append(to_numpy(res.mean))
-        params[members] = to_numpy(res.params)
-    means = np.stack(means)
-    aligned = to_numpy(warp(V, params, group))
-    a = normalize(aligned, normalization).reshape(n, -1)
-    m = normalize(means, normalization).reshape(K, -1)[labels]
-    distance = np.sqrt(((a - m) ** 2).sum(1))
-    sizes = np.bincount(labels, minlength=K)
+        if members.size == 1:
+            means.append(V[int(members[0])])
+            continue
+        idx = xp.asarray(members)
+        res = invariant_mean(V[idx], xp.ones(members.size), params0[int(med)][idx], mean)
+        means.append(res.mean)
+    means = xp.stack(means)
+    _, params, distance = align_to(means, V, settings, labels, progress)
+    sizes = np.bincount(labels, minlength=meds.size)
     return ClassAverages(means, params, distance, sizes, meds)
 
 

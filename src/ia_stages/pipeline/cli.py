@@ -177,7 +177,7 @@ def _cmd_run_method(a: argparse.Namespace) -> None:
 def _cmd_classes(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import classes
 
-    ds = classes.run(a.dataset, a.kmax0, a.kmax, a.out, a.csv, _settings(a.settings))
+    ds = classes.run(a.dataset, a.kmax, a.out, a.csv, _settings(a.settings))
     log.info("wrote %s and %s: %d clusters", a.out, a.csv, ds.sizes["cluster_id"])
 
 
@@ -338,8 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
     sp.add_argument("--dataset", required=True)
-    sp.add_argument("--kmax0", required=True, help="kappa^max of the input images (iteration 0)")
-    sp.add_argument("--kmax", required=True, help="kappa^max of the final features (read-out)")
+    sp.add_argument(
+        "--kmax", required=True, nargs="+", help="kappa^max of every IA iteration, input first"
+    )
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--csv", required=True, help="clusters.csv")
