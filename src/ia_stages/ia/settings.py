@@ -49,7 +49,7 @@ class ReadoutSettings:
 
     kind: str = "graph"
     k: int | None = None
-    threshold: float = 0.6
+    threshold: float = 0.3
     linkage: str = "average"
     with_k: str = "leiden"
     community: str = "leiden"
@@ -126,7 +126,7 @@ class IASettings:
     attention: AttentionSettings = field(
         default_factory=lambda: AttentionSettings("knn", None, "kth", "mutual", 0)
     )
-    readout: ReadoutSettings = field(default_factory=ReadoutSettings)
+    readout: ReadoutSettings = field(default_factory=lambda: ReadoutSettings(threshold=0.6))
     stop: StopSettings = field(default_factory=StopSettings)
     mean: MeanSettings = field(default_factory=MeanSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
@@ -183,7 +183,7 @@ class IASettings:
 # the stability rule keeps iteration 1 or 2. 'paper' is the paper's dense IA with the
 # average-linkage read-out.
 PRESETS: dict[str, IASettings] = {
-    "images": IASettings(),
+    "images": IASettings(readout=ReadoutSettings(threshold=0.6)),
     "paper": IASettings(
         beta=30.0,
         iterations=2,
@@ -270,8 +270,10 @@ def sized_neighbours(n: int, n_clusters: int | None = None) -> tuple[int, int]:
     Attention: round(n / 12) clipped to 2..10 (the column itself included); read-out:
     round(n / 10) clipped to 1..20 (itself excluded): a read-out graph wider than a class
     joins classes, one narrower than about a third of a class splits them, so the read-out
-    count stays near the size of a class of a tenth of the data. With K the counts are also
-    capped by the mean class size n / K (read-out: n / K - 1). Both stay below n.
+    count stays near the size of a class of a tenth of the data. With K the read-out count
+    is also capped by the mean class size less one, n / K - 1; the attention count follows n
+    only, so the features (and the pipeline's stored iterations) do not depend on K. Both
+    stay below n.
     ``bench/sizes.py`` measures the rule (README: "Sized to the data").
 
     Parameters
@@ -293,9 +295,7 @@ def sized_neighbours(n: int, n_clusters: int | None = None) -> tuple[int, int]:
     k_att = min(max(round(n / 12), 2), 10)
     k_read = min(max(round(n / 10), 1), 20)
     if n_clusters is not None:
-        size = math.floor(n / n_clusters)
-        k_att = min(k_att, max(2, size))
-        k_read = min(k_read, max(1, size - 1))
+        k_read = min(k_read, max(1, math.floor(n / n_clusters) - 1))
     return max(1, min(k_att, n - 1)), max(1, min(k_read, n - 1))
 
 

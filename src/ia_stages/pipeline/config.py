@@ -137,7 +137,7 @@ def _check_semantics(cfg: dict) -> None:
     _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
         att = ds.get("attention")
-        if att and att["kind"] == "knn" and name in cfg["ia"]["datasets"]:
+        if att and att["kind"] == "knn" and att["k"] is not None and name in cfg["ia"]["datasets"]:
             n = dataset_size(cfg, name)
             if not 1 <= att["k"] < n:
                 raise ConfigError(

@@ -11,6 +11,7 @@ kappa^max; a 'knn' column's mean aligns only those samples. Both come from
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import xarray as xr
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.attention import attention_step, column_normalize, sparse_neighbours
 from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.ia.settings import sized_neighbours
 from ia_stages.ia.weights import AttentionSettings, dense_weights
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.pipeline.stages.common import (
@@ -40,8 +42,11 @@ def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
 
 
 def attention_of(settings: dict, n: int) -> AttentionSettings:
-    """The settings' attention (dense when absent), checked against ``n`` samples."""
+    """The settings' attention (dense when absent), its k sized to ``n`` when None
+    (:func:`ia_stages.ia.settings.sized_neighbours`, as the estimator without K), checked."""
     att = AttentionSettings(**settings.get("attention", {"kind": "dense"}))
+    if att.k is None:
+        att = replace(att, k=sized_neighbours(n)[0])
     try:
         att.check(n)
     except ValueError as err:
