@@ -7,6 +7,7 @@ classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
 
     python bench/sizes.py letters            # 12, 30, 48 and 100 letters
     python bench/sizes.py digits 300 1000    # rotated digits (3 classes for 300, 10 for 1000)
+    python bench/sizes.py digits 300 --merge 0.67   # with the class-average merge rule
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ def digits(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.pad(imgs, ((0, 0), (2, 2), (2, 2))), np.searchsorted(classes, y[idx])
 
 
-def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None) -> str:
+def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None, **params) -> str:
     t0 = time.process_time()
-    est = InvariantAttentionClustering(n_clusters, random_state=0).fit(X)
+    est = InvariantAttentionClustering(n_clusters, random_state=0, **params).fit(X)
     cpu = time.process_time() - t0
     k_att, k_read = sized_neighbours(len(y), n_clusters)
     return (
@@ -68,18 +69,23 @@ def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None) -> str:
 
 
 def main(argv: list[str]) -> None:
+    params = {}
+    if "--merge" in argv:  # the class-average merge rule's ratio (readout.merge)
+        i = argv.index("--merge")
+        params["readout_options"] = {"merge": float(argv[i + 1])}
+        argv = argv[:i] + argv[i + 2 :]
     what = argv[0] if argv else "letters"
     if what == "letters":
         sizes = [int(a) for a in argv[1:]] or list(LETTER_SETS)
         for n in sizes:
             X, y = letters(*LETTER_SETS[n])
-            print("letters", measure(X, y), flush=True)
+            print("letters", measure(X, y, **params), flush=True)
     else:
         for n in [int(a) for a in argv[1:]] or [300]:
             X, y = digits(n)
-            print("digits ", measure(X, y), flush=True)
+            print("digits ", measure(X, y, **params), flush=True)
             if n > 300:
-                print("digits ", measure(X, y, np.unique(y).size), flush=True)
+                print("digits ", measure(X, y, np.unique(y).size, **params), flush=True)
 
 
 if __name__ == "__main__":

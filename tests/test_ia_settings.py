@@ -51,7 +51,7 @@ def test_schema_defaults_equal_the_settings_defaults():
     assert readout["threshold"]["default"] == r.threshold
     assert readout["linkage"]["default"] == r.linkage
     assert graph["k_ia"] == r.k is None  # both: sized to the data
-    for key in ("with_k", "community", "resolution", "min_cluster_size"):
+    for key in ("with_k", "community", "resolution", "min_cluster_size", "merge"):
         assert graph[key] == getattr(r, key), key
 
 
@@ -142,6 +142,7 @@ def _letters(per_class: int = 4) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(images), np.asarray(labels)
 
 
+@pytest.mark.slow
 def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     """clusters.csv (kmax -> means -> kmax ... -> classes stages, settings from the
     ``ia-stages cluster`` config) and the default estimator (same seed) agree, and so do the

@@ -111,7 +111,8 @@ def _readout_settings(cfg: dict, dataset: str) -> dict:
 
 def _graph_settings(cfg: dict, dataset: str) -> dict:
     # k_ia is IA's read-out graph (ia_config), not the input graph baselines'
-    return {"graph": {k: v for k, v in cfg["readout"]["graph"].items() if k != "k_ia"}}
+    ia_only = ("k_ia", "merge")
+    return {"graph": {k: v for k, v in cfg["readout"]["graph"].items() if k not in ia_only}}
 
 
 def _ia_settings(cfg: dict, dataset: str) -> dict:
@@ -220,11 +221,17 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
         parts, chosen, reason = read_iterations(
             [km.sqdist for km in job.kmax], s, K, job.seed, [km.value for km in job.kmax]
         )
+        labels = parts[chosen]
+        if K is None and s.readout.merge > 0:  # as clusters.csv: join sub-styles
+            from ia_stages.ia.class_averages import cluster_averages
+
+            labels, _ = cluster_averages(np.asarray(job.images, dtype=float), labels,
+                                         job.kmax[0], s)  # fmt: skip
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
             ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},
         }
-        return parts[chosen], extra
+        return labels, extra
 
     return predict
 

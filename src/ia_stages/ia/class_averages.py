@@ -123,6 +123,69 @@ def class_averages(
     return ClassAverages(means, params, distance, sizes, meds)
 
 
+def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASettings) -> np.ndarray:
+    """Join clusters that are sub-styles of one class, judged on their class averages.
+
+    Clusters a and b are linked when d(a, b) <= ``settings.readout.merge`` * (r_a + r_b), with
+    d the kappa^max distance between the two class averages and r the mean kappa^max distance
+    of a cluster's members to its class average; linked clusters are joined (connected
+    components). ``merge`` 0 returns ``labels`` unchanged.
+
+    Parameters
+    ----------
+    labels : ``(n,)`` clusters 0..K-1
+    averages : their :class:`ClassAverages` (from :func:`class_averages`)
+    settings : :class:`~ia_stages.ia.settings.IASettings`
+
+    Returns
+    -------
+    ``(n,)`` int64 labels 0..K'-1, K' <= K, numbered by first appearance of the old labels
+
+    Example
+    -------
+    >>> merged = merge_clusters(labels, class_averages(V, labels, km, s), s)
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    ratio = float(settings.readout.merge)
+    K = int(labels.max()) + 1
+    if ratio <= 0 or K < 2:
+        return np.asarray(labels, dtype=np.int64)
+    km = settings.kmax(averages.means)
+    d = np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0))
+    d = 0.5 * (d + d.T)
+    spread = np.bincount(labels, averages.distance, K) / np.bincount(labels, minlength=K)
+    link = d <= ratio * (spread[:, None] + spread[None, :])
+    np.fill_diagonal(link, False)
+    _, comp = connected_components(coo_matrix(link), directed=False)
+    _, merged = np.unique(comp[labels], return_inverse=True)
+    return merged.astype(np.int64)
+
+
+def cluster_averages(
+    V: Any,
+    labels: np.ndarray,
+    kmax: KappaMaxResult,
+    settings: IASettings,
+    n_clusters: int | None = None,
+    progress: Any = None,
+) -> tuple[np.ndarray, ClassAverages]:
+    """The final clusters and their class averages: :func:`class_averages`, then, without K,
+    :func:`merge_clusters` and the class averages of the joined clusters. The estimator and
+    the pipeline's ``classes`` stage both call this.
+
+    Returns ``(labels (n,), ClassAverages)``.
+    """
+    averages = class_averages(V, labels, kmax, settings, progress)
+    if n_clusters is not None or settings.readout.merge <= 0:
+        return np.asarray(labels, dtype=np.int64), averages
+    merged = merge_clusters(labels, averages, settings)
+    if int(merged.max()) == int(labels.max()):
+        return merged, averages
+    return merged, class_averages(V, merged, kmax, settings, progress)
+
+
 def threshold_stability(
     sqdist: np.ndarray, threshold: float, linkage: str = "average", factors: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

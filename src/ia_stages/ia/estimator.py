@@ -1,8 +1,8 @@
-"""scikit-learn estimator: Invariant Attention iterations followed by a read-out.
+"""scikit-learn estimator: a thin wrapper of :func:`ia_stages.ia.loop.run_ia`.
 
-Every setting left at ``None`` is taken from a named preset (:data:`PRESETS`); the preset used
-when ``preset=None`` is :data:`DEFAULT_PRESET`. Switching the estimator's defaults is therefore
-one edit here, and the paper's settings stay available as ``preset='paper'``.
+Every setting left at ``None`` is taken from a named preset
+(:data:`ia_stages.ia.settings.PRESETS`, the same table ``ia-stages cluster --preset`` reads);
+the preset used when ``preset=None`` is ``'images'``; ``preset='paper'`` is the paper's IA.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ _PARAMS = {
 }
 _OPTIONS = {
     "attention_options": ("attention", ("bandwidth", "symmetry", "mean_steps")),
-    "readout_options": ("readout", ("with_k", "community", "resolution", "min_cluster_size")),
+    "readout_options": (
+        "readout",
+        ("with_k", "community", "resolution", "min_cluster_size", "merge"),
+    ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
 }
 
@@ -124,8 +127,9 @@ class InvariantAttentionClustering(
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
         :class:`~ia_stages.ia.weights.AttentionSettings`)
-    n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); a
-        preset's value is lowered to n_samples - 1 on smaller data, a given one is not
+    n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); None
+        (the presets) follows n: round(n / 12) clipped to 2..10
+        (:func:`~ia_stages.ia.settings.sized_neighbours`)
     attention_options : dict, kNN attention only: ``bandwidth`` ('kth' | 'fixed'),
         ``symmetry`` ('none' | 'mutual' | 'union') as in
         :class:`~ia_stages.ia.weights.AttentionSettings`, and ``mean_steps`` (None, or the
@@ -137,11 +141,13 @@ class InvariantAttentionClustering(
         Leiden communities without ``n_clusters``, with it Leiden with the resolution bisected
         to K); the randomised ones use ``random_state``
     readout_neighbors : neighbours of every sample in the read-out graph, itself excluded
-        (1 <= k < n_samples; a preset's value is lowered to n_samples - 1); also the graph of
-        ``stop='stability'``
+        (1 <= k < n_samples); None (the presets) follows n and K: round(n / 10) clipped to
+        1..20, at most n / K - 1 with K; also the graph of ``stop='stability'``
     readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
         ``n_clusters``), ``community`` ('leiden' | 'hdbscan', without), ``resolution``
-        (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2)
+        (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
+        ``n_clusters``: join clusters whose class averages lie within ``merge`` times their
+        members' spread, :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
     stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
         'stability' (the last before the Leiden communities of the read-out graph agree less
         across seeds), 'partition' (the first whose read-out agrees with the previous one's),
@@ -175,7 +181,8 @@ class InvariantAttentionClustering(
     stop_reason_ : one line saying why that iteration
     iterations_run_ : iterations computed (>= ``n_iter_``; the rule may need one more)
     partitions_ : ``(iterations_run_ + 1, n)`` the read-out of every iteration, input first
-    settings_ : dict of the resolved settings (preset filled in)
+    settings_ : :class:`~ia_stages.ia.settings.IASettings` used (preset filled in, sized)
+    result_ : the :class:`~ia_stages.ia.loop.IAResult` of :func:`~ia_stages.ia.loop.run_ia`
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
-from ia_stages.ia.class_averages import ClassAverages, class_averages
+from ia_stages.ia.class_averages import ClassAverages, cluster_averages
 from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.readout.graph import graph_partition, spectral_affinity
@@ -126,7 +126,7 @@ def read_iterations(
 class IAResult:
     """Output of :func:`run_ia` (n samples, K clusters, T iterations computed).
 
-    labels : ``(n,)`` the kept iteration's read-out
+    labels : ``(n,)`` the kept iteration's read-out (joined by ``readout.merge`` without K)
     n_iter : the iteration kept (0 = the input)
     stop_reason : one line saying why
     partitions : ``(T + 1, n)`` every iteration's read-out, input first
@@ -223,7 +223,7 @@ def run_ia(
         top.total = top.n + 1
         top.refresh()
         with bar(n * (int(labels.max()) + 1), "class averages and poses", "pair") as b:
-            averages = class_averages(X, labels, kms[0], s, progress=b.update)
+            labels, averages = cluster_averages(X, labels, kms[0], s, n_clusters, b.update)
         top.update()
     return IAResult(
         labels=labels,

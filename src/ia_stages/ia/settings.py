@@ -45,6 +45,10 @@ class ReadoutSettings:
     community : 'graph' without K: 'leiden' or 'hdbscan'
     resolution : Leiden's resolution (> 0)
     min_cluster_size : HDBSCAN's (>= 2)
+    merge : without K, clusters a and b are joined when the kappa^max distance between their
+        class averages is at most ``merge`` times the sum of their members' mean distances to
+        their own class averages (sub-styles of one class); 0 never joins
+        (:func:`ia_stages.ia.class_averages.merge_clusters`)
     """
 
     kind: str = "graph"
@@ -55,6 +59,7 @@ class ReadoutSettings:
     community: str = "leiden"
     resolution: float = 1.0
     min_cluster_size: int = 10
+    merge: float = 0.0
 
     def check(self, n: int | None = None) -> None:
         """Raise ``ValueError`` naming the field when a setting is out of range."""
@@ -68,6 +73,7 @@ class ReadoutSettings:
         check_choice(self.community, "readout.community", COMMUNITIES)
         check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
         check_number(self.min_cluster_size, "readout.min_cluster_size", integer=True, low=2)
+        check_number(self.merge, "readout.merge", low=0.0)
 
     def graph(self) -> dict[str, Any]:
         """The dict :func:`ia_stages.readout.graph.graph_partition` takes."""
@@ -340,6 +346,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "community": g["community"],
             "resolution": g["resolution"],
             "min_cluster_size": g["min_cluster_size"],
+            "merge": g["merge"],
         },
         "stop": dict(cfg["ia"]["stop"]),
         "mean": dict(cfg["ia"]["mean"]),

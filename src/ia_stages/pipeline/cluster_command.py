@@ -72,6 +72,7 @@ def images_config(
             "community": ia.readout.community,
             "resolution": ia.readout.resolution,
             "min_cluster_size": ia.readout.min_cluster_size,
+            "merge": ia.readout.merge,
         },
     }
     return {

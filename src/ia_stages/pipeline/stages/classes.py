@@ -18,7 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.ia.class_averages import class_averages, threshold_stability
+from ia_stages.ia.class_averages import cluster_averages, threshold_stability
 from ia_stages.ia.loop import read_iterations
 from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.kmax import KappaMaxResult
@@ -71,7 +71,7 @@ def run(
         pred = parts[chosen]
         k0 = kms[0]
         km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
-        res = class_averages(V, pred, km0, ia)
+        pred, res = cluster_averages(V, pred, km0, ia)
         sq = sqs[chosen]
         thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
     names = sample_names(data)
