@@ -8,6 +8,7 @@ classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
     python bench/sizes.py letters            # 12, 30, 48 and 100 letters
     python bench/sizes.py digits 300 1000    # rotated digits (3 classes for 300, 10 for 1000)
     python bench/sizes.py digits 300 --merge 0.67   # with the class-average merge rule
+    python bench/sizes.py digits 1000 --no-k-only   # without K only
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main(argv: list[str]) -> None:
         i = argv.index("--merge")
         params["readout_options"] = {"merge": float(argv[i + 1])}
         argv = argv[:i] + argv[i + 2 :]
+    no_k_only = "--no-k-only" in argv  # skip the run with K on the larger sets
+    argv = [a for a in argv if a != "--no-k-only"]
     what = argv[0] if argv else "letters"
     if what == "letters":
         sizes = [int(a) for a in argv[1:]] or list(LETTER_SETS)
@@ -84,7 +87,7 @@ def main(argv: list[str]) -> None:
         for n in [int(a) for a in argv[1:]] or [300]:
             X, y = digits(n)
             print("digits ", measure(X, y, **params), flush=True)
-            if n > 300:
+            if n > 300 and not no_k_only:
                 print("digits ", measure(X, y, np.unique(y).size, **params), flush=True)
 
 

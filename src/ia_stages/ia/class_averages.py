@@ -126,10 +126,12 @@ def class_averages(
 def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASettings) -> np.ndarray:
     """Join clusters that are sub-styles of one class, judged on their class averages.
 
-    Clusters a and b are linked when d(a, b) <= ``settings.readout.merge`` * (r_a + r_b), with
-    d the kappa^max distance between the two class averages and r the mean kappa^max distance
-    of a cluster's members to its class average; linked clusters are joined (connected
-    components). ``merge`` 0 returns ``labels`` unchanged.
+    Clusters a and b are joined when each one's class average is the other's nearest and
+    d(a, b) <= ``settings.readout.merge`` * (r_a + r_b), with d the kappa^max distance between
+    the two class averages and r the mean kappa^max distance of a cluster's members to its
+    class average. Only mutual nearest pairs join, in one round, so joins never chain
+    (connected components of the ratio graph alone chained 10 digit classes into 3).
+    ``merge`` 0 returns ``labels`` unchanged.
 
     Parameters
     ----------
@@ -156,8 +158,13 @@ def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASett
     d = np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0))
     d = 0.5 * (d + d.T)
     spread = np.bincount(labels, averages.distance, K) / np.bincount(labels, minlength=K)
-    link = d <= ratio * (spread[:, None] + spread[None, :])
-    np.fill_diagonal(link, False)
+    np.fill_diagonal(d, np.inf)
+    nearest = np.argmin(d, axis=1)
+    mutual = nearest[nearest] == np.arange(K)
+    link = np.zeros((K, K), dtype=bool)
+    for a in np.flatnonzero(mutual):
+        b = nearest[a]
+        link[a, b] = d[a, b] <= ratio * (spread[a] + spread[b])
     _, comp = connected_components(coo_matrix(link), directed=False)
     _, merged = np.unique(comp[labels], return_inverse=True)
     return merged.astype(np.int64)
