@@ -177,3 +177,23 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     # 12 images: the read-out graph has 1 neighbour, so classes may split, never mix
     for k in range(est.n_clusters_):
         assert np.unique(y[est.labels_ == k]).size == 1
+
+
+@pytest.mark.slow
+def test_merge_joins_sub_styles_of_one_class_and_keeps_classes_apart():
+    """A letter split into two clusters is joined again by the class-average merge rule; two
+    different letters are not; merge 0 changes nothing, and with K nothing is joined."""
+    from ia_stages.ia.class_averages import cluster_averages, merge_clusters
+
+    X, y = _letters()
+    split = np.array([0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])  # 'F' in two halves
+    s = ia_settings(readout={"merge": 0.67})
+    km = s.kmax(X)
+    labels, avg = cluster_averages(X, split, km, s)
+    np.testing.assert_array_equal(labels, y)
+    assert avg.sizes.tolist() == [4, 4, 4] and avg.means.shape == (3, *X.shape[1:])
+    off = cluster_averages(X, split, km, ia_settings())[0]
+    np.testing.assert_array_equal(off, split)
+    np.testing.assert_array_equal(cluster_averages(X, split, km, s, n_clusters=4)[0], split)
+    # three letters, one cluster each: nothing to join
+    np.testing.assert_array_equal(merge_clusters(y, cluster_averages(X, y, km, s)[1], s), y)
