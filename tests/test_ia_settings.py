@@ -127,7 +127,7 @@ def test_sizing_rule_follows_n_and_k_and_explicit_values_win():
         sized(ia_settings(readout={"k": 48}), 48)
     est = InvariantAttentionClustering(readout_neighbors=48)
     with pytest.raises(ValueError, match="readout_neighbors"):
-        est.fit(np.zeros((48, 8, 8)))
+        est.fit(np.random.default_rng(0).random((48, 8, 8)))
 
 
 def _letters(per_class: int = 4) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.validation import check_images, check_number
+from ia_stages.core.validation import (
+    BACKGROUNDS,
+    check_choice,
+    check_image_content,
+    check_images,
+    check_number,
+    subtract_background,
+)
 from ia_stages.ia.class_averages import align_to
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.ia.loop import run_ia
@@ -156,6 +163,9 @@ class InvariantAttentionClustering(
     stop_options : dict: ``n_seeds`` ('stability', >= 2), ``min_ari`` ('partition', 0..1)
     search : :class:`~ia_stages.kmax.SearchSettings` of the kappa^max search
     mean_settings : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of Algorithm 1
+    background : 'none' (default) or 'median': subtract each image's border median before
+        anything else (a grey or shifted background otherwise dominates kappa^max; a warning
+        says so)
     image_shape : None, or ``(H, W)`` (one entry may be -1) to accept flattened images
         ``(n, H * W)`` as scikit-learn's 2-D convention has them
     random_state : seed, ``numpy.random.RandomState`` or None, for the randomised read-outs
@@ -207,6 +217,7 @@ class InvariantAttentionClustering(
         stop_options: dict | None = None,
         search: SearchSettings | None = None,
         mean_settings: MeanSettings | None = None,
+        background: str | None = None,
         image_shape: tuple[int, int] | None = None,
         random_state: Any = None,
         verbose: int = 0,
@@ -230,6 +241,7 @@ class InvariantAttentionClustering(
         self.stop_options = stop_options
         self.search = search
         self.mean_settings = mean_settings
+        self.background = background
         self.image_shape = image_shape
         self.random_state = random_state
         self.verbose = verbose
@@ -285,13 +297,22 @@ class InvariantAttentionClustering(
             raise ValueError("readout='spectral' needs n_clusters")
         return s
 
-    def _validate_X(self, X: Any, min_samples: int = 2) -> Any:
-        return check_images(
-            X,
-            "X",
-            image_shape=self.image_shape,
-            min_samples=min_samples,
-        )
+    def _validate_X(self, X: Any, min_samples: int = 2, fitted: bool = False) -> Any:
+        """Finite images ``(n, H, W)`` with the background setting applied; constant or too
+        small images refused (one line), a non-zero background warned about. ``fitted``: the
+        images must have the shape the estimator was fitted on."""
+        X = check_images(X, "X", image_shape=self.image_shape, min_samples=min_samples)
+        if fitted:
+            self._check_fitted_shape(X)
+        X = subtract_background(X, self._background())
+        check_image_content(X, "X", self._resolved().sigma)
+        return X
+
+    def _background(self) -> str:
+        """The background setting (image preparation, not IA: 'none' when None)."""
+        background = "none" if self.background is None else self.background
+        check_choice(background, "background", BACKGROUNDS)
+        return background
 
     # fitting ----------------------------------------------------------------------------
 
@@ -356,7 +377,7 @@ class InvariantAttentionClustering(
         smoothed images after the best rotation and translation (0..2).
         """
         check_is_fitted(self, "cluster_means_")
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._validate_X(X, min_samples=1, fitted=True)
         km = self.settings_.kmax(X, U=self.cluster_means_)
         return np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0)).T
 
@@ -376,7 +397,7 @@ class InvariantAttentionClustering(
         check_is_fitted(self, "cluster_means_")
         if X is None:
             return Alignment(self.labels_, self.poses_, self.distances_)
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._validate_X(X, min_samples=1, fitted=True)
         return self._align(self.cluster_means_, X, self.settings_)
 
     @property
