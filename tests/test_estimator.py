@@ -3,6 +3,8 @@ attributes, progress bar, reproducibility and scikit-learn's own estimator check
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numba
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from ia_stages.data.datasets import shapes3
 from ia_stages.ia.attention import invariant_attention
 from ia_stages.ia.estimator import DEFAULT_PRESET, PRESETS
 from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.ia.settings import StopSettings
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import SearchSettings
 from ia_stages.readout.graph import graph_partition
@@ -87,12 +90,14 @@ def test_clone_of_a_fitted_estimator_is_unfitted(fitted):
 def test_none_parameters_take_the_preset():
     est = InvariantAttentionClustering(beta=12.0)
     s = est._resolved()
-    assert s["preset"] == DEFAULT_PRESET
-    assert s["beta"] == 12.0
-    for key in ("iterations", "threshold", "sigma", "attention", "readout"):
-        assert s[key] == PRESETS[DEFAULT_PRESET][key]
+    assert s.beta == 12.0
+    default = PRESETS[DEFAULT_PRESET]
+    assert s == replace(default, beta=12.0)
+    for key in ("iterations", "sigma", "attention", "readout", "stop", "mean"):
+        assert getattr(s, key) == getattr(default, key)
     paper = InvariantAttentionClustering(preset="paper")._resolved()
-    assert paper["attention"] == "dense" and paper["beta"] == 30.0 and paper["iterations"] == 2
+    assert paper.attention.kind == "dense" and paper.beta == 30.0 and paper.iterations == 2
+    assert paper == PRESETS["paper"]
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -226,10 +231,10 @@ def test_poses_align_every_image_onto_its_cluster_mean(shapes, fitted):
     and v the smoothed unit-norm image, ``distances_`` is sqrt(||u||^2 + ||v||^2 - 2 <u, v o
     tau>) (kappa^max's squared distance) at tau = ``poses_``, and far below the distance to
     the other clusters' means."""
-    X, sigma = shapes.data, fitted.settings_["sigma"]
+    X, sigma = shapes.data, fitted.settings_.sigma
     u = normalize(smooth(fitted.cluster_means_[fitted.labels_], sigma))
     v = normalize(smooth(X, sigma))
-    moved = warp(v, fitted.poses_, interpolation=fitted.settings_["search"].interpolation)
+    moved = warp(v, fitted.poses_, interpolation=fitted.settings_.search.interpolation)
     at_pose = np.sqrt(np.maximum(2.0 - 2.0 * (u * moved).sum((1, 2)), 0.0))
     assert np.allclose(at_pose, fitted.distances_, atol=2e-3)
     assert fitted.distances_.max() < 0.1
@@ -265,23 +270,22 @@ def test_default_preset_uses_knn_attention_and_the_graph_readout(shapes):
         n_clusters=3, sigma=1.0, random_state=0, **SMALL_GRAPH, **FAST
     ).fit(shapes.data)
     s = est.settings_
-    assert s["preset"] == DEFAULT_PRESET == "images"
-    assert s["attention_settings"] == AttentionSettings("knn", 3, "kth", "mutual")
-    assert s["attention_mean"].steps == 0 and s["readout"] == "graph"
+    assert DEFAULT_PRESET == "images"
+    assert s.attention == AttentionSettings("knn", 3, "kth", "mutual", 0)
+    assert s.readout.kind == "graph"
     step = est.steps_[0]
     # every column's mean aligns only its (mutual) 3 nearest: at most 3 non-zero weights
     assert step.neighbours is not None and step.neighbours.k == 3
     assert ((step.weights > 0).sum(0) <= 3).all()
     assert np.allclose(step.weights.sum(0), 1.0)
     # the labels are ia13's graph read-out of the chosen iteration's kappa^max
-    seed = int(np.random.RandomState(0).randint(np.iinfo(np.int32).max))
-    ref = graph_partition(est.kmax_.sqdist, s["graph"], 3, seed)
+    ref = graph_partition(est.kmax_.sqdist, s.readout.graph(), 3, 0)  # random_state=0: seed 0
     assert np.array_equal(est.labels_, ref)
-    assert s["graph"]["k"] == 3 and s["graph"]["with_k"] == "leiden"
+    assert s.readout.k == 3 and s.readout.with_k == "leiden"
     assert accuracy(shapes.label, est.labels_) == 1.0
-    # the preset's neighbour counts are lowered to n - 1 on tiny data; given ones are not
+    # the preset leaves the neighbour counts to the sizing rule; given ones are kept
     tiny = InvariantAttentionClustering()._resolved(6)
-    assert tiny["n_neighbors"] == 5 and tiny["readout_neighbors"] == 5
+    assert tiny.attention.k is None and tiny.readout.k is None
 
 
 def test_preset_paper_reproduces_the_old_estimator(shapes):
@@ -339,11 +343,10 @@ def test_new_parameters_clone_and_round_trip():
     assert copy.get_params() == params and params["stop"] == "partition"
     assert params["attention_options"] == {"symmetry": "union"}
     s = copy.set_params(n_neighbors=5)._resolved(50)
-    assert s["attention_settings"] == AttentionSettings("knn", 5, "kth", "union")
-    assert s["graph"]["resolution"] == 0.5 and s["graph"]["k"] == 12
-    assert s["stop_rule"] == {"rule": "partition", "n_seeds": 5, "min_ari": 0.8}
-    # option dicts lay the given keys over the preset's
-    assert s["attention_options"]["mean_steps"] == 0
+    # option dicts lay the given keys over the preset's (mean_steps 0 stays)
+    assert s.attention == AttentionSettings("knn", 5, "kth", "union", 0)
+    assert s.readout.resolution == 0.5 and s.readout.k == 12
+    assert s.stop == StopSettings("partition", 5, 0.8)
     assert est.get_params()["n_neighbors"] == 7
 
 

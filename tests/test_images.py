@@ -19,7 +19,7 @@ from ia_stages.core.warp import warp
 from ia_stages.data.datasets import DatasetError
 from ia_stages.data.user_images import fit_canvas, load_images, probe
 from ia_stages.ia.class_averages import class_averages, threshold_stability
-from ia_stages.kmax import kappa_max
+from ia_stages.ia.settings import ia_settings
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.config import ConfigError, validate_config
 
@@ -131,8 +131,9 @@ def test_class_averages_recover_the_base_image_and_the_poses():
         [rng.uniform(-1.2, 1.2, 8), rng.uniform(-3, 3, 8), rng.uniform(-3, 3, 8)]
     )
     V = warp(bases[label], params)
-    km = kappa_max(V, beta=10.0, sigma=1.0)
-    res = class_averages(V, label, km.params, km.sqdist)
+    settings = ia_settings(beta=10.0, sigma=1.0)
+    km = settings.kmax(V)
+    res = class_averages(V, label, km, settings)
     assert res.sizes.tolist() == [4, 4]
     assert res.distance.max() < 0.15  # aligned members sit on their class average
     aligned = warp(V, res.params)

@@ -51,7 +51,16 @@ def test_graph_settings_rerun_only_the_graph_methods(default_config: dict, schem
         for m in METHODS
         if cluster_settings(cfg, "mnist_rot", m, 0) != cluster_settings(edited, "mnist_rot", m, 0)
     }
-    assert changed == {"spectral_knn", "community_knn_k", "community_knn", "ia", "ia_k"}
+    # IA's read-out graph is readout.graph.k_ia: the input graph's k does not rerun IA
+    assert changed == {"spectral_knn", "community_knn_k", "community_knn"}
+    edited = copy.deepcopy(cfg)
+    edited["readout"]["graph"]["k_ia"] = 7
+    changed = {
+        m
+        for m in METHODS
+        if cluster_settings(cfg, "mnist_rot", m, 0) != cluster_settings(edited, "mnist_rot", m, 0)
+    }
+    assert changed == {"ia", "ia_k"}
 
 
 def test_graph_baselines_on_planted_groups() -> None:
@@ -69,8 +78,8 @@ def test_graph_baselines_on_planted_groups() -> None:
         job = Job(P, None, 3, {"graph": graph}, [km], seed=0)
         labels, _ = METHODS[name].predict(job)
         assert accuracy(y, labels) == 1.0, name
-    settings = {"graph": graph, "readout": {"ia": "graph"}, "stop": {"rule": "stability",
-                "n_seeds": 3}}  # fmt: skip
+    settings = {"ia": {"readout": {"kind": "graph", "k": 5}, "stop": {"rule": "stability",
+                "n_seeds": 3}}}  # fmt: skip
     labels, extra = METHODS["ia_k"].predict(Job(P, None, 3, settings, [km, km], seed=0))
     assert accuracy(y, labels) == 1.0
     assert extra["pred_iter"][1].shape == (2, 30)

@@ -110,15 +110,15 @@ def _readout_settings(cfg: dict, dataset: str) -> dict:
 
 
 def _graph_settings(cfg: dict, dataset: str) -> dict:
-    return {"graph": dict(cfg["readout"]["graph"])}
+    # k_ia is IA's read-out graph (ia_config), not the input graph baselines'
+    ia_only = ("k_ia", "merge")
+    return {"graph": {k: v for k, v in cfg["readout"]["graph"].items() if k not in ia_only}}
 
 
 def _ia_settings(cfg: dict, dataset: str) -> dict:
-    return {
-        "readout": {**_readout(cfg, dataset), "ia": cfg["readout"]["ia"]},
-        "graph": dict(cfg["readout"]["graph"]),
-        "stop": dict(cfg["ia"]["stop"]),
-    }
+    from ia_stages.ia.settings import ia_config
+
+    return {"ia": ia_config(cfg, dataset)}
 
 
 def _ti_settings(cfg: dict, dataset: str) -> dict:
@@ -212,19 +212,26 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.readout.linkage import ia_partition
-        from ia_stages.readout.stopping import stop_iteration
+        from ia_stages.ia.loop import read_iterations
+        from ia_stages.ia.settings import ia_settings, sized
 
-        s = job.settings
         K = job.n_clusters if k_given else None
-        graph = {**s["graph"], "k": s["graph"]["k_ia"]}
-        parts = [ia_partition(km.sqdist, s["readout"], graph, K, job.seed) for km in job.kmax]
-        chosen, reason = stop_iteration(parts, [km.sqdist for km in job.kmax], s["stop"], graph)
+        n = job.kmax[0].sqdist.shape[0]
+        s = sized(ia_settings(**job.settings["ia"]), n, K)
+        parts, chosen, reason = read_iterations(
+            [km.sqdist for km in job.kmax], s, K, job.seed, [km.value for km in job.kmax]
+        )
+        labels = parts[chosen]
+        if K is None and s.readout.merge > 0:  # as clusters.csv: join sub-styles
+            from ia_stages.ia.class_averages import cluster_averages
+
+            labels, _ = cluster_averages(np.asarray(job.images, dtype=float), labels,
+                                         job.kmax[0], s)  # fmt: skip
         extra = {
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
             ATTRS: {"stopped_at": int(chosen), "stop_reason": reason},
         }
-        return parts[chosen], extra
+        return labels, extra
 
     return predict
 

@@ -8,7 +8,7 @@ attention, the invariant mean for Invariant Attention.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -229,18 +229,44 @@ def attention_step(
     mean_settings: MeanSettings = MeanSettings(),
     group: SE2 = SE2(),
     progress: Callable[[int], None] | None = None,
+    columns: Any | None = None,
 ) -> InvariantAttentionStep:
-    """One Invariant Attention iteration of ``V`` ``(n, H, W)`` given its kappa^max.
+    """One Invariant Attention iteration of ``V`` ``(n, H, W)`` given its kappa^max: the one
+    attention step every entry point (estimator, pipeline ``means`` stage) calls.
 
-    ``attention`` chooses W: 'dense' (:func:`invariant_attention_step`, every column weighs
-    every sample) or 'knn' (:func:`sparse_neighbours` then :func:`knn_attention_step`, each
-    column aligns only its listed neighbours; ``beta`` is read by ``bandwidth='fixed'``).
-    ``progress`` is called with the number of columns finished.
+    Parameters
+    ----------
+    V : ``(n, H, W)`` current features
+    kmax : kappa^max of ``V`` with itself
+    attention : 'dense' (:func:`invariant_attention_step`, every column weighs every sample)
+        or 'knn' (:func:`sparse_neighbours` then :func:`knn_attention_step`, each column aligns
+        only its listed neighbours; its ``mean_steps``, when not None, replaces
+        ``mean_settings.steps``)
+    beta : the kernel's bandwidth, read by ``bandwidth='fixed'``
+    init : 'kmax' | 'identity'
+    mean_settings : Algorithm 1's settings
+    progress : called with the number of columns finished
+    columns : None (all) or a range of the columns to compute (the pipeline's blocks)
+
+    Returns
+    -------
+    InvariantAttentionStep
+        ``features`` ``(len(columns), H, W)``; ``weights`` the full ``(n, n)`` W.
+
+    Example
+    -------
+    >>> step = attention_step(V, kappa_max(V, beta=20.0), AttentionSettings("knn", 4), 20.0)
     """
     if attention.kind == "dense":
-        return invariant_attention_step(V, kmax, init, mean_settings, group, progress=progress)
+        return invariant_attention_step(
+            V, kmax, init, mean_settings, group, columns=columns, progress=progress
+        )
     attention.check(int(V.shape[0]))
+    if attention.mean_steps is not None:
+        mean_settings = replace(mean_settings, steps=attention.mean_steps)
     knn, w = sparse_neighbours(kmax, attention, beta)
-    means = knn_attention_step(V, knn, w, init, mean_settings, group, progress=progress)
+    means = knn_attention_step(
+        V, knn, w, init, mean_settings, group, columns=columns, progress=progress
+    )
     feats = array_module(V).stack([m.mean for m in means])
     return InvariantAttentionStep(feats, dense_weights(knn, w), kmax, means, knn)

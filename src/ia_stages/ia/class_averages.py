@@ -2,24 +2,27 @@
 
 What cryo-EM users call a class average is here the invariant mean (Algorithm 1) of a
 cluster's images with equal weights, started from the kappa^max alignment of every member
-onto the cluster's medoid. Each member's pose tau_i (v_i o tau_i ~ mu) comes out of the same
-optimisation; its distance to the class average is measured after that alignment, on
-normalised images as kappa^max measures it.
+onto the cluster's medoid (the member with the least summed kappa^max distance to the others).
+Each image's pose and distance are then measured by one kappa^max of the class averages
+against the images: the pose tau_i with v_i o tau_i ~ its class average, and the distance
+kappa^max measures (smoothed, unit-norm; 0..2, the read-out's units). The estimator's
+``cluster_means_``/``poses_``/``distances_`` and ``clusters.csv`` are these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize
-from ia_stages.core.warp import warp
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.ia.invariant_mean import invariant_mean
+from ia_stages.kmax import KappaMaxResult
 from ia_stages.readout.linkage import cluster_by_distance
+
+if TYPE_CHECKING:
+    from ia_stages.ia.settings import IASettings
 
 
 @dataclass
@@ -28,12 +31,12 @@ class ClassAverages:
 
     means : ``(K, H, W)`` the class averages (invariant means of the clusters)
     params : ``(n, n_params)`` pose tau_i with v_i o tau_i ~ means[labels[i]]
-    distance : ``(n,)`` distance of v_i o tau_i to its class average, both normalised
+    distance : ``(n,)`` kappa^max distance of v_i to its class average (0..2)
     sizes : ``(K,)`` members per cluster
     medoids : ``(K,)`` index of the member the cluster's alignment starts from
     """
 
-    means: np.ndarray
+    means: Any
     params: np.ndarray
     distance: np.ndarray
     sizes: np.ndarray
@@ -54,52 +57,140 @@ def medoids(sqdist: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None = None,
+             progress: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
+
+    Returns ``labels (n,)``, ``params (n, n_params)`` and ``distance (n,)`` from one kappa^max
+    of ``means`` ``(K, H, W)`` against ``V`` ``(n, H, W)``.
+    """
+    km = settings.kmax(V, U=means, progress=progress)
+    sq = to_numpy(km.sqdist)  # (K, n)
+    if labels is None:
+        labels = np.argmin(sq, axis=0).astype(np.int64)
+    cols = np.arange(V.shape[0])
+    params = to_numpy(km.params)[labels, cols]
+    return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
+
+
 def class_averages(
     V: Any,
     labels: np.ndarray,
-    kmax_params: np.ndarray,
-    kmax_sqdist: np.ndarray,
-    settings: MeanSettings = MeanSettings(),
-    normalization: str = "unit",
-    group: SE2 = SE2(),
+    kmax: KappaMaxResult,
+    settings: IASettings,
+    progress: Any = None,
 ) -> ClassAverages:
     """Invariant mean of every cluster of ``V`` and every member's pose and distance.
 
     Parameters
     ----------
-    V : ``(n, H, W)`` images
+    V : ``(n, H, W)`` images (numpy or cupy)
     labels : ``(n,)`` cluster of every image, 0..K-1
-    kmax_params : ``(n, n, n_params)`` kappa^max of ``V``: ``params[i, j]`` aligns v_j onto v_i
-    kmax_sqdist : ``(n, n)`` its squared distances (to pick each cluster's medoid)
-    settings : Algorithm 1's settings; ``max_images`` is ignored (all members count equally)
-    normalization : how images are normalised before the distance ('unit' or 'none')
+    kmax : kappa^max of ``V`` with itself: ``params[i, j]`` aligns v_j onto v_i, ``sqdist``
+        picks each cluster's medoid
+    settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
+        ``max_images`` is ignored: all members count equally) and the kappa^max of the poses
+    progress : called with the number of (mean, image) pairs aligned
 
     Returns
     -------
     ClassAverages
+
+    Example
+    -------
+    >>> avg = class_averages(V, labels, settings.kmax(V), settings)
     """
     labels = np.asarray(labels)
     n = V.shape[0]
     if labels.shape != (n,):
         raise ValueError(f"labels must be ({n},), got {labels.shape}")
-    settings = replace(settings, max_images=None)
-    meds = medoids(kmax_sqdist, labels)
-    K = meds.size
-    params = np.zeros((n, len(group.param_names)))
+    xp = array_module(V)
+    mean = replace(settings.mean, max_images=None)
+    meds = medoids(to_numpy(kmax.sqdist), labels)
+    params0 = kmax.params
     means = []
-    for k in range(K):
+    for k, med in enumerate(meds):
         members = np.flatnonzero(labels == k)
-        start = np.asarray(kmax_params)[meds[k], members]
-        res = invariant_mean(V[members], np.ones(members.size), start, settings, group)
-        means.append(to_numpy(res.mean))
-        params[members] = to_numpy(res.params)
-    means = np.stack(means)
-    aligned = to_numpy(warp(V, params, group))
-    a = normalize(aligned, normalization).reshape(n, -1)
-    m = normalize(means, normalization).reshape(K, -1)[labels]
-    distance = np.sqrt(((a - m) ** 2).sum(1))
-    sizes = np.bincount(labels, minlength=K)
+        if members.size == 1:
+            means.append(V[int(members[0])])
+            continue
+        idx = xp.asarray(members)
+        res = invariant_mean(V[idx], xp.ones(members.size), params0[int(med)][idx], mean)
+        means.append(res.mean)
+    means = xp.stack(means)
+    _, params, distance = align_to(means, V, settings, labels, progress)
+    sizes = np.bincount(labels, minlength=meds.size)
     return ClassAverages(means, params, distance, sizes, meds)
+
+
+def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASettings) -> np.ndarray:
+    """Join clusters that are sub-styles of one class, judged on their class averages.
+
+    Clusters a and b are joined when each one's class average is the other's nearest and
+    d(a, b) <= ``settings.readout.merge`` * (r_a + r_b), with d the kappa^max distance between
+    the two class averages and r the mean kappa^max distance of a cluster's members to its
+    class average. Only mutual nearest pairs join, in one round, so joins never chain
+    (connected components of the ratio graph alone chained 10 digit classes into 3).
+    ``merge`` 0 returns ``labels`` unchanged.
+
+    Parameters
+    ----------
+    labels : ``(n,)`` clusters 0..K-1
+    averages : their :class:`ClassAverages` (from :func:`class_averages`)
+    settings : :class:`~ia_stages.ia.settings.IASettings`
+
+    Returns
+    -------
+    ``(n,)`` int64 labels 0..K'-1, K' <= K, numbered by first appearance of the old labels
+
+    Example
+    -------
+    >>> merged = merge_clusters(labels, class_averages(V, labels, km, s), s)
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    ratio = float(settings.readout.merge)
+    K = int(labels.max()) + 1
+    if ratio <= 0 or K < 2:
+        return np.asarray(labels, dtype=np.int64)
+    km = settings.kmax(averages.means)
+    d = np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0))
+    d = 0.5 * (d + d.T)
+    spread = np.bincount(labels, averages.distance, K) / np.bincount(labels, minlength=K)
+    np.fill_diagonal(d, np.inf)
+    nearest = np.argmin(d, axis=1)
+    mutual = nearest[nearest] == np.arange(K)
+    link = np.zeros((K, K), dtype=bool)
+    for a in np.flatnonzero(mutual):
+        b = nearest[a]
+        link[a, b] = d[a, b] <= ratio * (spread[a] + spread[b])
+    _, comp = connected_components(coo_matrix(link), directed=False)
+    _, merged = np.unique(comp[labels], return_inverse=True)
+    return merged.astype(np.int64)
+
+
+def cluster_averages(
+    V: Any,
+    labels: np.ndarray,
+    kmax: KappaMaxResult,
+    settings: IASettings,
+    n_clusters: int | None = None,
+    progress: Any = None,
+) -> tuple[np.ndarray, ClassAverages]:
+    """The final clusters and their class averages: :func:`class_averages`, then, without K,
+    :func:`merge_clusters` and the class averages of the joined clusters. The estimator and
+    the pipeline's ``classes`` stage both call this.
+
+    Returns ``(labels (n,), ClassAverages)``.
+    """
+    averages = class_averages(V, labels, kmax, settings, progress)
+    if n_clusters is not None or settings.readout.merge <= 0:
+        return np.asarray(labels, dtype=np.int64), averages
+    merged = merge_clusters(labels, averages, settings)
+    if int(merged.max()) == int(labels.max()):
+        return merged, averages
+    return merged, class_averages(V, merged, kmax, settings, progress)
 
 
 def threshold_stability(

@@ -1,13 +1,13 @@
-"""scikit-learn estimator: Invariant Attention iterations followed by a read-out.
+"""scikit-learn estimator: a thin wrapper of :func:`ia_stages.ia.loop.run_ia`.
 
-Every setting left at ``None`` is taken from a named preset (:data:`PRESETS`); the preset used
-when ``preset=None`` is :data:`DEFAULT_PRESET`. Switching the estimator's defaults is therefore
-one edit here, and the paper's settings stay available as ``preset='paper'``.
+Every setting left at ``None`` is taken from a named preset
+(:data:`ia_stages.ia.settings.PRESETS`, the same table ``ia-stages cluster --preset`` reads);
+the preset used when ``preset=None`` is ``'images'``; ``preset='paper'`` is the paper's IA.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,13 +17,10 @@ from sklearn.base import (
     ClusterMixin,
     TransformerMixin,
 )
-from sklearn.metrics import adjusted_rand_score
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
-from tqdm.auto import tqdm
 
-from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.smoothing import NORMALIZATIONS
+from ia_stages.core.backend import to_numpy
 from ia_stages.core.validation import (
     BACKGROUNDS,
     check_choice,
@@ -32,82 +29,58 @@ from ia_stages.core.validation import (
     check_number,
     subtract_background,
 )
-from ia_stages.ia.attention import InvariantAttentionStep, attention_step
-from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings, invariant_mean
-from ia_stages.ia.weights import ATTENTION_KINDS, BANDWIDTHS, AttentionSettings
-from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
-from ia_stages.kmax.neighbours import SYMMETRIES
-from ia_stages.readout.graph import COMMUNITIES, WITH_K, graph_partition, spectral_affinity
-from ia_stages.readout.linkage import LINKAGES, cluster_by_distance
-from ia_stages.readout.stopping import STOP_RULES, stop_iteration
+from ia_stages.ia.class_averages import align_to
+from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.ia.loop import run_ia
+from ia_stages.ia.settings import (
+    DEFAULT_PRESET,
+    INITS,
+    PRESETS,
+    READOUT_KINDS,
+    IASettings,
+    ia_settings,
+)
+from ia_stages.kmax import SearchSettings
+from ia_stages.readout.stopping import STOP_RULES
 
-# Named settings. A parameter left at None takes its value from the chosen preset.
-PRESETS: dict[str, dict[str, Any]] = {
-    # the paper's Invariant Attention (dense W, eq. 2.1), as the estimator behaved before presets
-    "paper": {
-        "beta": 30.0,
-        "iterations": 2,
-        "threshold": 0.3,
-        "linkage": "average",
-        "init": "kmax",
-        "normalization": "unit",
-        "sigma": 2.0,
-        "attention": "dense",
-        "n_neighbors": 10,
-        "attention_options": {},
-        "readout": "linkage",
-        "readout_neighbors": 20,
-        "readout_options": {},
-        "stop": "none",
-        "stop_options": {},
-        "background": "none",
-        "search": SearchSettings(),
-        "mean_settings": MeanSettings(),
-    },
-    # what works best on real images (issue 13's benchmark on rotated digits): each column
-    # attends to its 10 mutual nearest under kappa^max, its mean is the weighted mean of those
-    # neighbours at their kappa^max alignments (no gradient steps), clusters read off the
-    # 20-NN kappa^max graph (Leiden; with K, Leiden bisected to K), and the stability rule
-    # keeps iteration 1 or 2 (it needs iteration 2 to decide)
-    "images": {
-        "beta": 20.0,
-        "iterations": 2,
-        "threshold": 0.6,
-        "linkage": "average",
-        "init": "kmax",
-        "normalization": "unit",
-        "sigma": 1.0,
-        "attention": "knn",
-        "n_neighbors": 10,
-        "attention_options": {"bandwidth": "kth", "symmetry": "mutual", "mean_steps": 0},
-        "readout": "graph",
-        "readout_neighbors": 20,
-        "readout_options": {},
-        "stop": "stability",
-        "stop_options": {},
-        "background": "none",
-        "search": SearchSettings(),
-        "mean_settings": MeanSettings(),
-    },
-}
-DEFAULT_PRESET = "images"
-INITS = ("kmax", "identity")
-READOUTS = ("linkage", "spectral", "graph")
+READOUTS = READOUT_KINDS
 STOPS = STOP_RULES
-# Defaults of the option dicts; a preset's dict and then the user's are laid over them.
-ATTENTION_OPTIONS: dict[str, Any] = {"bandwidth": "kth", "symmetry": "none", "mean_steps": None}
-READOUT_OPTIONS: dict[str, Any] = {
-    "with_k": "leiden",
-    "community": "leiden",
-    "resolution": 1.0,
-    "min_cluster_size": 10,
+__all__ = ["DEFAULT_PRESET", "INITS", "PRESETS", "InvariantAttentionClustering"]
+# estimator parameter -> (part of IASettings, key); the option dicts map onto their part's keys
+_PARAMS = {
+    "beta": (None, "beta"),
+    "iterations": (None, "iterations"),
+    "init": (None, "init"),
+    "normalization": (None, "normalization"),
+    "sigma": (None, "sigma"),
+    "threshold": ("readout", "threshold"),
+    "linkage": ("readout", "linkage"),
+    "attention": ("attention", "kind"),
+    "n_neighbors": ("attention", "k"),
+    "readout": ("readout", "kind"),
+    "readout_neighbors": ("readout", "k"),
+    "stop": ("stop", "rule"),
 }
-STOP_OPTIONS: dict[str, Any] = {"n_seeds": 5, "min_ari": 0.9}
 _OPTIONS = {
-    "attention_options": ATTENTION_OPTIONS,
-    "readout_options": READOUT_OPTIONS,
-    "stop_options": STOP_OPTIONS,
+    "attention_options": ("attention", ("bandwidth", "symmetry", "mean_steps")),
+    "readout_options": (
+        "readout",
+        ("with_k", "community", "resolution", "min_cluster_size", "merge"),
+    ),
+    "stop_options": ("stop", ("n_seeds", "min_ari")),
 }
+
+
+def _parameter_names(message: str) -> str:
+    """A settings error message with the settings' key (``readout.kind``) replaced by the
+    estimator parameter that sets it (``readout``)."""
+    names = {f"{part}.{key}": param for param, (part, key) in _PARAMS.items() if part}
+    for param, (part, keys) in _OPTIONS.items():
+        names.update({f"{part}.{key}": f"{param}[{key!r}]" for key in keys})
+    head = message.split(" ", 1)
+    if head[0] in names:
+        return f"{names[head[0]]} {head[1]}"
+    return message
 
 
 @dataclass
@@ -161,8 +134,9 @@ class InvariantAttentionClustering(
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
         :class:`~ia_stages.ia.weights.AttentionSettings`)
-    n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); a
-        preset's value is lowered to n_samples - 1 on smaller data, a given one is not
+    n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); None
+        (the presets) follows n: round(n / 12) clipped to 2..10
+        (:func:`~ia_stages.ia.settings.sized_neighbours`)
     attention_options : dict, kNN attention only: ``bandwidth`` ('kth' | 'fixed'),
         ``symmetry`` ('none' | 'mutual' | 'union') as in
         :class:`~ia_stages.ia.weights.AttentionSettings`, and ``mean_steps`` (None, or the
@@ -174,11 +148,13 @@ class InvariantAttentionClustering(
         Leiden communities without ``n_clusters``, with it Leiden with the resolution bisected
         to K); the randomised ones use ``random_state``
     readout_neighbors : neighbours of every sample in the read-out graph, itself excluded
-        (1 <= k < n_samples; a preset's value is lowered to n_samples - 1); also the graph of
-        ``stop='stability'``
+        (1 <= k < n_samples); None (the presets) follows n and K: round(n / 10) clipped to
+        1..20, at most n / K - 1 with K; also the graph of ``stop='stability'``
     readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
         ``n_clusters``), ``community`` ('leiden' | 'hdbscan', without), ``resolution``
-        (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2)
+        (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
+        ``n_clusters``: join clusters whose class averages lie within ``merge`` times their
+        members' spread, :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
     stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
         'stability' (the last before the Leiden communities of the read-out graph agree less
         across seeds), 'partition' (the first whose read-out agrees with the previous one's),
@@ -215,7 +191,8 @@ class InvariantAttentionClustering(
     stop_reason_ : one line saying why that iteration
     iterations_run_ : iterations computed (>= ``n_iter_``; the rule may need one more)
     partitions_ : ``(iterations_run_ + 1, n)`` the read-out of every iteration, input first
-    settings_ : dict of the resolved settings (preset filled in)
+    settings_ : :class:`~ia_stages.ia.settings.IASettings` used (preset filled in, sized)
+    result_ : the :class:`~ia_stages.ia.loop.IAResult` of :func:`~ia_stages.ia.loop.run_ia`
     """
 
     def __init__(
@@ -271,102 +248,54 @@ class InvariantAttentionClustering(
 
     # settings ---------------------------------------------------------------------------
 
-    def _resolved(self, n_samples: int | None = None) -> dict[str, Any]:
-        """The settings this fit uses: the preset filled into every parameter left at None,
-        each checked (one-line ``ValueError`` naming the parameter).
-
-        Adds ``attention_settings`` (:class:`~ia_stages.ia.weights.AttentionSettings`),
-        ``attention_mean`` (the :class:`MeanSettings` of the columns' means), ``graph`` and
-        ``stop_rule`` (the dicts :func:`~ia_stages.readout.graph.graph_partition` and
-        :func:`~ia_stages.readout.stopping.stop_iteration` take) and ``preset``.
-        """
-        preset = DEFAULT_PRESET if self.preset is None else self.preset
-        check_choice(preset, "preset", tuple(PRESETS))
-        s = dict(PRESETS[preset])
-        for key in s:
-            value = getattr(self, key)
-            if key in _OPTIONS:
-                s[key] = self._options(key, s[key], value)
-            elif value is not None:
-                s[key] = value
-        check_number(s["beta"], "beta", low=0.0, low_open=True)
-        check_number(s["iterations"], "iterations", integer=True, low=0)
-        check_number(s["threshold"], "threshold", low=0.0)
-        check_number(s["sigma"], "sigma", low=0.0)
-        check_choice(s["linkage"], "linkage", LINKAGES)
-        check_choice(s["init"], "init", INITS)
-        check_choice(s["normalization"], "normalization", NORMALIZATIONS)
-        check_choice(s["readout"], "readout", READOUTS)
-        check_choice(s["attention"], "attention", ATTENTION_KINDS)
-        check_choice(s["stop"], "stop", STOPS)
-        check_choice(s["background"], "background", BACKGROUNDS)
-        check_number(self.verbose, "verbose", integer=True, low=0)
-        high = None if n_samples is None else n_samples
-        check_number(self.n_clusters, "n_clusters", integer=True, low=1, high=high,
-                     allow_none=True)  # fmt: skip
-        if s["readout"] == "spectral" and self.n_clusters is None:
-            raise ValueError("readout='spectral' needs n_clusters")
-        if not isinstance(s["search"], SearchSettings):
-            raise ValueError(f"search must be a SearchSettings, got {type(s['search']).__name__}")
-        if not isinstance(s["mean_settings"], MeanSettings):
-            raise ValueError(
-                f"mean_settings must be a MeanSettings, got {type(s['mean_settings']).__name__}"
-            )
-        check_choice(s["mean_settings"].preconditioner, "mean_settings.preconditioner",
-                     PRECONDITIONERS)  # fmt: skip
-        for key in ("n_neighbors", "readout_neighbors"):
-            s[key] = self._neighbours(key, s[key], n_samples)
-        a = s["attention_options"]
-        check_choice(a["bandwidth"], "attention_options['bandwidth']", BANDWIDTHS)
-        check_choice(a["symmetry"], "attention_options['symmetry']", SYMMETRIES)
-        check_number(a["mean_steps"], "attention_options['mean_steps']", integer=True, low=0,
-                     allow_none=True)  # fmt: skip
-        s["attention_settings"] = AttentionSettings(
-            kind=s["attention"], k=s["n_neighbors"], bandwidth=a["bandwidth"],
-            symmetry=a["symmetry"],
-        )  # fmt: skip
-        s["attention_mean"] = s["mean_settings"]
-        if s["attention"] == "knn" and a["mean_steps"] is not None:
-            s["attention_mean"] = replace(s["mean_settings"], steps=a["mean_steps"])
-        r = s["readout_options"]
-        check_choice(r["with_k"], "readout_options['with_k']", WITH_K)
-        check_choice(r["community"], "readout_options['community']", COMMUNITIES)
-        check_number(r["resolution"], "readout_options['resolution']", low=0.0, low_open=True)
-        check_number(r["min_cluster_size"], "readout_options['min_cluster_size']",
-                     integer=True, low=2)  # fmt: skip
-        s["graph"] = {**r, "k": s["readout_neighbors"]}
-        o = s["stop_options"]
-        check_number(o["n_seeds"], "stop_options['n_seeds']", integer=True, low=2)
-        check_number(o["min_ari"], "stop_options['min_ari']", low=0.0, high=1.0)
-        s["stop_rule"] = {"rule": s["stop"], **o}
-        s["preset"] = preset
-        return s
-
-    @staticmethod
-    def _options(name: str, preset: dict, given: Any) -> dict[str, Any]:
-        """An option dict: its defaults, then the preset's keys, then the given keys."""
-        if given is not None and not isinstance(given, dict):
-            raise ValueError(f"{name} must be a dict, got {type(given).__name__}")
-        known = _OPTIONS[name]
-        unknown = [k for k in (given or {}) if k not in known]
-        if unknown:
-            raise ValueError(
-                f"{name} has no key {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
-            )
-        return {**known, **preset, **(given or {})}
-
-    def _neighbours(self, name: str, preset_k: int, n_samples: int | None) -> int:
-        """A neighbour count: a given one must satisfy 1 <= k < n_samples; the preset's is
-        lowered to n_samples - 1 so that small data sets run with the defaults."""
-        given = getattr(self, name)
-        k = preset_k if given is None else given
-        check_number(k, name, integer=True, low=1)
-        if n_samples is not None:
+    def _resolved(self, n_samples: int | None = None) -> IASettings:
+        """The settings this fit uses: the preset with every parameter not None laid over it,
+        each checked (one-line ``ValueError`` naming the parameter); neighbour counts are
+        sized later by :func:`~ia_stages.ia.settings.sized` when left at None."""
+        parts: dict[str, dict] = {"attention": {}, "readout": {}, "stop": {}}
+        top: dict[str, Any] = {}
+        for param, (part, key) in _PARAMS.items():
+            value = getattr(self, param)
+            if value is None:
+                continue
+            if param in ("n_neighbors", "readout_neighbors"):
+                check_number(value, param, integer=True, low=1)
+                if n_samples is not None and value >= n_samples:
+                    raise ValueError(f"{param} must be < n_samples = {n_samples}, got {value}")
+            if part is None:
+                top[key] = value
+            else:
+                parts[part][key] = value
+        for param, (part, keys) in _OPTIONS.items():
+            given = getattr(self, param)
             if given is None:
-                k = max(1, min(int(k), n_samples - 1))
-            elif k >= n_samples:
-                raise ValueError(f"{name} must be < n_samples = {n_samples}, got {k}")
-        return int(k)
+                continue
+            if not isinstance(given, dict):
+                raise ValueError(f"{param} must be a dict, got {type(given).__name__}")
+            unknown = [k for k in given if k not in keys]
+            if unknown:
+                raise ValueError(
+                    f"{param} has no key {', '.join(map(repr, unknown))} (known: {', '.join(keys)})"
+                )
+            parts[part].update(given)
+        for param, part in (("search", "search"), ("mean_settings", "mean")):
+            value = getattr(self, param)
+            if value is not None:
+                cls = SearchSettings if part == "search" else MeanSettings
+                if not isinstance(value, cls):
+                    kind = type(value).__name__
+                    raise ValueError(f"{param} must be a {cls.__name__}, got {kind}")
+                top[part] = value
+        check_number(self.verbose, "verbose", integer=True, low=0)
+        check_number(self.n_clusters, "n_clusters", integer=True, low=1, high=n_samples,
+                     allow_none=True)  # fmt: skip
+        try:
+            s = ia_settings(self.preset, **top, **parts)
+        except ValueError as err:
+            raise ValueError(_parameter_names(str(err))) from None
+        if s.readout.kind == "spectral" and self.n_clusters is None:
+            raise ValueError("readout='spectral' needs n_clusters")
+        return s
 
     def _validate_X(self, X: Any, min_samples: int = 2, fitted: bool = False) -> Any:
         """Finite images ``(n, H, W)`` with the background setting applied; constant or too
@@ -375,10 +304,15 @@ class InvariantAttentionClustering(
         X = check_images(X, "X", image_shape=self.image_shape, min_samples=min_samples)
         if fitted:
             self._check_fitted_shape(X)
-        s = self._resolved()
-        X = subtract_background(X, s["background"])
-        check_image_content(X, "X", s["sigma"])
+        X = subtract_background(X, self._background())
+        check_image_content(X, "X", self._resolved().sigma)
         return X
+
+    def _background(self) -> str:
+        """The background setting (image preparation, not IA: 'none' when None)."""
+        background = "none" if self.background is None else self.background
+        check_choice(background, "background", BACKGROUNDS)
+        return background
 
     # fitting ----------------------------------------------------------------------------
 
@@ -398,154 +332,41 @@ class InvariantAttentionClustering(
         X = self._validate_X(X)
         n = X.shape[0]
         s = self._resolved(n)
-        rng = check_random_state(self.random_state)
-        seed = int(rng.randint(np.iinfo(np.int32).max))  # one seed for every read-out
-        T = s["iterations"]
-        pairs = n * (n - 1) // 2
-        with tqdm(total=2 * T + 2, disable=not self.verbose, desc="IA clustering",
-                  unit="stage") as bar:  # fmt: skip
-            steps: list[InvariantAttentionStep] = []
-            kms: list[KappaMaxResult] = []
-            parts: list[np.ndarray] = []
-            V = X
-            for t in range(T + 1):
-                what = "final kappa^max" if t == T else f"iteration {t + 1}: kappa^max"
-                with self._bar(pairs, what, "pair") as b:
-                    kms.append(self._kmax(V, s, b.update))
-                parts.append(self._readout(kms[-1], s, seed))
-                bar.update()
-                if t == T or self._stop_settled(parts, kms, s):
-                    break
-                with self._bar(n, f"iteration {t + 1}: invariant means", "column") as b:
-                    step = attention_step(
-                        V, kms[-1], s["attention_settings"], s["beta"], s["init"],
-                        s["attention_mean"], progress=b.update,
-                    )  # fmt: skip
-                steps.append(step)
-                V = step.features
-                bar.update()
-            chosen, reason = self._stop(parts, kms, s)
-            bar.total = bar.n + 1
-            bar.refresh()
-            labels = parts[chosen]
-            with self._bar(n * (int(labels.max()) + 1), "cluster means and poses", "pair") as b:
-                means, poses, dist = self._cluster_means(X, labels, kms[0], s, b.update)
-            bar.update()
-        self.settings_ = s
-        self.steps_ = steps[:chosen]
-        self.features_ = X if chosen == 0 else steps[chosen - 1].features
-        self.kmax_ = kms[chosen]
-        self.affinity_matrix_ = kms[chosen].value
-        self.labels_ = labels
-        self.n_clusters_ = int(labels.max()) + 1
-        self.cluster_means_ = means
-        self.poses_ = poses
-        self.distances_ = dist
+        if isinstance(self.random_state, int | np.integer) and not isinstance(
+            self.random_state, bool
+        ):
+            seed = int(self.random_state)  # the pipeline's read-outs take the same int seed
+        else:
+            rng = check_random_state(self.random_state)
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+        res = run_ia(X, s, self.n_clusters, seed, self.verbose)
+        chosen = res.n_iter
+        self.result_ = res
+        self.settings_ = res.settings
+        self.steps_ = res.steps[:chosen]
+        self.features_ = X if chosen == 0 else res.steps[chosen - 1].features
+        self.kmax_ = res.kmax[chosen]
+        self.affinity_matrix_ = res.kmax[chosen].value
+        self.labels_ = res.labels
+        self.n_clusters_ = int(res.labels.max()) + 1
+        self.cluster_means_ = res.averages.means
+        self.poses_ = res.averages.params
+        self.distances_ = res.averages.distance
         self.image_shape_ = tuple(int(d) for d in X.shape[1:])
         self.n_features_in_ = int(np.prod(self.image_shape_))
         self.n_iter_ = int(chosen)
-        self.stop_reason_ = reason
-        self.iterations_run_ = len(steps)
-        self.partitions_ = np.stack(parts)
+        self.stop_reason_ = res.stop_reason
+        self.iterations_run_ = len(res.steps)
+        self.partitions_ = res.partitions
         return self
-
-    @staticmethod
-    def _stop(
-        parts: list[np.ndarray], kms: list[KappaMaxResult], s: dict[str, Any]
-    ) -> tuple[int, str]:
-        """The iteration the stopping rule chooses among those computed, and why."""
-        sq = [to_numpy(km.sqdist) for km in kms]
-        return stop_iteration(parts, sq, s["stop_rule"], s["graph"])
-
-    def _stop_settled(
-        self, parts: list[np.ndarray], kms: list[KappaMaxResult], s: dict[str, Any]
-    ) -> bool:
-        """True when more iterations cannot change the rule's choice: it chose an earlier
-        iteration than the last computed, or ('partition') the last read-out agrees with the
-        one before."""
-        if len(parts) < 2 or s["stop"] == "none":
-            return False
-        chosen, _ = self._stop(parts, kms, s)
-        if chosen < len(parts) - 1:
-            return True
-        if s["stop"] == "partition":
-            ari = adjusted_rand_score(parts[-2], parts[-1])
-            return bool(ari >= s["stop_rule"]["min_ari"])
-        return False
-
-    def _bar(self, total: int, desc: str, unit: str) -> tqdm:
-        """A progress bar for one stage (stderr; shown when ``verbose``, removed when done)."""
-        return tqdm(total=total, desc=desc, unit=unit, disable=not self.verbose, leave=False)
 
     def fit_predict(self, X: Any, y: Any = None, **kwargs: Any) -> np.ndarray:
         """Fit and return ``labels_`` ``(n,)``."""
         return self.fit(X).labels_
 
-    def _kmax(self, V: Any, s: dict[str, Any], progress: Any, U: Any = None) -> KappaMaxResult:
-        """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V``."""
-        args = (V,) if U is None else (U, V)
-        return kappa_max(
-            *args,
-            beta=s["beta"],
-            normalization=s["normalization"],
-            settings=s["search"],
-            sigma=s["sigma"],
-            progress=progress,
-        )
-
-    def _readout(self, km: KappaMaxResult, s: dict[str, Any], seed: int) -> np.ndarray:
-        """Labels ``(n,)`` of one kappa^max by the ``readout`` setting."""
-        if s["readout"] == "spectral":
-            return spectral_affinity(to_numpy(km.value), self.n_clusters, seed)
-        if s["readout"] == "graph":
-            return graph_partition(to_numpy(km.sqdist), s["graph"], self.n_clusters, seed)
-        return cluster_by_distance(
-            to_numpy(km.sqdist), s["threshold"], s["linkage"], self.n_clusters
-        )
-
-    def _cluster_means(
-        self, X: Any, labels: np.ndarray, km: KappaMaxResult, s: dict[str, Any], progress: Any
-    ) -> tuple[Any, np.ndarray, np.ndarray]:
-        """Invariant mean of every cluster's images (uniform weights, Algorithm 1 started at
-        the kappa^max alignments onto the cluster's medoid; a single image is its own mean),
-        then each image's pose onto its cluster's mean and the distance, by kappa^max."""
-        xp = array_module(X)
-        sq = to_numpy(km.sqdist)
-        means = []
-        for k in range(int(labels.max()) + 1):
-            members = np.flatnonzero(labels == k)
-            if members.size == 1:
-                means.append(X[int(members[0])])
-                continue
-            medoid = members[np.argmin(sq[np.ix_(members, members)].sum(1))]
-            idx = xp.asarray(members)
-            res = invariant_mean(X[idx], xp.ones(members.size), km.params[medoid][idx],
-                                 s["mean_settings"])  # fmt: skip
-            means.append(res.mean)
-        means = xp.stack(means)
-        ali = self._align(means, X, s, progress, labels)
-        return means, ali.params, ali.distance
-
-    def _align(
-        self,
-        means: Any,
-        X: Any,
-        s: dict[str, Any],
-        progress: Any = None,
-        labels: np.ndarray | None = None,
-    ) -> Alignment:
-        """Pose and distance of every image of ``X`` onto ``means[labels]`` (the nearest mean
-        when ``labels`` is None), from one kappa^max of ``means`` against ``X``."""
-        km = self._kmax(X, s, progress, U=means)
-        sq = to_numpy(km.sqdist)  # (K, n)
-        if labels is None:
-            labels = np.argmin(sq, axis=0).astype(np.int64)
-        cols = np.arange(X.shape[0])
-        return Alignment(
-            labels,
-            to_numpy(km.params)[labels, cols],
-            np.sqrt(np.maximum(sq[labels, cols], 0.0)),
-        )
+    def _align(self, means: Any, X: Any, s: IASettings) -> Alignment:
+        """Pose and distance of every image of ``X`` onto its nearest mean."""
+        return Alignment(*align_to(means, X, s))
 
     # access to the fitted means ----------------------------------------------------------
 
@@ -557,7 +378,7 @@ class InvariantAttentionClustering(
         """
         check_is_fitted(self, "cluster_means_")
         X = self._validate_X(X, min_samples=1, fitted=True)
-        km = self._kmax(X, self.settings_, None, U=self.cluster_means_)
+        km = self.settings_.kmax(X, U=self.cluster_means_)
         return np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0)).T
 
     def align(self, X: Any = None) -> Alignment:

@@ -29,12 +29,16 @@ class AttentionSettings:
     symmetry : knn only; 'none' keeps j's own k nearest; 'mutual' keeps i only if j is also
         among i's k nearest; 'union' adds i when j is among i's k nearest (the columns then
         attend to up to 2k samples)
+    mean_steps : None, or the Algorithm 1 steps of every knn column's mean (instead of the
+        mean settings' ``steps``); 0 is the weighted mean of the neighbours at their kappa^max
+        alignments
     """
 
     kind: str = "dense"
     k: int = 10
     bandwidth: str = "kth"
     symmetry: str = "none"
+    mean_steps: int | None = None
 
     def check(self, n: int | None = None) -> None:
         """Raise ValueError naming the field when a setting is out of range (k vs n if given)."""
@@ -48,6 +52,12 @@ class AttentionSettings:
             raise ValueError(
                 f"attention.symmetry must be one of {SYMMETRIES}, got {self.symmetry!r}"
             )
+        if self.mean_steps is not None and (
+            isinstance(self.mean_steps, bool)
+            or not isinstance(self.mean_steps, int | np.integer)
+            or self.mean_steps < 0
+        ):
+            raise ValueError(f"attention.mean_steps must be None or >= 0, got {self.mean_steps!r}")
         if self.kind == "knn" and (self.k < 1 or (n is not None and self.k >= n and n > 1)):
             raise ValueError(f"attention.k must satisfy 1 <= k < n (n={n}), got {self.k}")
 

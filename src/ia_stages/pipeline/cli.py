@@ -177,7 +177,7 @@ def _cmd_run_method(a: argparse.Namespace) -> None:
 def _cmd_classes(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import classes
 
-    ds = classes.run(a.dataset, a.kmax0, a.kmax, a.out, a.csv, _settings(a.settings))
+    ds = classes.run(a.dataset, a.kmax, a.out, a.csv, _settings(a.settings))
     log.info("wrote %s and %s: %d clusters", a.out, a.csv, ds.sizes["cluster_id"])
 
 
@@ -198,6 +198,7 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         mean_steps=a.mean_steps,
         mean_images=a.mean_images,
         block_size=a.block_size,
+        preset=a.preset,
         seed=a.seed,
         backend=a.backend,
         background=a.background,
@@ -326,8 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
     sp.add_argument("--kernel-sigma", type=float, help="smoothing (px) inside kappa^max")
-    sp.add_argument("--threshold", type=float, help="read-out distance (default 0.3)")
-    sp.add_argument("--iterations", type=int, default=2, help="IA iterations (default 2)")
+    sp.add_argument(
+        "--preset",
+        choices=["images", "paper"],
+        default="images",
+        help="IA's settings as the estimator's preset= (default images: kNN attention, "
+        "graph read-out sized to the data; paper: the paper's dense IA)",
+    )
+    sp.add_argument("--threshold", type=float, help="linkage read-out distance (preset's)")
+    sp.add_argument("--iterations", type=int, help="most IA iterations (default: the preset's, 2)")
     sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
     sp.add_argument(
         "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"
@@ -352,8 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
     sp.add_argument("--dataset", required=True)
-    sp.add_argument("--kmax0", required=True, help="kappa^max of the input images (iteration 0)")
-    sp.add_argument("--kmax", required=True, help="kappa^max of the final features (read-out)")
+    sp.add_argument(
+        "--kmax", required=True, nargs="+", help="kappa^max of every IA iteration, input first"
+    )
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--csv", required=True, help="clusters.csv")

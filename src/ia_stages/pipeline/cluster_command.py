@@ -31,20 +31,28 @@ def images_config(
     beta: float | None = None,
     kernel_sigma: float | None = None,
     threshold: float | None = None,
-    iterations: int = 2,
+    iterations: int | None = None,
     mean_steps: int = 20,
     mean_images: int | None = 24,
     block_size: int = 256,
     seed: int = 0,
     backend: str = "auto",
     background: str = "none",
+    preset: str | None = None,
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
     Paths are made absolute, since the workflow runs in the output folder. ``mean_steps`` and
     ``mean_images`` are ``ia.mean.steps`` and ``ia.mean.max_images`` (the cost of a mean is
-    linear in both; 24 as in the default config).
+    linear in both; 24 as in the default config). ``preset`` (None: 'images') is the
+    :data:`ia_stages.ia.settings.PRESETS` entry the attention, read-out, stopping rule, kernel
+    and iterations come from, as in the estimator; a value given here wins.
     """
+    from dataclasses import asdict
+
+    from ia_stages.ia.settings import ia_settings
+
+    ia = ia_settings(preset)
     ds: dict = {
         "kind": "images",
         "path": str(Path(path).resolve()),
@@ -55,11 +63,23 @@ def images_config(
         "max_images": max_images,
         "background": background,
     }
-    for key, value in (("beta", beta), ("kernel_sigma", kernel_sigma)):
-        if value is not None:
-            ds[key] = value
-    if threshold is not None:
-        ds["readout_threshold"] = threshold
+    ds["beta"] = ia.beta if beta is None else beta
+    ds["kernel_sigma"] = ia.sigma if kernel_sigma is None else kernel_sigma
+    ds["normalization"] = ia.normalization
+    ds["attention"] = asdict(ia.attention)
+    ds["readout_threshold"] = ia.readout.threshold if threshold is None else threshold
+    readout = {
+        "ia": "graph" if ia.readout.kind == "graph" else "average",
+        "linkage": ia.readout.linkage,
+        "graph": {
+            "k_ia": ia.readout.k,
+            "with_k": ia.readout.with_k,
+            "community": ia.readout.community,
+            "resolution": ia.readout.resolution,
+            "min_cluster_size": ia.readout.min_cluster_size,
+            "merge": ia.readout.merge,
+        },
+    }
     return {
         "seed": seed,
         "backend": backend,
@@ -67,9 +87,12 @@ def images_config(
         "datasets": {DATASET: ds},
         "ia": {
             "datasets": [DATASET],
-            "iterations": iterations,
+            "iterations": ia.iterations if iterations is None else iterations,
+            "init": ia.init,
+            "stop": asdict(ia.stop),
             "mean": {"steps": mean_steps, "max_images": mean_images},
         },
+        "readout": readout,
         "ka": {"datasets": []},
         "benchmark": {"datasets": []},
         "figures": {"blobs": None, "shapes": None, "mean_trace": {"dataset": None}},

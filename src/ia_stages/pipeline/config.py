@@ -12,6 +12,8 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from ia_stages.ia.settings import ia_config
+
 KERNEL_KEYS = (
     "beta",
     "ka_beta",
@@ -135,7 +137,7 @@ def _check_semantics(cfg: dict) -> None:
     _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
         att = ds.get("attention")
-        if att and att["kind"] == "knn" and name in cfg["ia"]["datasets"]:
+        if att and att["kind"] == "knn" and att["k"] is not None and name in cfg["ia"]["datasets"]:
             n = dataset_size(cfg, name)
             if not 1 <= att["k"] < n:
                 raise ConfigError(
@@ -294,14 +296,14 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             "normalization": ds["normalization"],
             "readout": readout,
             "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
+            "ia": ia_config(cfg, dataset) if dataset in cfg["ia"]["datasets"] else None,
             "ka": dataset in cfg["ka"]["datasets"],
         }
     if stage == "classes":
         readout = dict(cfg["readout"])
         if ds.get("readout_threshold") is not None:
             readout["threshold"] = ds["readout_threshold"]
-        mean = {**cfg["ia"]["mean"], "max_images": None}  # every member counts
-        return {**common, "normalization": ds["normalization"], "readout": readout, "mean": mean}
+        return {**common, "ia": ia_config(cfg, dataset), "readout": readout}
     if stage == "theory":
         return {
             **common,

@@ -37,27 +37,3 @@ def cluster_by_distance(
         labels = fcluster(Z, t=threshold, criterion="distance")
     _, relabelled = np.unique(labels, return_inverse=True)
     return relabelled.astype(np.int64)
-
-
-IA_READOUTS = ("graph", "average")
-
-
-def ia_partition(
-    sqdist: Any, readout: dict, graph: dict, n_clusters: int | None, seed: int
-) -> np.ndarray:
-    """IA's read-out of one iteration's kappa^max squared distances ``(n, n)``; labels.
-
-    ``readout['ia']`` = 'graph': the kNN-graph read-out (``graph_partition``,
-    spectral with K, community detection without); 'average': the ``readout['linkage']``
-    tree cut at ``readout['threshold']`` or into K clusters.
-    """
-    from ia_stages.readout.graph import graph_partition
-
-    kind = readout.get("ia", "graph")
-    if kind == "graph":
-        return graph_partition(sqdist, graph, n_clusters, seed)
-    if kind == "average":
-        if n_clusters is not None:
-            return cluster_by_distance(sqdist, 0.0, readout["linkage"], n_clusters=n_clusters)
-        return cluster_by_distance(sqdist, readout["threshold"], readout["linkage"])
-    raise ValueError(f"readout.ia must be one of {IA_READOUTS}, got {kind!r}")

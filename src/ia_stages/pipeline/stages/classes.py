@@ -1,7 +1,8 @@
 """Stage ``classes``: clusters of one dataset, their class averages and every image's pose.
 
-Reads the dataset store, the kappa^max of the input images (IA iteration 0: poses onto each
-cluster's medoid) and the kappa^max of IA's final features (the read-out). Writes
+Reads the dataset store and the kappa^max of every IA iteration's features (iteration 0, the
+input images, first): IA's read-out of each, the iteration the stopping rule keeps, and the
+class averages started at the input's kappa^max alignments onto each cluster's medoid. Writes
 ``results/{dataset}/classes.zarr`` (class averages, sizes, poses, distances, the read-out's
 stability over thresholds) and ``results/{dataset}/clusters.csv``: one row per image with its
 name, cluster, distance to the class average and the pose (theta in radians, b0, b1 in px;
@@ -16,11 +17,13 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ia_stages.ia.class_averages import class_averages, threshold_stability
-from ia_stages.ia.invariant_mean import MeanSettings
+from ia_stages.core.backend import to_numpy
+from ia_stages.ia.class_averages import cluster_averages, threshold_stability
+from ia_stages.ia.loop import read_iterations
+from ia_stages.ia.settings import ia_settings, sized
+from ia_stages.kmax import KappaMaxResult
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store, write_text_atomic
-from ia_stages.readout.linkage import cluster_by_distance
 
 
 def _kmax(path: str | Path, n: int) -> xr.Dataset:
@@ -39,45 +42,53 @@ def sample_names(data: xr.Dataset) -> list[str]:
 
 def run(
     dataset: str | Path,
-    kmax0: str | Path,
-    kmax_final: str | Path,
+    kmax: list[str | Path],
     out: str | Path,
     csv: str | Path,
     settings: dict,
 ) -> xr.Dataset:
-    """Cluster by the read-out, compute class averages and poses, write the store and CSV."""
+    """Read out every IA iteration's kappa^max (``kmax``: iteration 0 = the input images
+    first), keep the iteration the stopping rule chooses, compute class averages and poses,
+    write the store and CSV. The same functions as the estimator's
+    (:func:`~ia_stages.ia.loop.read_iterations` and
+    :func:`~ia_stages.ia.class_averages.class_averages`).
+    """
     data = load_features(dataset)
     V = require_images(data, dataset)
     n = V.shape[0]
-    k0, kf = _kmax(kmax0, n), _kmax(kmax_final, n)
-    readout = settings["readout"]
-    mean = dict(settings["mean"])
-    mean["sigmas"] = tuple(mean["sigmas"])
+    if not kmax:
+        raise InputError(f"{out}: no kappa^max stores given")
+    kms = [_kmax(p, n) for p in kmax]
+    try:
+        ia = sized(ia_settings(**settings["ia"]), n)
+    except ValueError as err:
+        raise InputError(f"settings key {err}") from None
     with timer() as t:
-        sq = kf["sqdist"].values
-        pred = cluster_by_distance(sq, readout["threshold"], readout["linkage"])
-        res = class_averages(
-            V,
-            pred,
-            k0["params"].values,
-            k0["sqdist"].values,
-            MeanSettings(**mean),
-            settings["normalization"],
+        sqs = [k["sqdist"].values for k in kms]
+        parts, chosen, reason = read_iterations(
+            sqs, ia, None, int(settings["seed"]), [k["value"].values for k in kms]
         )
-        thresholds, found, ari = threshold_stability(sq, readout["threshold"], readout["linkage"])
+        pred = parts[chosen]
+        k0 = kms[0]
+        km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
+        pred, res = cluster_averages(V, pred, km0, ia)
+        sq = sqs[chosen]
+        thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
     names = sample_names(data)
     param_names = list(k0["param"].values) if "param" in k0.coords else ["theta", "b0", "b1"]
+    means = to_numpy(res.means)
     ds = xr.Dataset(
         {
             "cluster": (("sample",), pred),
             "distance": (("sample",), res.distance),
             "pose": (("sample", "param"), res.params),
             "sample_name": (("sample",), strings(names)),
-            "class_average": (("cluster_id", "y", "x"), res.means),
+            "class_average": (("cluster_id", "y", "x"), means),
             "size": (("cluster_id",), res.sizes),
             "medoid": (("cluster_id",), res.medoids),
             "stability_clusters": (("threshold",), found),
             "stability_ari": (("threshold",), ari),
+            "pred_iter": (("iteration", "sample"), np.stack(parts)),
         },
         coords={
             "sample": np.arange(n),
@@ -92,8 +103,11 @@ def run(
         settings["seed"],
         "numpy",
         dataset=settings["dataset"],
-        threshold=float(readout["threshold"]),
+        threshold=float(ia.readout.threshold),
         n_clusters=int(res.sizes.size),
+        stopped_at=int(chosen),
+        stop_reason=reason,
+        readout_k=int(ia.readout.k),
         wall_seconds=t["seconds"],
     )
     table = pd.DataFrame({"sample": np.arange(n), "name": names, "cluster": pred})

@@ -4,23 +4,25 @@ The means of the columns of W are independent, so the stage is sharded like kapp
 ``means`` computes one block of columns, ``means-gather`` assembles the next features (and W)
 from the blocks. W is the column-normalised kappa^max ('dense', the paper's) or, with the
 settings' ``attention`` of kind 'knn', each column's weights over its k nearest samples under
-kappa^max (:mod:`ia_stages.readout.graph`); a 'knn' column's mean aligns only those samples.
+kappa^max; a 'knn' column's mean aligns only those samples. Both come from
+:func:`ia_stages.ia.attention.attention_step`, the estimator's attention step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.ia.attention import column_normalize, invariant_attention_step, knn_attention_step
+from ia_stages.ia.attention import attention_step, column_normalize, sparse_neighbours
 from ia_stages.ia.invariant_mean import MeanSettings
-from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
+from ia_stages.ia.settings import sized_neighbours
+from ia_stages.ia.weights import AttentionSettings, dense_weights
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
 from ia_stages.pipeline.stages.common import (
     InputError,
     load_features,
@@ -40,22 +42,16 @@ def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
 
 
 def attention_of(settings: dict, n: int) -> AttentionSettings:
-    """The settings' attention (dense when absent), checked against ``n`` samples."""
-    cfg = {k: v for k, v in settings.get("attention", {"kind": "dense"}).items()}
-    cfg.pop("mean_steps", None)
-    att = AttentionSettings(**cfg)
+    """The settings' attention (dense when absent), its k sized to ``n`` when None
+    (:func:`ia_stages.ia.settings.sized_neighbours`, as the estimator without K), checked."""
+    att = AttentionSettings(**settings.get("attention", {"kind": "dense"}))
+    if att.k is None:
+        att = replace(att, k=sized_neighbours(n)[0])
     try:
         att.check(n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     return att
-
-
-def sparse_weights(km: xr.Dataset, att: AttentionSettings, beta: float | None):
-    """kNN list and its column weights ``(n, width)`` from a dense kappa^max store."""
-    knn = knn_from_dense(km["sqdist"].values, att.k, km["params"].values)
-    knn = symmetrize(knn, att.symmetry)
-    return knn, knn_weights(knn, att, 1.0 if beta is None else beta)
 
 
 def run(
@@ -84,18 +80,19 @@ def run(
     mean = dict(settings["mean"])
     mean["sigmas"] = tuple(mean["sigmas"])
     att = attention_of(settings, n)
-    steps = settings.get("attention", {}).get("mean_steps")
-    if att.kind == "knn" and steps is not None:
-        mean["steps"] = steps
     Vx, backend = on_backend(V, settings["backend"])
+    res = KappaMaxResult(
+        *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
+    )
+    beta = 1.0 if settings.get("beta") is None else settings["beta"]
+    with timer() as t:
+        step = attention_step(
+            Vx, res, att, beta, settings["init"], MeanSettings(**mean),
+            progress=progress, columns=cols,
+        )  # fmt: skip
+    means, feats = step.means, to_numpy(step.features)
     if att.kind == "knn":
-        knn, w = sparse_weights(km, att, settings.get("beta"))
-        with timer() as t:
-            means = knn_attention_step(
-                Vx, knn, w, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
-            )
-        feats = np.stack([to_numpy(m.mean) for m in means])
-        rows = knn.indices[cols.start : cols.stop]
+        rows = step.neighbours.indices[cols.start : cols.stop]
         params = np.full((*rows.shape, means[0].params.shape[-1]), np.nan)
         for r, m in enumerate(means):
             params[r, rows[r] >= 0] = to_numpy(m.params)
@@ -104,14 +101,6 @@ def run(
             "neighbour_index": (("sample", "neighbour"), rows),
         }
     else:
-        res = KappaMaxResult(
-            *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
-        )
-        with timer() as t:
-            step = invariant_attention_step(
-                Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
-            )
-        means, feats = step.means, to_numpy(step.features)
         variables = {
             "mean_params": (
                 ("sample", "source", "param"),
@@ -164,8 +153,9 @@ def gather(
     km = _read_kmax(kmax, n)
     att = attention_of(settings, n)
     if att.kind == "knn":
-        knn, w = sparse_weights(km, att, settings.get("beta"))
-        W = dense_weights(knn, w)
+        res = KappaMaxResult(*(km[k].values for k in ("value", "params", "sqdist")))
+        beta = 1.0 if settings.get("beta") is None else settings["beta"]
+        W = dense_weights(*sparse_neighbours(res, att, beta))
     else:
         W = column_normalize(km["value"].values)
     ds["weights"] = (("sample_i", "sample_j"), W)

@@ -10,7 +10,9 @@ import pandas as pd
 from ia_stages.benchmark import metrics as M
 from ia_stages.core.smoothing import normalize, sq_distances
 from ia_stages.ia.attention import column_normalize
-from ia_stages.pipeline.stages.common import load_features
+from ia_stages.ia.loop import read_iterations
+from ia_stages.ia.settings import ia_settings, sized
+from ia_stages.pipeline.stages.common import InputError, load_features
 from ia_stages.pipeline.store import read_store, write_text_atomic
 from ia_stages.readout.linkage import cluster_by_distance
 
@@ -52,14 +54,23 @@ def _max_within(dist: np.ndarray, labels: np.ndarray | None) -> float:
 
 
 def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> list[dict]:
-    """Rows for IA iterations 0..T from features stores (dataset first) and kappa^max stores."""
+    """Rows for IA iterations 0..T from features stores (dataset first) and kappa^max stores;
+    IA's read-out of every iteration is :func:`ia_stages.ia.loop.read_iterations`'s, as in
+    ``clusters.csv`` and the estimator."""
     rows, seconds = [], 0.0
-    readout = settings["readout"]
-    for t, (fpath, kpath) in enumerate(zip(features, kmax, strict=True)):
+    kms = [read_store(p, required=("value", "sqdist")) for p in kmax]
+    n = kms[0]["sqdist"].shape[0]
+    try:
+        ia = sized(ia_settings(**settings["ia"]), n)
+    except ValueError as err:
+        raise InputError(f"settings key {err}") from None
+    parts, _, _ = read_iterations(
+        [k["sqdist"].values for k in kms], ia, None, int(settings["seed"]),
+        [k["value"].values for k in kms],
+    )  # fmt: skip
+    for t, (fpath, km, pred) in enumerate(zip(features, kms, parts, strict=True)):
         f = load_features(fpath)
-        km = read_store(kpath, required=("value", "sqdist"))
         sq = km["sqdist"].values
-        pred = cluster_by_distance(sq, readout["threshold"], readout["linkage"])
         dist = M.manifold_distances(sq, M.feature_norms(f["features"].values))
         if t > 0:
             seconds += float(f.attrs.get("wall_seconds", 0.0))

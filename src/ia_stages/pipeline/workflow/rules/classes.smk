@@ -6,8 +6,7 @@ rule classes:
         CONDA_ENV
     input:
         dataset="results/data/{dataset}.zarr",
-        kmax0="results/{dataset}/ia/iter0/kmax.zarr",
-        kmax=f"results/{{dataset}}/ia/iter{IA_ITERS}/kmax.zarr",
+        kmax=expand("results/{{dataset}}/ia/iter{t}/kmax.zarr", t=range(IA_ITERS + 1)),
     output:
         store=directory("results/{dataset}/classes.zarr"),
         csv=report(
@@ -21,7 +20,7 @@ rule classes:
     log:
         "results/logs/{dataset}/classes.log",
     shell:
-        "ia-stages classes --dataset {input.dataset} --kmax0 {input.kmax0} --kmax {input.kmax}"
+        "ia-stages classes --dataset {input.dataset} --kmax {input.kmax}"
         " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"
 
 

