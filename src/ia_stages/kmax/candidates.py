@@ -29,7 +29,12 @@ from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.validation import check_images
-from ia_stages.kmax.features import FeatureSettings, feature_neighbours, invariant_features
+from ia_stages.kmax.features import (
+    DEFAULT_FEATURES,
+    FeatureSettings,
+    feature_neighbours,
+    invariant_features,
+)
 from ia_stages.kmax.knn import _check_k, _Lists, _Refiner
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.polar import (
@@ -60,7 +65,7 @@ def kappa_max_candidates(
     settings: SearchSettings = EXACT_SEARCH,
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
-    features: FeatureSettings = FeatureSettings(),
+    features: FeatureSettings = DEFAULT_FEATURES,
 ) -> KnnResult:
     """Each sample's k nearest under kappa^max (itself first), refined on candidates only.
 

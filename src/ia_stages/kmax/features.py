@@ -69,6 +69,9 @@ class FeatureSettings:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
 
 
+DEFAULT_FEATURES = FeatureSettings()
+
+
 def ring_invariants(F: Any) -> Any:
     """Rotation invariants of ring coefficients.
 
@@ -128,7 +131,7 @@ def _polar_matrix(H: int, W: int, n_angles: int) -> tuple[np.ndarray, int]:
     return out, R
 
 
-def raw_features(images: Any, settings: FeatureSettings = FeatureSettings()) -> Any:
+def raw_features(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> Any:
     """Invariant features ``(n, D)`` float32 of smoothed, normalised images ``(n, H, W)``,
     before the PCA; each family has unit norm per image."""
     xp = array_module(images)
@@ -145,7 +148,7 @@ def raw_features(images: Any, settings: FeatureSettings = FeatureSettings()) -> 
 
 
 def invariant_features(
-    images: Any, settings: FeatureSettings = FeatureSettings(), progress: Any = None
+    images: Any, settings: FeatureSettings = DEFAULT_FEATURES, progress: Any = None
 ) -> Any:
     """Rotation- and translation-invariant features of every image, PCA-compressed.
 
