@@ -17,46 +17,16 @@ import yaml
 
 from ia_stages.benchmark.methods import METHODS
 from ia_stages.pipeline.cli import main
-from ia_stages.pipeline.stages import bench_tables, cluster
+from ia_stages.pipeline.stages import bench_tables, run_method
 from ia_stages.pipeline.stages.bench_tables import NOT_RUN, REPORTED
 from ia_stages.pipeline.store import read_store, write_store
 
 from .test_workflow import ROOT, mtimes, run_workflow
 
-N = 10
-BENCH_TINY = {
-    "seed": 2,
-    "backend": "numpy",
-    "block_size": 16,
-    "datasets": {
-        "shapes3": {"kind": "shapes3", "n_per_class": 2, "size": 32, "kernel_sigma": 1.0},
-        "mnist3": {"kind": "mnist3", "n": 3, "canvas": 32},
-        "blobs": {"kind": "blobs", "n_samples": 30},
-        "mnist_rot": {
-            "kind": "mnist_rot",
-            "n": N,
-            "canvas": 32,
-            "attention": {"kind": "knn", "k": 4, "symmetry": "mutual"},
-        },
-        "affnist": {"kind": "affnist", "n": N},
-    },
-    "ia": {
-        "datasets": ["shapes3", "mnist_rot", "affnist"],
-        "iterations": 1,
-        "search": {"n_angles": 12, "refine_iters": 4, "n_candidates": 1},
-        "mean": {"steps": 3},
-    },
-    "ka": {"datasets": ["shapes3", "blobs"], "iterations": 1},
-    "readout": {"graph": {"k": 3, "k_ia": 4}},
-    "figures": {"mean_trace": {"dataset": "mnist3", "steps": 2}},
-    "benchmark": {
-        "datasets": ["mnist_rot", "affnist"],
-        "seeds": 2,
-        "ti_kmeans": {"iterations": 2},
-        "ablation": {"n_angles": 8, "max_shift": 3},
-        "theory": {"samples": 3, "columns": 1, "restarts": 2},
-    },
-}
+pytestmark = pytest.mark.slow  # runs the workflow end to end
+
+BENCH_TINY = yaml.safe_load((ROOT / ".test" / "config" / "bench_tiny.yaml").read_text())
+N = BENCH_TINY["datasets"]["mnist_rot"]["n"]
 TABLES = [f"results/tables/{t}.csv" for t in ("clustering", "theory", "cost")]
 FIGURE = "results/figures/benchmark_acc.png"
 
@@ -130,7 +100,7 @@ def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path
             kmax = [work / f"results/{dname}/ia/iter{t}/kmax.zarr" for t in (0, 1)]
             kmax = kmax[:1] if needs == "kmax0" else kmax
         out = tmp_path / dname / path.parent.name / path.name
-        rerun = cluster.run(
+        rerun = run_method.run(
             work / f"results/data/{dname}.zarr", out, json.loads(st.attrs["settings"]), kmax
         )
         np.testing.assert_array_equal(rerun["pred"].values, st["pred"].values, str(path))

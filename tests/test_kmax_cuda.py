@@ -39,10 +39,11 @@ SIMULATED = textwrap.dedent(
     X[2, 2:14, 7:9] = 1.0
     X[2, 11:14, 3:13] = 1.0
     X[3] = X[0].T[::-1]
+    X = X[:, 2:14, 2:14]  # 12 x 12: the simulator runs every CUDA thread in Python
     U = normalize(smooth(X, 1.0))
-    ii, jj = np.array([0, 0, 1, 2]), np.array([1, 3, 2, 3])
+    ii, jj = np.array([0, 1]), np.array([3, 2])
     starts = np.concatenate(
-        [rng.uniform(-np.pi, np.pi, (4, 2, 1)), rng.uniform(-2, 2, (4, 2, 2))], -1
+        [rng.uniform(-np.pi, np.pi, (2, 2, 1)), rng.uniform(-2, 2, (2, 2, 2))], -1
     )
     starts = np.concatenate([starts, starts[:, :1]], 1)  # the scan repeats its best peak
     out = []
@@ -132,6 +133,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
     """Same pixels (float32 moving images, or their float32 B-spline coefficients), same
     float64 sums, the same taps (both interpolations): the CUDA build reports the CPU build's

@@ -21,7 +21,7 @@ from ia_stages.pipeline.store import read_store
 
 from .test_robustness import ROOT, SMALL, assert_same_results, fresh, snakemake
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 MARK = "# written by the ia-stages test suite"
 CONF, GRES = Path("/etc/slurm/slurm.conf"), Path("/etc/slurm/gres.conf")

@@ -17,32 +17,10 @@ from ia_stages.pipeline.stages import kmax_block, means
 from ia_stages.pipeline.stages.metrics import COLUMNS
 from ia_stages.pipeline.store import read_store
 
+pytestmark = pytest.mark.slow  # runs the workflow end to end
+
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {
-    "seed": 1,
-    "backend": "numpy",
-    "block_size": 4,  # shapes3 has 6 samples: blocks (0,0), (0,1), (1,1)
-    "datasets": {
-        # 48 px shapes lose their details under the default 2 px kernel smoothing
-        "shapes3": {
-            "kind": "shapes3",
-            "n_per_class": 2,
-            "size": 48,
-            "shift_px": [4, 4],
-            "kernel_sigma": 1.0,
-        },
-        "mnist3": {"kind": "mnist3", "n": 4, "canvas": 36, "shift_fraction": [0.05, 0.1]},
-        "blobs": {"kind": "blobs", "n_samples": 45},
-    },
-    "ia": {
-        "datasets": ["shapes3", "mnist3"],
-        "iterations": 2,
-        "search": {"n_angles": 24, "refine_iters": 8},
-        "mean": {"steps": 4},
-    },
-    "ka": {"datasets": ["shapes3", "mnist3", "blobs"], "iterations": 2},
-    "figures": {"mean_trace": {"dataset": "mnist3", "steps": 4}},
-}
+TINY = yaml.safe_load((ROOT / ".test" / "config" / "tiny.yaml").read_text())
 FIGURES = [
     "fig2_ka_blobs.png",
     "fig3_dataset_ka_means.png",

@@ -34,9 +34,13 @@ def normalize(images: Any, mode: str = "unit") -> Any:
     if mode != "unit":
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {mode!r}")
     xp = array_module(images)
+    shape = (-1,) + (1,) * (images.ndim - 1)
+    # divide by the largest magnitude first, so that squaring cannot overflow (values ~1e300)
+    peak = xp.abs(images.reshape(images.shape[0], -1)).max(1)
+    images = images / xp.where(peak > 0, peak, 1.0).reshape(shape)
     norms = xp.sqrt((images.reshape(images.shape[0], -1) ** 2).sum(1))
     norms = xp.where(norms > 0, norms, 1.0)
-    return images / norms.reshape((-1,) + (1,) * (images.ndim - 1))
+    return images / norms.reshape(shape)
 
 
 def half_resolution(images: Any) -> Any:

@@ -7,6 +7,7 @@ One function, :func:`check_images`, serves the estimator and :func:`ia_stages.km
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -200,3 +201,132 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+BACKGROUNDS = ("none", "median")
+
+
+def min_side(sigma: float) -> int:
+    """Smallest image side that smoothing by ``sigma`` px leaves a shape in: the Gaussian's
+    core (+- sigma), 2 sigma + 1 px (1 px without smoothing)."""
+    return int(np.ceil(2.0 * float(sigma))) + 1
+
+
+def check_image_content(
+    X: Any, name: str = "X", sigma: float = 0.0, constant: str = "warn"
+) -> None:
+    """Refuse images that kappa^max cannot compare, and warn about a non-zero background.
+
+    kappa^max compares shapes after scaling every image to unit norm. A constant image (all
+    zero, or one grey level) has no shape: it gets kappa = 1 with every other constant image of
+    its sign and clusters with them. Smoothing by ``sigma`` turns an image whose side is
+    shorter than the Gaussian's core (:func:`min_side`) into nearly the Gaussian itself, the
+    same for every image: those are refused.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` finite images (as :func:`check_images` returns them), numpy or cupy
+    name : how messages name ``X``
+    sigma : the smoothing (px) the images will get
+    constant : 'warn' (default): constant images are warned about, and refused only when every
+        image is constant; 'error': any constant image is refused (the pipeline's check of a
+        user's files, where a blank image is a mistake)
+
+    Raises
+    ------
+    ValueError
+        one line naming the first constant image (``X[i]``) or the size.
+
+    Warns
+    -----
+    UserWarning
+        a constant image (``constant='warn'``); most images' border median far from zero (a
+        grey or shifted background): kappa^max then matches backgrounds as much as shapes.
+        ``background='median'`` (the estimator's parameter, the ``background`` key of an
+        ``images`` dataset) subtracts it.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.zeros((3, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> check_image_content(X, sigma=2.0)
+    >>> check_image_content(np.zeros((2, 16, 16)))
+    Traceback (most recent call last):
+    ...
+    ValueError: every image of X is constant (X[0]: every pixel 0): no shape to compare
+    """
+    H, W = int(X.shape[-2]), int(X.shape[-1])
+    if H * W == 1:
+        raise ValueError(
+            f"{name} has images of 1 x 1 px (1 feature(s) per sample): a single pixel has no "
+            "shape for kappa^max to compare"
+        )
+    side = min_side(sigma)
+    if min(H, W) < side:
+        raise ValueError(
+            f"{name}: images of {H} x {W} px are too small for smoothing by sigma = {sigma:g} px "
+            f"(at least {side} px a side; lower sigma or use larger images)"
+        )
+    xp = array_module(X)
+    flat = X.reshape(X.shape[0], -1)
+    lo, hi = flat.min(1), flat.max(1)
+    flat_ones = xp.flatnonzero(hi == lo)
+    if int(flat_ones.size):
+        i = int(flat_ones[0])
+        what = f"{name}[{i}] is constant (every pixel {float(lo[i]):g})"
+        if int(flat_ones.size) == X.shape[0]:
+            raise ValueError(
+                f"every image of {name} is constant ({name}[0]: every pixel {float(lo[0]):g}): "
+                "no shape to compare"
+            )
+        if constant == "error":
+            raise ValueError(f"{what}: it has no shape for kappa^max to compare")
+        others = int(flat_ones.size) - 1
+        warnings.warn(
+            f"{what}{f', and {others} more' if others else ''}: a constant image has no shape; "
+            "it gets kappa = 1 with every constant image of its sign and clusters with them",
+            UserWarning,
+            stacklevel=3,
+        )
+    border = border_median(X)
+    off = xp.abs(border) > 0.1 * (hi - lo)
+    if float(off.mean()) > 0.5:
+        level = float(xp.median(border))
+        warnings.warn(
+            f"{name}: the background is not zero (median border pixel {level:.3g} "
+            "in most images), so kappa^max compares backgrounds as well as shapes; subtract it "
+            "with background='median'",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def border_median(X: Any) -> Any:
+    """Median of each image's one-pixel border, ``(n,)``: the background level.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> border_median(np.full((2, 8, 8), 0.5)).tolist()
+    [0.5, 0.5]
+    """
+    xp = array_module(X)
+    edge = xp.concatenate([X[:, 0, :], X[:, -1, :], X[:, 1:-1, 0], X[:, 1:-1, -1]], axis=1)
+    return xp.median(edge, axis=1)
+
+
+def subtract_background(X: Any, background: str = "none") -> Any:
+    """Images with their background level removed: ``'median'`` subtracts each image's
+    :func:`border_median`; ``'none'`` returns ``X`` unchanged.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.full((1, 8, 8), 0.5); X[0, 3:5, 3:5] = 1.0
+    >>> float(subtract_background(X, "median")[0, 0, 0])
+    0.0
+    """
+    check_choice(background, "background", BACKGROUNDS)
+    if background == "none":
+        return X
+    return X - border_median(X)[:, None, None]

@@ -12,12 +12,14 @@ configuration is checked, and the number of samples known, before any job runs;
 from __future__ import annotations
 
 import csv
+import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ia_stages.core.validation import min_side, subtract_background
 from ia_stages.data.datasets import Dataset, DatasetError
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -357,6 +359,72 @@ def fit_canvas(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def _check_content(data: np.ndarray, names: list[str], path: Path, sigma: float) -> None:
+    """One-line DatasetError naming the first image that is not finite or is constant, or the
+    size when it is too small for smoothing by ``sigma``."""
+    bad = ~np.isfinite(data)
+    if bad.any():
+        k = int(np.argwhere(bad)[0][0])
+        raise DatasetError(f"{path}: image {names[k]} (index {k}) holds NaN or inf")
+    flat = data.reshape(data.shape[0], -1)
+    constant = np.flatnonzero(flat.max(1) == flat.min(1))
+    if constant.size:
+        k = int(constant[0])
+        raise DatasetError(
+            f"{path}: image {names[k]} (index {k}) is constant (every pixel {flat[k, 0]:g}): it "
+            "has no shape to compare; remove it"
+        )
+    H, W = data.shape[1:]
+    if min(H, W) < min_side(sigma):
+        raise DatasetError(
+            f"{path}: images of {H} x {W} px are too small for kernel_sigma {sigma:g} (at least "
+            f"{min_side(sigma)} px a side)"
+        )
+
+
+def manifest(path: str | Path, labels: str | Path | None = None) -> str:
+    """A digest of every input file of an ``images`` data set: its path relative to ``path``,
+    size and content (BLAKE2b). It changes exactly when an image (or the labels file) is
+    added, deleted, renamed or overwritten with other content.
+
+    Parameters
+    ----------
+    path : a folder of images (searched recursively), a stack file, or a Zarr folder
+    labels : the labels CSV, if any
+
+    Returns
+    -------
+    str, 32 hex digits
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "a.png").write_bytes(b"x")
+    1
+    >>> before = manifest(d); (d / "a.png").write_bytes(b"y")
+    1
+    >>> manifest(d) == before
+    False
+    """
+    path = Path(path)
+    if path.is_dir() and path.suffix.lower() != ".zarr":
+        files = sorted(f for f in path.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+    elif path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+    else:
+        files = [path]
+    if labels:
+        files.append(Path(labels))
+    digest = hashlib.blake2b(digest_size=16)
+    for f in files:
+        name = f.relative_to(path) if path.is_dir() and f.is_relative_to(path) else f
+        digest.update(f"{name}\0{f.stat().st_size}\0".encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def load_images(
     path: str | Path,
     canvas: int | None = None,
@@ -365,6 +433,8 @@ def load_images(
     labels: str | None = None,
     max_images: int | None = None,
     rng: np.random.Generator | None = None,
+    background: str = "none",
+    sigma: float = 0.0,
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
@@ -380,12 +450,21 @@ def load_images(
         objects on a light background); integer pixels are first scaled to [0, 1]
     labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
     max_images : keep this many images, a subset drawn with ``rng`` (in file order)
+    background : 'none' or 'median' (subtract each image's border median, last)
+    sigma : the smoothing kappa^max will apply: images too small for it are refused
 
     Returns
     -------
     Dataset with ``data`` ``(n, H, W)`` float64, ``label`` ``(n,)`` int or None,
     ``sample_names`` (file names, or indices into the stack) and ``class_names``.
-    RGB images are converted to grayscale with a warning.
+    RGB images are converted to grayscale, and images padded or cropped to ``canvas``, with
+    a warning.
+
+    Raises
+    ------
+    DatasetError
+        one line naming the file (and its index in the data set): unreadable, NaN or inf,
+        constant (no shape to compare), too small for ``sigma``.
     """
     path = Path(path)
     rng = rng or np.random.default_rng(0)
@@ -411,13 +490,18 @@ def load_images(
         planes = [top - a for a in planes]
     planes = [_downsample(a, downsample) for a in planes]
     if canvas is not None:
+        changed = sum(a.shape != (canvas, canvas) for a in planes)
+        if changed:
+            warnings.warn(
+                f"{path}: {changed} image(s) padded or centre-cropped to {canvas} x {canvas} px",
+                UserWarning,
+                stacklevel=2,
+            )
         planes = [fit_canvas(a, canvas) for a in planes]
     data = np.stack(planes)
-    bad = ~np.isfinite(data)
-    if bad.any():
-        k = int(np.argwhere(bad)[0][0])
-        raise DatasetError(f"{path}: image {p.names[keep[k]]} holds NaN or inf")
     names = [p.names[k] for k in keep]
+    _check_content(data, names, path, sigma)
+    data = subtract_background(data, background)
     classes = read_label_csv(labels, p.names) if labels else p.labels
     if classes is None:
         label, class_names = None, []

@@ -15,7 +15,8 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize, rbf_kernel
+from ia_stages.core.smoothing import NORMALIZATIONS, normalize, rbf_kernel
+from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
 from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
@@ -54,6 +55,10 @@ def kernel_attention(
     features : ``(iterations + 1, n, ...)`` features before and after every step
     weights : ``(iterations, n, n)`` the W used in every step
     """
+    check_number(beta, "beta", low=0.0, low_open=True)
+    check_number(iterations, "iterations", integer=True, low=0)
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    X = check_images(X, "X") if getattr(X, "ndim", 3) == 3 else X
     xp = array_module(X)
     feats, weights = [X], []
     for _ in range(iterations):
@@ -198,6 +203,12 @@ def invariant_attention(
     Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
     final features. The kappa^max of the final features is not computed here.
     """
+    check_number(beta, "beta", low=0.0, low_open=True)
+    check_number(iterations, "iterations", integer=True, low=0)
+    check_number(sigma, "sigma", low=0.0)
+    check_choice(init, "init", INITS)
+    V = check_images(V, "V")
+    check_image_content(V, "V", sigma)
     attention.check(int(V.shape[0]))
     steps = []
     for _ in range(iterations):

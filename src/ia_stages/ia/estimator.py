@@ -24,7 +24,14 @@ from tqdm.auto import tqdm
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.smoothing import NORMALIZATIONS
-from ia_stages.core.validation import check_choice, check_images, check_number
+from ia_stages.core.validation import (
+    BACKGROUNDS,
+    check_choice,
+    check_image_content,
+    check_images,
+    check_number,
+    subtract_background,
+)
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings, invariant_mean
 from ia_stages.ia.weights import ATTENTION_KINDS, BANDWIDTHS, AttentionSettings
@@ -53,6 +60,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "readout_options": {},
         "stop": "none",
         "stop_options": {},
+        "background": "none",
         "search": SearchSettings(),
         "mean_settings": MeanSettings(),
     },
@@ -77,6 +85,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "readout_options": {},
         "stop": "stability",
         "stop_options": {},
+        "background": "none",
         "search": SearchSettings(),
         "mean_settings": MeanSettings(),
     },
@@ -178,6 +187,9 @@ class InvariantAttentionClustering(
     stop_options : dict: ``n_seeds`` ('stability', >= 2), ``min_ari`` ('partition', 0..1)
     search : :class:`~ia_stages.kmax.SearchSettings` of the kappa^max search
     mean_settings : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of Algorithm 1
+    background : 'none' (default) or 'median': subtract each image's border median before
+        anything else (a grey or shifted background otherwise dominates kappa^max; a warning
+        says so)
     image_shape : None, or ``(H, W)`` (one entry may be -1) to accept flattened images
         ``(n, H * W)`` as scikit-learn's 2-D convention has them
     random_state : seed, ``numpy.random.RandomState`` or None, for the randomised read-outs
@@ -228,6 +240,7 @@ class InvariantAttentionClustering(
         stop_options: dict | None = None,
         search: SearchSettings | None = None,
         mean_settings: MeanSettings | None = None,
+        background: str | None = None,
         image_shape: tuple[int, int] | None = None,
         random_state: Any = None,
         verbose: int = 0,
@@ -251,6 +264,7 @@ class InvariantAttentionClustering(
         self.stop_options = stop_options
         self.search = search
         self.mean_settings = mean_settings
+        self.background = background
         self.image_shape = image_shape
         self.random_state = random_state
         self.verbose = verbose
@@ -285,6 +299,7 @@ class InvariantAttentionClustering(
         check_choice(s["readout"], "readout", READOUTS)
         check_choice(s["attention"], "attention", ATTENTION_KINDS)
         check_choice(s["stop"], "stop", STOPS)
+        check_choice(s["background"], "background", BACKGROUNDS)
         check_number(self.verbose, "verbose", integer=True, low=0)
         high = None if n_samples is None else n_samples
         check_number(self.n_clusters, "n_clusters", integer=True, low=1, high=high,
@@ -353,13 +368,17 @@ class InvariantAttentionClustering(
                 raise ValueError(f"{name} must be < n_samples = {n_samples}, got {k}")
         return int(k)
 
-    def _validate_X(self, X: Any, min_samples: int = 2) -> Any:
-        return check_images(
-            X,
-            "X",
-            image_shape=self.image_shape,
-            min_samples=min_samples,
-        )
+    def _validate_X(self, X: Any, min_samples: int = 2, fitted: bool = False) -> Any:
+        """Finite images ``(n, H, W)`` with the background setting applied; constant or too
+        small images refused (one line), a non-zero background warned about. ``fitted``: the
+        images must have the shape the estimator was fitted on."""
+        X = check_images(X, "X", image_shape=self.image_shape, min_samples=min_samples)
+        if fitted:
+            self._check_fitted_shape(X)
+        s = self._resolved()
+        X = subtract_background(X, s["background"])
+        check_image_content(X, "X", s["sigma"])
+        return X
 
     # fitting ----------------------------------------------------------------------------
 
@@ -537,7 +556,7 @@ class InvariantAttentionClustering(
         smoothed images after the best rotation and translation (0..2).
         """
         check_is_fitted(self, "cluster_means_")
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._validate_X(X, min_samples=1, fitted=True)
         km = self._kmax(X, self.settings_, None, U=self.cluster_means_)
         return np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0)).T
 
@@ -557,7 +576,7 @@ class InvariantAttentionClustering(
         check_is_fitted(self, "cluster_means_")
         if X is None:
             return Alignment(self.labels_, self.poses_, self.distances_)
-        X = self._check_fitted_shape(self._validate_X(X, min_samples=1))
+        X = self._validate_X(X, min_samples=1, fitted=True)
         return self._align(self.cluster_means_, X, self.settings_)
 
     @property

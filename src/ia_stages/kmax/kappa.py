@@ -6,11 +6,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ia_stages.core.groups import SE2
+from ia_stages.core.smoothing import NORMALIZATIONS
+from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.search import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_max_all_pairs
+from ia_stages.kmax.search import (
+    EXACT_SEARCH,
+    FLOATS,
+    KappaMaxResult,
+    SearchSettings,
+    kappa_max_all_pairs,
+)
 
 KNN_MODES = ("exact", "candidates")
 
@@ -60,7 +68,33 @@ def kappa_max(
     Returns
     -------
     KappaMaxResult, or for ``k`` a :class:`ia_stages.kmax.KnnResult` of ``(n, k)`` arrays
+
+    Raises
+    ------
+    ValueError
+        one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, an unknown
+        ``normalization``, images that are not finite ``(n, H, W)`` arrays, a constant image
+        or images smaller than the search can use
+        (:func:`~ia_stages.core.validation.check_image_content`).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.zeros((3, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> X[1] = np.rot90(X[0])
+    >>> km = kappa_max(X, beta=2.0)
+    >>> bool(km.value[0, 1] > 0.99)
+    True
     """
+    check_number(beta, "beta", low=0.0, low_open=True)
+    check_number(sigma, "sigma", low=0.0)
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    first = "U" if k is None else "X"  # the kNN mode compares one set X with itself
+    U = check_images(U, first, dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    for name, images in ((first, U), ("V", V)):
+        if images is not None:
+            check_image_content(images, name, sigma)
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")

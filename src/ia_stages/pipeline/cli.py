@@ -200,8 +200,11 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         block_size=a.block_size,
         seed=a.seed,
         backend=a.backend,
+        background=a.background,
     )
-    written = user_run.run(cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report)
+    written = user_run.run(
+        cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
+    )
     for name, path in written.items():
         print(f"{name}: {path}")
 
@@ -334,6 +337,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     sp.add_argument("--cores", type=int, default=2, help="CPU cores for the workflow")
     sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
+    sp.add_argument(
+        "--unlock",
+        action="store_true",
+        help="remove the lock a killed run left in DIR and resume where it stopped",
+    )
+    sp.add_argument(
+        "--background",
+        choices=["none", "median"],
+        default="none",
+        help="'median': subtract each image's border median (grey backgrounds)",
+    )
     sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
 
     sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
@@ -387,11 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ia-stages`` console script."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    # the package's own logger only: Snakemake (run by `ia-stages cluster`) prints its lines
+    # itself, and a root handler would print every one of them a second time
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         args.func(args)
     except EXPECTED as err:

@@ -8,7 +8,10 @@ and copies ``clusters.csv`` and the gallery to the top of ``DIR``.
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -34,6 +37,7 @@ def images_config(
     block_size: int = 256,
     seed: int = 0,
     backend: str = "auto",
+    background: str = "none",
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
@@ -49,6 +53,7 @@ def images_config(
         "invert": invert,
         "labels": str(Path(labels).resolve()) if labels else None,
         "max_images": max_images,
+        "background": background,
     }
     for key, value in (("beta", beta), ("kernel_sigma", kernel_sigma)):
         if value is not None:
@@ -87,24 +92,42 @@ def run(
     cores: int = 2,
     snakefile: str | Path = SNAKEFILE,
     report: bool = False,
+    unlock: bool = False,
 ) -> dict[str, Path]:
-    """Validate ``config``, write it to ``out/config.yaml``, run the workflow in ``out``.
+    """Check everything, write ``out/config.yaml``, run the workflow in ``out``.
+
+    Every check runs before anything in ``out`` is written: the config, the output folder
+    (not a file, writable), every image (read once here: NaN/inf, constant images, sizes;
+    warnings such as grayscale conversion are shown here, on the console), and a lock left by
+    a killed run (``unlock=True`` removes it and the run resumes where it stopped).
 
     Returns the paths of what it wrote at the top of ``out``: clusters.csv, classes.png,
-    stability.png, summary.csv and (``report``) report.html. A bad config raises
-    :class:`ConfigError` before anything is written.
+    stability.png, summary.csv and (``report``) report.html.
+
+    Raises
+    ------
+    ConfigError, DatasetError, InputError
+        one line naming the key, file or folder; nothing in ``out`` has changed.
     """
     from ia_stages.pipeline.stages.common import InputError
 
     snakefile = Path(snakefile)
     if not snakefile.is_file():
         raise InputError(f"{snakefile}: Snakefile not found (give --snakefile)")
-    validate_config(config)  # one-line ConfigError before anything is written
+    checked = validate_config(config)  # one-line ConfigError before anything is written
     out = Path(out).resolve()
+    check_out(out)
+    check_images(checked)
+    check_lock(out, unlock)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    _snakemake(snakefile, out, cfg_path, targets(), cores, report)
+    marker = out / RUN_MARKER
+    marker.write_text(f"{os.getpid()}\n")
+    try:
+        snakemake(snakefile, out, cfg_path, targets(), cores, report, rerun_incomplete=unlock)
+    finally:
+        marker.unlink(missing_ok=True)
     copies = {
         "clusters.csv": out / targets()[0],
         "classes.png": out / targets()[1],
@@ -120,9 +143,103 @@ def run(
     return written
 
 
-def _snakemake(
-    snakefile: Path, workdir: Path, configfile: Path, goals: list[str], cores: int, report: bool
+RUN_MARKER = ".ia-stages-run"
+"""File in ``--out`` holding the process id of the run working there (removed at its end)."""
+
+
+def check_out(out: Path) -> None:
+    """One-line InputError unless ``out`` is (or can become) a folder this process can write."""
+    from ia_stages.pipeline.stages.common import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is an existing file, not a folder")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: {parent} is a file, not a folder")
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=parent, prefix=".ia-stages-probe-")
+        probe.close()
+    except OSError as err:
+        raise InputError(f"--out {out}: cannot write in {parent} ({err.strerror})") from None
+
+
+def check_images(config: dict) -> None:
+    """Read every image of the config's ``images`` data sets once, before any job: a bad one
+    stops the run with one DatasetError line naming the file and its index. Warnings (RGB
+    converted to grayscale, images padded or cropped) reach the console from here."""
+    from ia_stages.data.user_images import load_images
+
+    for ds in config["datasets"].values():
+        if ds["kind"] != "images":
+            continue
+        load_images(
+            ds["path"],
+            canvas=ds["canvas"],
+            downsample=ds["downsample"],
+            invert=ds["invert"],
+            labels=ds["labels"],
+            background=ds["background"],
+            sigma=ds["kernel_sigma"],
+        )
+
+
+def check_lock(out: Path, unlock: bool) -> None:
+    """One-line InputError when a run holds ``out`` or a killed one left its lock; with
+    ``unlock`` a killed run's lock is removed (Snakemake's unlock) and the run resumes."""
+    from ia_stages.pipeline.stages.common import InputError
+
+    locks = out / ".snakemake" / "locks"
+    if not locks.is_dir() or not any(locks.iterdir()):
+        return
+    pid = _marker_pid(out / RUN_MARKER)
+    if pid is not None and _alive(pid):
+        raise InputError(
+            f"{out}: another run (process {pid}) is working in this folder; wait for it to end"
+        )
+    if not unlock:
+        raise InputError(
+            f"{out}: locked by an earlier run that was killed; run the same command with "
+            "--unlock to remove the lock and resume where it stopped"
+        )
+    for lock in locks.iterdir():
+        lock.unlink()
+
+
+def _marker_pid(marker: Path) -> int | None:
+    try:
+        return int(marker.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def snakemake(
+    snakefile: str | Path,
+    workdir: str | Path,
+    configfile: str | Path | None,
+    goals: list[str],
+    cores: int,
+    report: bool = False,
+    rerun_incomplete: bool = False,
+    dryrun: bool = False,
 ) -> None:
+    """Run the workflow through Snakemake's API: the one runner of the command and the tests.
+
+    Snakemake's own lines go to the console once. When a job fails, the one-line reason its
+    stage wrote to its log (``ia-stages <stage>: error: ...``) is raised as the InputError's
+    message, with the log's path.
+    """
     from snakemake.api import SnakemakeApi
     from snakemake.report.html_reporter import ReportSettings
     from snakemake.settings.types import (
@@ -136,28 +253,53 @@ def _snakemake(
 
     from ia_stages.pipeline.stages.common import InputError
 
+    workdir = Path(workdir)
+    configs = [Path(configfile)] if configfile else []
+
     def workflow(api):
         return api.workflow(
             resource_settings=ResourceSettings(cores=cores),
-            config_settings=ConfigSettings(configfiles=[configfile]),
+            config_settings=ConfigSettings(configfiles=configs),
             storage_settings=StorageSettings(),
-            snakefile=snakefile,
+            snakefile=Path(snakefile),
             workdir=workdir,
         )
 
+    quiet = {"progress", "rules", "host"}
+    started = time.time()
     try:
-        with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
-            dag = workflow(api).dag(DAGSettings(targets=goals))
-            dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+        with SnakemakeApi(OutputSettings(quiet=quiet, dryrun=dryrun)) as api:
+            dag = workflow(api).dag(DAGSettings(targets=goals, force_incomplete=rerun_incomplete))
+            dag.execute_workflow(
+                executor="dryrun" if dryrun else "local", execution_settings=ExecutionSettings()
+            )
         if report:
-            with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
+            with SnakemakeApi(OutputSettings(quiet=quiet)) as api:
                 workflow(api).dag(DAGSettings(targets=goals)).create_report(
                     reporter="html", report_settings=ReportSettings(path=workdir / "report.html")
                 )
     except (ConfigError, InputError):
         raise
     except Exception as err:  # Snakemake reports a failed job as one of many exception kinds
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(
-            f"the workflow stopped ({first}); see the logs in {workdir / 'results' / 'logs'}"
-        ) from None
+        reason = _job_error(workdir / "results" / "logs", started)
+        if reason is None:
+            text = str(err).strip()
+            reason = text.splitlines()[0] if text else type(err).__name__
+            reason += f"; see the logs in {workdir / 'results' / 'logs'}"
+        raise InputError(f"the workflow stopped: {reason}") from None
+
+
+def _job_error(logs: Path, since: float) -> str | None:
+    """The first ``ia-stages <stage>: error:`` line of a job log written since ``since``, with
+    the log's path; None when no log holds one."""
+    if not logs.is_dir():
+        return None
+    recent = sorted(
+        (f for f in logs.rglob("*.log") if f.stat().st_mtime >= since - 1),
+        key=lambda f: f.stat().st_mtime,
+    )
+    for log in recent:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("ia-stages ") and ": error: " in line:
+                return f"{line.split(': error: ', 1)[1]} (job log {log})"
+    return None

@@ -171,39 +171,69 @@ def fig5(inputs: list[str], out: str | Path) -> None:
     )
 
 
+def method_colours(methods: list[str]) -> dict[str, tuple]:
+    """A distinct colour per method: IA's methods (keys starting with 'ia') in reds and
+    oranges, every other method in one of the remaining tab20 colours (tab20b past 16)."""
+    warm = [2, 3, 6, 7]  # tab20's oranges and reds
+    ia = [m for m in methods if m.startswith("ia")]
+    others = [m for m in methods if m not in ia]
+    tab20, tab20b = plt.get_cmap("tab20"), plt.get_cmap("tab20b")
+    cool = [tab20(k) for k in range(20) if k not in warm] + [tab20b(k) for k in range(20)]
+    reds = [tab20(6), tab20(2), tab20(7), tab20(3), plt.get_cmap("Reds")(0.9)]
+    out = {m: reds[k % len(reds)] for k, m in enumerate(ia)}
+    out.update({m: cool[k % len(cool)] for k, m in enumerate(others)})
+    return out
+
+
 def benchmark(inputs: list[str], out: str | Path) -> None:
     """Table 1 as bars: ACC (mean +- std over seeds) per method, one group per dataset.
 
+    One bar per method: IA at the iteration its stopping rule kept (Table 1's per-iteration
+    rows are left out), IA's bars picked out by warm colours and a black edge.
     inputs: results/tables/clustering.csv (the rows run here are drawn).
     """
     import pandas as pd
 
+    from ia_stages.benchmark.methods import METHODS
+
     t = pd.read_csv(inputs[0])
-    t = t[t.origin == "run here"]
+    t = t[(t.origin == "run here") & ~t.method.astype(str).str.contains("@iter")]
     datasets = list(dict.fromkeys(t.dataset))
-    methods = list(dict.fromkeys(t.method_label))
-    fig, ax = plt.subplots(figsize=(13, 5.2))
-    width = 0.8 / len(methods)
-    cmap = plt.get_cmap("tab20")
+    methods = sorted(dict.fromkeys(t.method), key=list(METHODS).index)
+    colours = method_colours(methods)
+    ncol = min(4, len(methods))
+    legend_rows = -(-len(methods) // ncol)
+    caption_h, legend_h, ticks_h = 0.5, 0.24 * legend_rows, 0.45  # inches, bottom up
+    height = 3.6 + caption_h + legend_h + ticks_h
+    fig, ax = plt.subplots(
+        figsize=(min(14.0, max(8.0, 0.3 * len(methods) * len(datasets))), height)
+    )
+    width = 0.84 / len(methods)
     for k, m in enumerate(methods):
-        rows = [t[(t.dataset == d) & (t.method_label == m)] for d in datasets]
+        rows = [t[(t.dataset == d) & (t.method == m)] for d in datasets]
         acc = [100 * r.acc_mean.iloc[0] if len(r) else np.nan for r in rows]
         err = [100 * np.nan_to_num(r.acc_std.iloc[0]) if len(r) else 0 for r in rows]
         x = np.arange(len(datasets)) + (k - (len(methods) - 1) / 2) * width
-        ax.bar(x, acc, width, yerr=err, label=m, color=cmap(k % 20), capsize=2)
+        ia = m.startswith("ia")
+        ax.bar(x, acc, width, yerr=err, label=METHODS[m].label, color=colours[m], capsize=2,
+               edgecolor="black" if ia else "none", linewidth=1.2 if ia else 0)  # fmt: skip
     sizes = {d: int(t[t.dataset == d].n.iloc[0]) for d in datasets}
     ax.set_xticks(np.arange(len(datasets)), [f"{d} (n={sizes[d]})" for d in datasets])
     ax.set_ylabel("ACC (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=7.5, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle("Clustering benchmark: accuracy per method and dataset")
-    fig.subplots_adjust(left=0.07, right=0.72, bottom=0.2, top=0.9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.legend(fontsize=8, ncol=ncol, loc="lower center", frameon=False,
+               bbox_to_anchor=(0.5, caption_h / height))  # fmt: skip
+    bottom = (caption_h + legend_h + ticks_h) / height
+    fig.suptitle("Clustering benchmark: accuracy per method and dataset (IA outlined)")
+    fig.subplots_adjust(left=0.07, right=0.99, bottom=bottom, top=0.9)
     _save(
         fig,
         out,
         "ACC with Hungarian matching, mean and standard deviation over seeds (error bars; "
-        "methods without randomness run once). Methods named 'K given' and the pixel and "
-        "kappa^max baselines are told the number of classes; the read-outs find it.",
+        "methods without randomness run once); IA at the iteration its stopping rule kept. "
+        "Methods named 'K given' and the pixel and kappa^max baselines are told the number of "
+        "classes; the read-outs find it.",
     )
 
 
@@ -223,11 +253,16 @@ def classes(inputs: list[str], out: str | Path) -> None:
     pred, dist = cl["cluster"].values, cl["distance"].values
     pose, means, sizes = cl["pose"].values, cl["class_average"].values, cl["size"].values
     names = [str(v) for v in cl["sample_name"].values]
-    order = np.argsort(-sizes, kind="stable")[:GALLERY_ROWS]
+    singles = np.flatnonzero(sizes == 1)
+    order = [k for k in np.argsort(-sizes, kind="stable") if sizes[k] > 1]
+    order = order[: GALLERY_ROWS - (1 if singles.size else 0)]
+    nrows = len(order) + (1 if singles.size else 0)
     ncols = 1 + GALLERY_MEMBERS
-    fig, axes = plt.subplots(
-        len(order), ncols, figsize=(1.25 * ncols + 1.6, 1.3 * len(order) + 1.3), squeeze=False
-    )
+    height = 1.3 * nrows + 1.6
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.25 * ncols + 1.6, height), squeeze=False)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
     for row, k in enumerate(order):
         members = np.flatnonzero(pred == k)
         members = members[np.argsort(dist[members], kind="stable")][:GALLERY_MEMBERS]
@@ -236,28 +271,27 @@ def classes(inputs: list[str], out: str | Path) -> None:
         panels += [
             (a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned, strict=True)
         ]
-        for col in range(ncols):
-            ax = axes[row][col]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if col < len(panels):
-                ax.imshow(np.clip(panels[col][0], 0, None), cmap=CMAP)
-                ax.set_title(panels[col][1], fontsize=6.5 if col else 7.5, pad=2)
-            else:
-                ax.axis("off")
-        if row == 0:
-            axes[0][0].set_ylabel("class average", fontsize=7)
+        _gallery_row(axes[row], panels)
+    if singles.size:
+        # clusters of one image: no class average to show, so they share one row
+        members = np.flatnonzero(np.isin(pred, singles))[:GALLERY_MEMBERS]
+        axes[-1][0].axis("off")
+        axes[-1][0].text(0.5, 0.5, f"unassigned:\n{singles.size} image(s)\nalone in a\ncluster",
+                         ha="center", va="center", fontsize=7.5)  # fmt: skip
+        _gallery_row(axes[-1][1:], [(V[i], names[i][-14:]) for i in members], first=False)
+    axes[0][0].set_ylabel("class average", fontsize=7)
+    grouped = len(order) + singles.size
     shown = (
         f"the {len(order)} largest of {sizes.size} clusters"
-        if sizes.size > len(order)
-        else (f"all {sizes.size} clusters")
+        if sizes.size > grouped
+        else f"all {sizes.size} clusters"
     )
     fig.suptitle(
-        f"Class averages of {data.attrs.get('dataset', '')} ({int(sizes.sum())} images): {shown}"
+        f"Class averages of {data.attrs.get('dataset', '')} ({int(sizes.sum())} images): {shown}",
+        y=1 - 0.2 / height,
     )
-    height = 1.3 * len(order) + 1.3
     fig.subplots_adjust(
-        left=0.03, right=0.99, bottom=0.9 / height, top=1 - 0.7 / height, hspace=0.35, wspace=0.08
+        left=0.03, right=0.99, bottom=0.9 / height, top=1 - 0.75 / height, hspace=0.35, wspace=0.08
     )
     _save(
         fig,
@@ -266,6 +300,16 @@ def classes(inputs: list[str], out: str | Path) -> None:
         "right: its members closest to it, each rotated and shifted onto it by its pose, with "
         "its file name and distance d to the class average (normalised images).",
     )
+
+
+def _gallery_row(axes, panels: list[tuple[np.ndarray, str]], first: bool = True) -> None:
+    """Images with their titles along one row of the gallery; unused axes hidden."""
+    for col, ax in enumerate(axes):
+        if col < len(panels):
+            ax.imshow(np.clip(panels[col][0], 0, None), cmap=CMAP)
+            ax.set_title(panels[col][1], fontsize=7.5 if first and col == 0 else 6.5, pad=2)
+        else:
+            ax.axis("off")
 
 
 def stability(inputs: list[str], out: str | Path) -> None:

@@ -106,3 +106,14 @@ def dataset_files(w):
     if ds["kind"] != "images":
         return []
     return [ds["path"]] + ([ds["labels"]] if ds["labels"] else [])
+
+
+def dataset_manifest(w):
+    """Digest of every input image's name, size and content: a param, so that adding,
+    deleting, renaming or overwriting any image reruns the dataset (and what reads it)."""
+    ds = config["datasets"][w.dataset]
+    if ds["kind"] != "images":
+        return ""
+    from ia_stages.data.user_images import manifest
+
+    return manifest(ds["path"], ds["labels"])

@@ -7,6 +7,7 @@ rule dataset:
         directory("results/data/{dataset}.zarr"),
     params:
         settings=settings("dataset"),
+        manifest=dataset_manifest,
     log:
         "results/logs/dataset/{dataset}.log",
     shell:
