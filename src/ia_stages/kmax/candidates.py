@@ -7,7 +7,10 @@ n^2 pairs. This mode never does:
    (:func:`ia_stages.kmax.features.invariant_features`), O(n).
 2. **Candidates**: each image's ``n_candidates`` (c) nearest in feature space
    (:func:`ia_stages.kmax.features.feature_neighbours`), by blocked matrix products.
-3. **Exact refinement of the candidate pairs only**: the polar scan of those pairs alone (the
+3. **Coarse filter** (``n_refine`` > 0): the polar scan about the two centroids alone scores
+   every candidate pair (one ring correlation, no lattice of centres); each image keeps its
+   ``n_refine`` candidates of lowest coarse d2.
+4. **Exact refinement of the candidate pairs only**: the polar scan of those pairs alone (the
    same spectra, lattice of centres and peak rule as the all-pairs search) gives their starts,
    the compiled per-pair search (``settings``, the exact preset by default) refines them, and
    each image keeps its k nearest, itself first: a :class:`ia_stages.kmax.KnnResult`.
@@ -101,6 +104,8 @@ def kappa_max_candidates(
     c = features.n_candidates
     if c < k:
         raise ValueError(f"features.n_candidates (c = {c}) must be >= k = {k}")
+    if features.n_refine and features.n_refine < k:
+        raise ValueError(f"features.n_refine (r = {features.n_refine}) must be 0 or >= k = {k}")
     if c >= X.shape[0]:
         raise ValueError(
             f"features.n_candidates (c = {c}) must be < n = {X.shape[0]} (the number of images)"
@@ -129,7 +134,13 @@ def kappa_max_candidates(
     del F
     clock.lap("candidates")
 
-    i = np.repeat(np.arange(n), c)
+    scan = _PairScan(Un, settings)
+    if features.n_refine and features.n_refine < c:
+        coarse = scan.centroid_sqdist(np.repeat(np.arange(n), c), cand.ravel(), uu)
+        keep = np.argsort(coarse.reshape(n, c), axis=1, kind="stable")[:, : features.n_refine]
+        cand = np.take_along_axis(cand, keep, 1)
+        clock.lap("filter")
+    i = np.repeat(np.arange(n), cand.shape[1])
     j = cand.ravel()
     key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
     a, b = key // n, key % n  # a < b: the later image b is warped onto a
@@ -145,7 +156,6 @@ def kappa_max_candidates(
         return result
     refiner = _Refiner(Un, group, settings, beta, sigma)
     lists = _Lists(n, k - 1, (group.n_params + 1,))
-    scan = _PairScan(Un, settings)
     for b0 in range(0, n, COLUMN_BLOCK):
         sel = np.flatnonzero((b >= b0) & (b < b0 + COLUMN_BLOCK))
         if sel.size == 0:
@@ -177,6 +187,22 @@ class _PairScan:
         interp = settings.interpolation
         self.A = scan_spectra(Un, self.m[None], self.M, interpolation=interp)[:, :, 0]
         self.interp = interp
+
+    def centroid_sqdist(self, a: np.ndarray, b: np.ndarray, uu: np.ndarray) -> np.ndarray:
+        """Coarse d2 ``(m,)`` of pairs (a, b): best rotation about both centroids."""
+        R = self.A.shape[2] // 2
+        out = np.empty(a.size)
+        step = 16 * PAIR_BATCH
+        for p in range(0, a.size, step):
+            u, v = self.A[:, a[p : p + step]], self.A[:, b[p : p + step]]  # (K, m, 2R)
+            re = (u * v).sum(-1)
+            im = (u[..., R:] * v[..., :R] - u[..., :R] * v[..., R:]).sum(-1)
+            G = np.stack([re, im], 1).reshape(2 * u.shape[0], -1)  # rows 2k + part
+            best = (G.T @ self.synthesis).max(1)
+            out[p : p + step] = uu[a[p : p + step]] + uu[b[p : p + step]] - 2.0 * (
+                2.0 * np.pi / self.M
+            ) * best
+        return out
 
     def starts(
         self, a: np.ndarray, b: np.ndarray, b0: int, b1: int, uu: np.ndarray

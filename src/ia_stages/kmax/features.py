@@ -38,8 +38,11 @@ class FeatureSettings:
     n_freqs : angular frequencies kept per ring (0 .. n_freqs - 1)
     n_dims : PCA dimensions kept; 0 keeps the raw invariants
     pca_rows : rows the PCA is fitted on (a random subset, seeded)
-    n_candidates : c, nearest in feature space per image (itself not counted) that are refined
-        exactly; must be >= the list length k
+    n_candidates : c, nearest in feature space per image (itself not counted); must be >= the
+        list length k
+    n_refine : r; of each image's c candidates, the r of lowest coarse d2 in the polar scan
+        about the centroids (a few hundred flops per pair) are refined exactly; 0 refines all
+        c. Must be 0 or in [k, c]
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -51,6 +54,7 @@ class FeatureSettings:
     n_dims: int = 128
     pca_rows: int = 20_000
     n_candidates: int = 64
+    n_refine: int = 0
     batch: int = 2048
     seed: int = 0
 
@@ -64,6 +68,11 @@ class FeatureSettings:
             raise ValueError(
                 f"features.n_freqs must be <= n_angles // 2 + 1 = {self.n_angles // 2 + 1}, "
                 f"got {self.n_freqs}"
+            )
+        if not (self.n_refine == 0 or 1 <= self.n_refine <= self.n_candidates):
+            raise ValueError(
+                f"features.n_refine must be 0 or in [1, n_candidates = {self.n_candidates}], "
+                f"got {self.n_refine}"
             )
         if self.n_dims < 0:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
