@@ -192,9 +192,7 @@ def invariant_features(
     if settings.n_dims:
         sample = raw_features(images[xp.asarray(rows)], settings)
         mean = sample.mean(0)
-        cov = (sample - mean).T @ (sample - mean)
-        _, vecs = xp.linalg.eigh(cov.astype(np.float64))
-        basis = vecs[:, ::-1][:, : settings.n_dims].astype(np.float32)
+        basis = _principal_axes(sample - mean, settings.n_dims, rng)
     width = basis.shape[1] if basis is not None else raw_features(images[:1], settings).shape[1]
     out = xp.empty((n, width), dtype=np.float32)
     for a in range(0, n, b):
@@ -203,6 +201,21 @@ def invariant_features(
         if progress is not None:
             progress(min(b, n - a))
     return out
+
+
+def _principal_axes(A: Any, d: int, rng: np.random.Generator, power: int = 3) -> Any:
+    """The ``(D, min(d, D))`` leading right singular vectors of centred rows ``A (m, D)``, by a
+    randomised range finder with ``power`` subspace iterations (Halko et al. 2011), in array
+    code: a full eigendecomposition of the D x D covariance costs far more."""
+    xp = array_module(A)
+    D = A.shape[1]
+    d = min(d, D)
+    width = min(D, d + 16)
+    Q = xp.asarray(rng.standard_normal((D, width)).astype(np.float32))
+    for _ in range(power):
+        Q, _ = xp.linalg.qr(A.T @ (A @ Q))
+    _, vecs = xp.linalg.eigh((A @ Q).T.astype(np.float64) @ (A @ Q).astype(np.float64))
+    return (Q @ vecs[:, ::-1][:, :d].astype(np.float32)).astype(np.float32)
 
 
 def feature_neighbours(F: Any, c: int, batch: int = 2048, progress: Any = None) -> Any:
