@@ -199,9 +199,9 @@ class _PairScan:
             im = (u[..., R:] * v[..., :R] - u[..., :R] * v[..., R:]).sum(-1)
             G = np.stack([re, im], 1).reshape(2 * u.shape[0], -1)  # rows 2k + part
             best = (G.T @ self.synthesis).max(1)
-            out[p : p + step] = uu[a[p : p + step]] + uu[b[p : p + step]] - 2.0 * (
-                2.0 * np.pi / self.M
-            ) * best
+            out[p : p + step] = (
+                uu[a[p : p + step]] + uu[b[p : p + step]] - 2.0 * (2.0 * np.pi / self.M) * best
+            )
         return out
 
     def starts(
