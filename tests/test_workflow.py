@@ -30,27 +30,11 @@ FIGURES = [
 
 
 def run_workflow(workdir: Path, configfile: Path, targets: list[str] | None = None) -> None:
-    """Run the workflow (up to ``targets``, default all) through the Snakemake API."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        ExecutionSettings,
-        OutputSettings,
-        ResourceSettings,
-        StorageSettings,
-    )
+    """Run the workflow (up to ``targets``, default all) with the one runner that
+    ``ia-stages cluster`` uses (:func:`ia_stages.pipeline.cluster_command.snakemake`)."""
+    from ia_stages.pipeline.cluster_command import snakemake
 
-    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
-        wf = api.workflow(
-            resource_settings=ResourceSettings(cores=2),
-            config_settings=ConfigSettings(configfiles=[configfile]),
-            storage_settings=StorageSettings(),
-            snakefile=ROOT / "Snakefile",
-            workdir=workdir,
-        )
-        dag = wf.dag(DAGSettings(targets=targets or []))
-        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+    snakemake(ROOT / "Snakefile", workdir, configfile, targets or [], cores=2)
 
 
 def mtimes(folder: Path) -> dict[Path, int]:

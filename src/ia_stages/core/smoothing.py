@@ -35,9 +35,12 @@ def normalize(images: Any, mode: str = "unit") -> Any:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {mode!r}")
     xp = array_module(images)
     shape = (-1,) + (1,) * (images.ndim - 1)
-    # divide by the largest magnitude first, so that squaring cannot overflow (values ~1e300)
+    # Scale each sample by a power of two (exact in floating point) so that its largest value
+    # is in [0.5, 1) before squaring: values near 1e300 would overflow the sum of squares. The
+    # result equals images / ||images|| bit for bit, as power-of-two scaling is exact.
     peak = xp.abs(images.reshape(images.shape[0], -1)).max(1)
-    images = images / xp.where(peak > 0, peak, 1.0).reshape(shape)
+    _, exponent = xp.frexp(xp.where(peak > 0, peak, 1.0))
+    images = xp.ldexp(images, -exponent.reshape(shape))
     norms = xp.sqrt((images.reshape(images.shape[0], -1) ** 2).sum(1))
     norms = xp.where(norms > 0, norms, 1.0)
     return images / norms.reshape(shape)

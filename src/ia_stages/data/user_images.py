@@ -382,15 +382,21 @@ def _check_content(data: np.ndarray, names: list[str], path: Path, sigma: float)
         )
 
 
-def manifest(path: str | Path, labels: str | Path | None = None) -> str:
+def manifest(
+    path: str | Path, labels: str | Path | None = None, cache: str | Path | None = None
+) -> str:
     """A digest of every input file of an ``images`` data set: its path relative to ``path``,
     size and content (BLAKE2b). It changes exactly when an image (or the labels file) is
     added, deleted, renamed or overwritten with other content.
 
     Parameters
     ----------
-    path : a folder of images (searched recursively), a stack file, or a Zarr folder
+    path : a folder of images (the files :func:`probe` reads: top level or class subfolders),
+        a stack file, or a Zarr folder
     labels : the labels CSV, if any
+    cache : a JSON file remembering each file's content digest with its size and modification
+        time: a file whose size and time are unchanged is not read again (rewritten only when
+        something changed). None reads every file.
 
     Returns
     -------
@@ -406,22 +412,42 @@ def manifest(path: str | Path, labels: str | Path | None = None) -> str:
     >>> manifest(d) == before
     False
     """
+    import json
+
     path = Path(path)
     if path.is_dir() and path.suffix.lower() != ".zarr":
-        files = sorted(f for f in path.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+        files, _ = _folder_files(path)
     elif path.is_dir():
         files = sorted(f for f in path.rglob("*") if f.is_file())
     else:
         files = [path]
     if labels:
         files.append(Path(labels))
+    known: dict = {}
+    if cache is not None and Path(cache).is_file():
+        try:
+            known = json.loads(Path(cache).read_text())
+        except ValueError:
+            known = {}
+    seen: dict = {}
     digest = hashlib.blake2b(digest_size=16)
     for f in files:
-        name = f.relative_to(path) if path.is_dir() and f.is_relative_to(path) else f
-        digest.update(f"{name}\0{f.stat().st_size}\0".encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        name = str(f.relative_to(path) if path.is_dir() and f.is_relative_to(path) else f)
+        st = f.stat()
+        entry = known.get(str(f))
+        if entry is None or entry[:2] != [st.st_size, st.st_mtime_ns]:
+            content = hashlib.blake2b(digest_size=16)
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    content.update(block)
+            entry = [st.st_size, st.st_mtime_ns, content.hexdigest()]
+        seen[str(f)] = entry
+        digest.update(f"{name}\0{entry[0]}\0{entry[2]}\0".encode())
+    if cache is not None and seen != known:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(cache).with_suffix(".tmp")
+        tmp.write_text(json.dumps(seen))
+        tmp.replace(cache)
     return digest.hexdigest()
 
 

@@ -17,7 +17,7 @@ from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import NORMALIZATIONS, normalize, rbf_kernel
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
-from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, invariant_mean
+from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, _invariant_mean
 from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense, symmetrize
@@ -120,7 +120,7 @@ def invariant_attention_step(
     means = []
     for j in cols:
         start = kmax.params[j] if init == "kmax" else None
-        means.append(invariant_mean(V, W[:, j], start, mean_settings, group))
+        means.append(_invariant_mean(V, W[:, j], start, mean_settings, group))
         if progress is not None:
             progress(1)
     feats = xp.stack([m.mean for m in means])
@@ -163,7 +163,7 @@ def knn_attention_step(
         keep = np.flatnonzero(knn.indices[j] >= 0)
         idx = knn.indices[j, keep]
         start = knn.params[j, keep] if init == "kmax" else None
-        means.append(invariant_mean(V[idx], weights[j, keep], start, mean_settings, group))
+        means.append(_invariant_mean(V[idx], weights[j, keep], start, mean_settings, group))
         if progress is not None:
             progress(1)
     return means

@@ -19,6 +19,7 @@ import numpy as np
 from ia_stages.core.backend import array_module
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import smooth
+from ia_stages.core.validation import check_image_content, check_images
 from ia_stages.core.warp import warp_with_jacobian
 
 PRECONDITIONERS = ("gauss-newton", "none")
@@ -90,12 +91,31 @@ def invariant_mean(
     -------
     InvariantMeanResult
     """
+    V = check_images(V, "V", dtype=(np.float64, np.float32))
+    check_image_content(V, "V", sigma=0.0)  # no smoothing here: single pixels, constants
+    return _invariant_mean(V, weights, init_params, settings, group, record)
+
+
+def _invariant_mean(
+    V: Any,
+    weights: Any,
+    init_params: Any | None = None,
+    settings: MeanSettings = MeanSettings(),
+    group: SE2 = SE2(),
+    record: tuple[int, ...] = (),
+) -> InvariantMeanResult:
+    """:func:`invariant_mean` without the check of ``V`` (callers that checked it once)."""
     xp = array_module(V)
+    if xp.asarray(weights).shape != (V.shape[0],):
+        raise ValueError(
+            f"weights has shape {xp.asarray(weights).shape}, expected ({V.shape[0]},): one "
+            "weight per image of V"
+        )
     if settings.preconditioner not in PRECONDITIONERS:
         raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}")
     n = V.shape[0]
     w_all = xp.asarray(weights, dtype=float)
-    if float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):
+    if not bool(xp.isfinite(w_all).all()) or float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):
         raise ValueError("weights must be non-negative with a positive sum")
     active = xp.flatnonzero(w_all >= settings.weight_floor * w_all.max())
     if settings.max_images is not None and active.size > settings.max_images:

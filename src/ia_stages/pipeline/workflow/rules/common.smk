@@ -116,4 +116,5 @@ def dataset_manifest(w):
         return ""
     from ia_stages.data.user_images import manifest
 
-    return manifest(ds["path"], ds["labels"])
+    cache = f".snakemake/ia-stages/manifest-{w.dataset}.json"  # digests by size and time
+    return manifest(ds["path"], ds["labels"], cache)
