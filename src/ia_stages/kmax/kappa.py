@@ -8,9 +8,19 @@ from typing import Any
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
+from ia_stages.kmax.candidates import kappa_max_candidates
+from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
+from ia_stages.kmax.search import (
+    EXACT_SEARCH,
+    FLOATS,
+    KappaMaxResult,
+    SearchSettings,
+    kappa_max_all_pairs,
+)
+
+KNN_MODES = ("exact", "candidates")
 
 
 def kappa_max(
@@ -19,10 +29,12 @@ def kappa_max(
     beta: float = 1.0,
     normalization: str = "unit",
     group: SE2 = SE2(),
-    settings: SearchSettings = SearchSettings(),
+    settings: SearchSettings | None = None,
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
     k: int | None = None,
+    mode: str = "exact",
+    features: FeatureSettings = DEFAULT_FEATURES,
 ) -> KappaMaxResult | KnnResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -43,9 +55,15 @@ def kappa_max(
         pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
         measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
         0 compares the raw images and is not invariant on such images.
-    k : None: all pairs. An integer (``V`` None): the exact kNN mode, each sample's k
-        nearest, itself included (:func:`ia_stages.kmax.knn.kappa_max_knn`); it runs on the
-        CPU, cupy images are copied to the host.
+    k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
+        by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
+    settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
+        preset :data:`ia_stages.kmax.EXACT_SEARCH`
+    mode : with ``k``: 'exact' scans all pairs and refines those that can enter a list
+        (:func:`ia_stages.kmax.knn.kappa_max_knn`, the reference); 'candidates' refines only
+        each image's ``features.n_candidates`` nearest in invariant-feature space
+        (:func:`ia_stages.kmax.candidates.kappa_max_candidates`), for large n
+    features : the invariant features and candidate count of ``mode='candidates'``
 
     Returns
     -------
@@ -80,5 +98,14 @@ def kappa_max(
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
+        if mode not in KNN_MODES:
+            raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
+        if mode == "candidates":
+            settings = EXACT_SEARCH if settings is None else settings
+            return kappa_max_candidates(
+                U, k, beta, normalization, group, settings, progress, sigma, features
+            )
+        settings = SearchSettings() if settings is None else settings
         return kappa_max_knn(U, k, beta, normalization, group, settings, progress, sigma)
+    settings = SearchSettings() if settings is None else settings
     return kappa_max_all_pairs(U, V, beta, normalization, group, settings, progress, sigma)

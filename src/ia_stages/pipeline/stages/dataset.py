@@ -9,6 +9,7 @@ import xarray as xr
 
 from ia_stages.data import datasets
 from ia_stages.data import user_images as images
+from ia_stages.data.large import digit_copies
 from ia_stages.pipeline.config import stage_seed
 from ia_stages.pipeline.store import provenance, strings, write_store
 
@@ -29,6 +30,7 @@ def build(settings: dict) -> datasets.Dataset:
         "mnist_rot": datasets.mnist,
         "affnist": datasets.affnist,
         "images": images.load_images,
+        "digit_copies": digit_copies,
     }
     return factory[kind](rng=rng, **cfg)
 

