@@ -201,3 +201,20 @@ def test_cuda_kernel_compiles_to_ptx_for_a_real_gpu():
     assert proc.returncode == 0, proc.stderr[-3000:]
     length, has_entry = proc.stdout.split()[-2:]
     assert int(length) > 10_000 and has_entry == "True"
+
+
+def test_the_cuda_module_imports_on_a_numpy_without_row_stack():
+    """numpy 2.5 removed ``np.row_stack``, which numba-cuda 0.30 overloads at import: the
+    H200 machine's image failed there until kmax.cuda restored it (as ``np.vstack``)."""
+    code = (
+        "import numpy as np\n"
+        "import ia_stages.kmax.search\n"  # the CPU side, with the numpy it was built for
+        "if hasattr(np, 'row_stack'):\n"
+        "    del np.row_stack\n"
+        "from ia_stages.kmax import cuda\n"
+        "assert np.row_stack is np.vstack\n"
+        "print('ok')\n"
+    )
+    proc = _run(code, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("ok")

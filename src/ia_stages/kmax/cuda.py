@@ -23,6 +23,12 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+
+if not hasattr(np, "row_stack"):
+    # numba-cuda 0.30 registers an overload of np.row_stack, which numpy 2.5 removed: without
+    # it `numba.cuda` fails to import (seen on the H200 image, numpy 2.5.2 + numba-cuda 0.30.4)
+    np.row_stack = np.vstack
+
 from numba import cuda
 
 from ia_stages.core import taps
