@@ -13,6 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from ia_stages.pipeline.cluster_command import snakemake
 from ia_stages.pipeline.stages import kmax_block, means
 from ia_stages.pipeline.stages.metrics import COLUMNS
 from ia_stages.pipeline.store import read_store
@@ -30,27 +31,8 @@ FIGURES = [
 
 
 def run_workflow(workdir: Path, configfile: Path, targets: list[str] | None = None) -> None:
-    """Run the workflow (up to ``targets``, default all) through the Snakemake API."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        ExecutionSettings,
-        OutputSettings,
-        ResourceSettings,
-        StorageSettings,
-    )
-
-    with SnakemakeApi(OutputSettings(quiet={"progress", "rules", "host"})) as api:
-        wf = api.workflow(
-            resource_settings=ResourceSettings(cores=2),
-            config_settings=ConfigSettings(configfiles=[configfile]),
-            storage_settings=StorageSettings(),
-            snakefile=ROOT / "Snakefile",
-            workdir=workdir,
-        )
-        dag = wf.dag(DAGSettings(targets=targets or []))
-        dag.execute_workflow(executor="local", execution_settings=ExecutionSettings())
+    """Run the workflow (up to ``targets``, default all): the runner `ia-stages cluster` uses."""
+    snakemake(ROOT / "Snakefile", workdir, configfile, targets or [], cores=2)
 
 
 def mtimes(folder: Path) -> dict[Path, int]:
