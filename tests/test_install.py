@@ -50,7 +50,7 @@ def test_a_wheel_install_runs_the_cluster_command_from_another_folder(tmp_path):
     assert Path(where).is_relative_to(env_dir), where
 
     src, elsewhere = tmp_path / "png", tmp_path / "elsewhere"
-    write_digits(src, 3)
+    write_digits(src, 4)  # 12 images
     elsewhere.mkdir()
     env = {**os.environ, "PATH": f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from ia_stages.pipeline.cluster_command import snakemake
 from ia_stages.pipeline.stages import kmax_block, means
 from ia_stages.pipeline.stages.metrics import COLUMNS
 from ia_stages.pipeline.store import read_store
@@ -30,10 +31,7 @@ FIGURES = [
 
 
 def run_workflow(workdir: Path, configfile: Path, targets: list[str] | None = None) -> None:
-    """Run the workflow (up to ``targets``, default all) with the one runner that
-    ``ia-stages cluster`` uses (:func:`ia_stages.pipeline.cluster_command.snakemake`)."""
-    from ia_stages.pipeline.cluster_command import snakemake
-
+    """Run the workflow (up to ``targets``, default all): the runner `ia-stages cluster` uses."""
     snakemake(ROOT / "Snakefile", workdir, configfile, targets or [], cores=2)
 
 

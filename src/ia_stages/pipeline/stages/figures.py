@@ -18,7 +18,8 @@ CMAP = "gray"
 
 
 def _save(fig, out: str | Path, caption: str) -> None:
-    fig.text(0.01, 0.005, textwrap.fill(caption, 150), fontsize=8.5, va="bottom", ha="left")
+    wrap = int(15 * fig.get_figwidth())  # characters of 8.5 pt text per line
+    fig.text(0.01, 0.005, textwrap.fill(caption, wrap), fontsize=8.5, va="bottom", ha="left")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")
@@ -201,13 +202,8 @@ def benchmark(inputs: list[str], out: str | Path) -> None:
     datasets = list(dict.fromkeys(t.dataset))
     methods = sorted(dict.fromkeys(t.method), key=list(METHODS).index)
     colours = method_colours(methods)
-    ncol = min(4, len(methods))
-    legend_rows = -(-len(methods) // ncol)
-    caption_h, legend_h, ticks_h = 0.5, 0.24 * legend_rows, 0.45  # inches, bottom up
-    height = 3.6 + caption_h + legend_h + ticks_h
-    fig, ax = plt.subplots(
-        figsize=(min(14.0, max(8.0, 0.3 * len(methods) * len(datasets))), height)
-    )
+    width_in = min(14.0, max(8.0, 0.3 * len(methods) * len(datasets)))
+    fig, ax = plt.subplots(figsize=(width_in, 6.0))
     width = 0.84 / len(methods)
     for k, m in enumerate(methods):
         rows = [t[(t.dataset == d) & (t.method == m)] for d in datasets]
@@ -222,8 +218,19 @@ def benchmark(inputs: list[str], out: str | Path) -> None:
     ax.set_ylabel("ACC (%)")
     ax.set_ylim(0, 100)
     ax.grid(axis="y", alpha=0.3)
-    fig.legend(fontsize=8, ncol=ncol, loc="lower center", frameon=False,
-               bbox_to_anchor=(0.5, caption_h / height))  # fmt: skip
+    # the most legend columns whose drawn width fits the figure (labels differ in length)
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(4, len(methods)), 0, -1):
+        legend = fig.legend(fontsize=8, ncol=ncol, loc="lower center", frameon=False)
+        box = legend.get_window_extent(renderer)
+        if box.width <= 0.98 * fig.bbox.width or ncol == 1:
+            break
+        legend.remove()
+    caption_h, ticks_h = 0.5, 0.45  # inches, bottom up
+    legend_h = box.height / fig.dpi + 0.05
+    height = 3.6 + caption_h + legend_h + ticks_h
+    fig.set_figheight(height)
+    legend.set_bbox_to_anchor((0.5, caption_h / height), transform=fig.transFigure)
     bottom = (caption_h + legend_h + ticks_h) / height
     fig.suptitle("Clustering benchmark: accuracy per method and dataset (IA outlined)")
     fig.subplots_adjust(left=0.07, right=0.99, bottom=bottom, top=0.9)
