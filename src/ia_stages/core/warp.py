@@ -219,7 +219,7 @@ def warp_with_jacobian(
     jac : ``(n, n_params, H, W)``, jac[i, k] = d out[i] / d params[i, k]
     """
     xp = array_module(images)
-    if xp is np and group.name == "se2" and images.ndim == 3:
+    if xp is np and isinstance(group, SE2) and images.ndim == 3:
         Q = spline_coefficients(images, interpolation)
         return warp_with_jacobian_se2(Q, params, interpolation)
     shape = images.shape[1:]
