@@ -28,6 +28,10 @@ class SE2:
     n_params: int = 3
     param_names: tuple[str, ...] = ("theta", "b0", "b1")
 
+    def settings(self) -> dict:
+        """The group's settings, as the config hash and the stores' attrs record them."""
+        return {"group": "se2", "mirror": False}
+
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
         """Identity parameters, shape ``(3,)`` or ``(n, 3)``."""
         return xp.zeros((3,) if n is None else (n, 3))
@@ -150,6 +154,9 @@ class AffineFamily:
     name : 'se2', 'similarity' or 'affine'
     mirror : default False: the group also holds the mirror images
     bounds : :class:`GroupBounds` for the local refinement of the extra parameters
+    iters : default 30: the refinement's most evaluations per pair
+    tol : default 1e-9: it stops at a drop of d2 below this
+    lam0 : default 1e-3: its initial Levenberg-Marquardt damping
 
     Example
     -------
@@ -162,10 +169,19 @@ class AffineFamily:
     name: str = "affine"
     mirror: bool = False
     bounds: GroupBounds = GroupBounds()
+    iters: int = 30
+    tol: float = 1e-9
+    lam0: float = 1e-3
 
     def __post_init__(self) -> None:
         if self.name not in GROUP_NAMES:
             raise ValueError(f"group: unknown group {self.name!r}; choose one of {GROUP_NAMES}")
+        if int(self.iters) < 0:
+            raise ValueError(f"group_iters: must be >= 0, got {self.iters}")
+        if not self.tol >= 0.0:
+            raise ValueError(f"group_tol: must be >= 0, got {self.tol}")
+        if not self.lam0 > 0.0:
+            raise ValueError(f"group_lam0: must be > 0, got {self.lam0}")
 
     @property
     def n_extra(self) -> int:
@@ -193,6 +209,9 @@ class AffineFamily:
             "scale": list(self.bounds.scale),
             "anisotropy": float(self.bounds.anisotropy),
             "shear": float(self.bounds.shear),
+            "group_iters": int(self.iters),
+            "group_tol": float(self.tol),
+            "group_lam0": float(self.lam0),
         }
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
@@ -308,13 +327,18 @@ def make_group(
     scale: tuple[float, float] = (0.8, 1.25),
     anisotropy: float = 1.5,
     shear: float = 0.25,
+    iters: int = 30,
+    tol: float = 1e-9,
+    lam0: float = 1e-3,
 ) -> SE2 | AffineFamily:
     """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
 
     ``se2`` without mirror gives :class:`SE2` (today's search, unchanged); every other choice an
     :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
     (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
-    1.5) and ``shear`` (largest |h|, default 0.25). Bad values raise a one-line ValueError
+    1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
+    (default 30), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
+    (default 1e-3). Bad values raise a one-line ValueError
     naming the key.
 
     Example
@@ -328,5 +352,6 @@ def make_group(
         raise ValueError(f"mirror: must be true or false, got {mirror!r}")
     bounds = GroupBounds(tuple(scale), float(anisotropy), float(shear))
     if name == "se2" and not mirror:
+        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))  # checks them
         return SE2()
-    return AffineFamily(name, mirror, bounds)
+    return AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))
