@@ -173,3 +173,38 @@ def test_group_refinement_compiles_to_ptx_for_a_real_gpu():
     assert proc.returncode == 0, proc.stderr[-3000:]
     length, has_entry = proc.stdout.split()[-2:]
     assert int(length) > 5_000 and has_entry == "True"
+
+
+@pytest.mark.slow
+def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
+    """Affinely rendered copies of one letter: started from kappa^max's alignments onto the
+    first, the affine group's invariant mean fits them far better than SE(2)'s, keeps its
+    parameters within the bounds, and its class average sits close to every copy."""
+    from ia_stages.ia.class_averages import class_averages
+    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+
+    rng = np.random.default_rng(3)
+    g = make_group("affine")
+    n = 6
+    p = np.zeros((n, 6))
+    p[:, 0] = rng.uniform(-np.pi, np.pi, n)
+    p[:, 1:3] = rng.uniform(-1, 1, (n, 2))
+    p[1:, 3] = rng.uniform(-0.1, 0.1, n - 1)
+    p[1:, 4] = rng.uniform(-0.1, 0.1, n - 1)
+    p[1:, 5] = rng.uniform(-0.12, 0.12, n - 1)
+    X = render(letter("R", 16), SHAPE, params=p[:, :3], psf=1.0, linear=g.matrix(p))
+    U = normalize(smooth(X, 2.0))
+    settings = MeanSettings(steps=30)
+    finals = {}
+    for name in ("se2", "affine"):
+        group = make_group(name)
+        km = kappa_max(X, beta=2.0, group=group)
+        res = invariant_mean(U, np.ones(n), km.params[0], settings, group)
+        assert res.objective[-1] <= res.objective[0]
+        finals[name] = res.objective[-1]
+        if name == "affine":
+            clipped = group.clip(res.params)
+            np.testing.assert_allclose(res.params, clipped)
+            ca = class_averages(U, np.zeros(n, int), km.params, km.sqdist, settings, "unit", group)
+            assert ca.distance.max() < 0.15
+    assert finals["affine"] < 0.3 * finals["se2"]

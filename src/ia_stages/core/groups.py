@@ -32,6 +32,14 @@ class SE2:
         """The group's settings, as the config hash and the stores' attrs record them."""
         return {"group": "se2", "mirror": False}
 
+    def scale(self, params: Any) -> Any:
+        """sqrt|det A| = 1, shape ``(...,)``."""
+        return 0.0 * params[..., 0] + 1.0
+
+    def clip(self, params: Any) -> Any:
+        """``params`` (SE(2) has no bounds)."""
+        return params
+
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
         """Identity parameters, shape ``(3,)`` or ``(n, 3)``."""
         return xp.zeros((3,) if n is None else (n, 3))
@@ -255,6 +263,17 @@ class AffineFamily:
     def scale(self, params: Any) -> Any:
         """sqrt|det A| = e^log_scale, shape ``(...,)``."""
         return np.exp(self._parts(params)[1])
+
+    def clip(self, params: Any) -> Any:
+        """``params`` with log_scale, alpha and shear projected into the bounds (a copy)."""
+        p = np.array(params, dtype=float)
+        lo, hi, a_max, h_max = self.bounds.limits()
+        if self.n_extra >= 1:
+            p[..., 3] = np.clip(p[..., 3], lo, hi)
+        if self.n_extra >= 3:
+            p[..., 4] = np.clip(p[..., 4], -a_max, a_max)
+            p[..., 5] = np.clip(p[..., 5], -h_max, h_max)
+        return p
 
     def jacobian(self, params: Any) -> tuple[Any, Any]:
         """Derivatives of (A, b) with respect to the parameters (0 for the discrete mirror).

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import normalize
-from ia_stages.core.warp import warp
+from ia_stages.core.warp import warp_norm_preserving
 from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
 from ia_stages.readout.linkage import cluster_by_distance
 
@@ -61,7 +61,7 @@ def class_averages(
     kmax_sqdist: np.ndarray,
     settings: MeanSettings = MeanSettings(),
     normalization: str = "unit",
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
 ) -> ClassAverages:
     """Invariant mean of every cluster of ``V`` and every member's pose and distance.
 
@@ -94,7 +94,7 @@ def class_averages(
         means.append(to_numpy(res.mean))
         params[members] = to_numpy(res.params)
     means = np.stack(means)
-    aligned = to_numpy(warp(V, params, group))
+    aligned = to_numpy(warp_norm_preserving(V, params, group))
     a = normalize(aligned, normalization).reshape(n, -1)
     m = normalize(means, normalization).reshape(K, -1)[labels]
     distance = np.sqrt(((a - m) ** 2).sum(1))
