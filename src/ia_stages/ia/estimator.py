@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_images, check_number
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
@@ -184,6 +185,9 @@ class InvariantAttentionClustering(
     verbose : 0 silent; >= 1 shows tqdm progress bars on stderr: one over the stages (every
         kappa^max, every iteration's means, the cluster means) and, below it, one over the
         pairs of each kappa^max and the columns of each iteration's invariant means
+    group : 'se2' (default), 'similarity' or 'affine', or a group object
+        (:func:`ia_stages.core.groups.make_group`, e.g. with ``mirror=True`` or other bounds):
+        the transformations kappa^max, the invariant means and the poses factor out
 
     Attributes
     ----------
@@ -231,6 +235,7 @@ class InvariantAttentionClustering(
         image_shape: tuple[int, int] | None = None,
         random_state: Any = None,
         verbose: int = 0,
+        group: Any = "se2",
     ):
         self.n_clusters = n_clusters
         self.preset = preset
@@ -254,6 +259,7 @@ class InvariantAttentionClustering(
         self.image_shape = image_shape
         self.random_state = random_state
         self.verbose = verbose
+        self.group = group
 
     # settings ---------------------------------------------------------------------------
 
@@ -400,7 +406,7 @@ class InvariantAttentionClustering(
                 with self._bar(n, f"iteration {t + 1}: invariant means", "column") as b:
                     step = attention_step(
                         V, kms[-1], s["attention_settings"], s["beta"], s["init"],
-                        s["attention_mean"], progress=b.update,
+                        s["attention_mean"], self._group(), progress=b.update,
                     )  # fmt: skip
                 steps.append(step)
                 V = step.features
@@ -469,10 +475,16 @@ class InvariantAttentionClustering(
             *args,
             beta=s["beta"],
             normalization=s["normalization"],
+            group=self._group(),
             settings=s["search"],
             sigma=s["sigma"],
             progress=progress,
         )
+
+    def _group(self) -> Any:
+        """The ``group`` setting as a group object (a name: :func:`make_group` with its
+        default bounds)."""
+        return make_group(self.group) if isinstance(self.group, str) else self.group
 
     def _readout(self, km: KappaMaxResult, s: dict[str, Any], seed: int) -> np.ndarray:
         """Labels ``(n,)`` of one kappa^max by the ``readout`` setting."""
@@ -501,7 +513,7 @@ class InvariantAttentionClustering(
             medoid = members[np.argmin(sq[np.ix_(members, members)].sum(1))]
             idx = xp.asarray(members)
             res = invariant_mean(X[idx], xp.ones(members.size), km.params[medoid][idx],
-                                 s["mean_settings"])  # fmt: skip
+                                 s["mean_settings"], self._group())  # fmt: skip
             means.append(res.mean)
         means = xp.stack(means)
         ali = self._align(means, X, s, progress, labels)
