@@ -84,7 +84,7 @@ def test_make_group_and_settings():
     assert g.param_names == ("theta", "b0", "b1", "log_scale", "mirror")
     assert g.settings() == {
         "group": "similarity", "mirror": True, "scale": [0.9, 1.1], "anisotropy": 1.5,
-        "shear": 0.25, "group_iters": 30, "group_tol": 1e-9, "group_lam0": 1e-3,
+        "shear": 0.25, "group_iters": 8, "group_tol": 1e-9, "group_lam0": 1e-3,
     }  # fmt: skip
     with pytest.raises(ValueError, match="a mirror image"):
         make_group("affine").from_matrix(np.diag([1.0, -1.0]), np.zeros(2))

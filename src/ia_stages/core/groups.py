@@ -162,7 +162,7 @@ class AffineFamily:
     name : 'se2', 'similarity' or 'affine'
     mirror : default False: the group also holds the mirror images
     bounds : :class:`GroupBounds` for the local refinement of the extra parameters
-    iters : default 30: the refinement's most evaluations per pair
+    iters : default 8: the refinement's most evaluations per pair
     tol : default 1e-9: it stops at a drop of d2 below this
     lam0 : default 1e-3: its initial Levenberg-Marquardt damping
 
@@ -177,7 +177,7 @@ class AffineFamily:
     name: str = "affine"
     mirror: bool = False
     bounds: GroupBounds = GroupBounds()
-    iters: int = 30
+    iters: int = 8
     tol: float = 1e-9
     lam0: float = 1e-3
 
@@ -346,7 +346,7 @@ def make_group(
     scale: tuple[float, float] = (0.8, 1.25),
     anisotropy: float = 1.5,
     shear: float = 0.25,
-    iters: int = 30,
+    iters: int = 8,
     tol: float = 1e-9,
     lam0: float = 1e-3,
 ) -> SE2 | AffineFamily:
@@ -356,7 +356,7 @@ def make_group(
     :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
     (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
     1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
-    (default 30), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
+    (default 8), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
     (default 1e-3). Bad values raise a one-line ValueError
     naming the key.
 

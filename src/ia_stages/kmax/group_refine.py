@@ -40,11 +40,10 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m):
     a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
     a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
-    for a in range(N_Q):
-        g[a] = 0.0
-        for b in range(N_Q):
-            M[a, b] = 0.0
     cost = 0.0
+    g0 = g1 = g2 = g3 = g4 = g5 = 0.0
+    m00 = m10 = m11 = m20 = m21 = m22 = m30 = m31 = m32 = m33 = 0.0
+    m40 = m41 = m42 = m43 = m44 = m50 = m51 = m52 = m53 = m54 = m55 = 0.0
     for r in range(H):
         gy = r - cy
         for col in range(W):
@@ -78,14 +77,50 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m):
             j4 = vy * (e * (c * ea * gy + (c * ea * h - s * eb) * gx))
             j4 += vx * (e * (-s * ea * gy + (-s * ea * h - c * eb) * gx))
             j5 = (vy * (e * c * ea) - vx * (e * s * ea)) * gx
-            J = (j0, vy, vx, j3, j4, j5)
-            for a in range(N_Q):
-                g[a] += J[a] * res
-                for b in range(a + 1):
-                    M[a, b] += J[a] * J[b]
-    for a in range(N_Q):
-        for b in range(a):
-            M[b, a] = M[a, b]
+            g0 += j0 * res
+            g1 += vy * res
+            g2 += vx * res
+            g3 += j3 * res
+            g4 += j4 * res
+            g5 += j5 * res
+            m00 += j0 * j0
+            m10 += vy * j0
+            m11 += vy * vy
+            m20 += vx * j0
+            m21 += vx * vy
+            m22 += vx * vx
+            m30 += j3 * j0
+            m31 += j3 * vy
+            m32 += j3 * vx
+            m33 += j3 * j3
+            m40 += j4 * j0
+            m41 += j4 * vy
+            m42 += j4 * vx
+            m43 += j4 * j3
+            m44 += j4 * j4
+            m50 += j5 * j0
+            m51 += j5 * vy
+            m52 += j5 * vx
+            m53 += j5 * j3
+            m54 += j5 * j4
+            m55 += j5 * j5
+    g[0], g[1], g[2], g[3], g[4], g[5] = g0, g1, g2, g3, g4, g5
+    M[0, 0], M[1, 1], M[2, 2], M[3, 3], M[4, 4], M[5, 5] = m00, m11, m22, m33, m44, m55
+    M[1, 0] = M[0, 1] = m10
+    M[2, 0] = M[0, 2] = m20
+    M[2, 1] = M[1, 2] = m21
+    M[3, 0] = M[0, 3] = m30
+    M[3, 1] = M[1, 3] = m31
+    M[3, 2] = M[2, 3] = m32
+    M[4, 0] = M[0, 4] = m40
+    M[4, 1] = M[1, 4] = m41
+    M[4, 2] = M[2, 4] = m42
+    M[4, 3] = M[3, 4] = m43
+    M[5, 0] = M[0, 5] = m50
+    M[5, 1] = M[1, 5] = m51
+    M[5, 2] = M[2, 5] = m52
+    M[5, 3] = M[3, 5] = m53
+    M[5, 4] = M[4, 5] = m54
     return cost
 
 
