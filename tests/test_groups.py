@@ -1,10 +1,21 @@
 """The similarity and affine groups (with mirrors): A(params), dA/dparams, compose, inverse,
 bounds."""
 
+import copy
+import inspect
+import re
+
 import numpy as np
 import pytest
+import yaml
 
 from ia_stages.core.groups import SE2, AffineFamily, GroupBounds, make_group
+from ia_stages.pipeline.config import (
+    ConfigError,
+    stage_settings,
+    stage_settings_json,
+    validate_config,
+)
 
 GROUPS = [
     make_group("similarity"),
@@ -113,3 +124,71 @@ def test_bounds_limits():
     lo, hi, a, h = GroupBounds((0.8, 1.25), 1.5, 0.2).limits()
     assert np.isclose(np.exp(lo), 0.8) and np.isclose(np.exp(hi), 1.25)
     assert np.isclose(np.exp(2 * a), 1.5) and h == 0.2
+
+
+def _config_with_group(default_config: dict, group: dict) -> dict:
+    cfg = copy.deepcopy(default_config)
+    name = next(n for n, d in cfg["datasets"].items() if d["kind"] == "mnist3")
+    cfg["datasets"][name]["group"] = group
+    return cfg, name
+
+
+def test_schema_group_defaults_equal_make_group_defaults(schema_path):
+    schema = yaml.safe_load(schema_path.read_text())
+    props = schema["$defs"]["group"]["properties"]
+    defaults = {k: v["default"] for k, v in props.items()}
+    signature = inspect.signature(make_group).parameters
+    assert set(defaults) == set(signature)
+    for key, value in defaults.items():
+        want = signature[key].default
+        assert (list(want) if isinstance(want, tuple) else want) == value, key
+    g = make_group("affine")
+    assert g.settings() == {
+        "group": "affine", "mirror": False, "scale": defaults["scale"],
+        "anisotropy": defaults["anisotropy"], "shear": defaults["shear"],
+        "group_iters": defaults["iters"], "group_tol": defaults["tol"],
+        "group_lam0": defaults["lam0"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "group, key",
+    [
+        ({"name": "projective"}, "group.name"),
+        ({"name": "affine", "scale": [1.2, 0.9]}, "group.scale"),
+        ({"name": "affine", "scale": [0.0, 1.2]}, "group.scale"),
+        ({"name": "affine", "shear": 1.0}, "group.shear"),
+        ({"name": "affine", "anisotropy": 0.5}, "group.anisotropy"),
+        ({"name": "affine", "scale": [1.1, 1.3]}, "group.scale"),
+    ],
+)
+def test_bad_group_config_names_the_key(default_config, group, key):
+    cfg, name = _config_with_group(default_config, group)
+    with pytest.raises(ConfigError, match=re.escape(f"'datasets.{name}.{key}")) as info:
+        validate_config(cfg)
+    assert "\n" not in str(info.value)
+
+
+def test_group_enters_the_stage_settings_and_the_hash(default_config):
+    cfg, name = _config_with_group(default_config, {"name": "affine", "mirror": True})
+    cfg = validate_config(cfg)
+    plain = validate_config(copy.deepcopy(default_config))
+    for stage in ("kmax", "means", "classes"):
+        s = stage_settings(cfg, stage, name)
+        assert s["group"]["name"] == "affine" and s["group"]["mirror"] is True
+        assert stage_settings_json(cfg, stage, name) != stage_settings_json(plain, stage, name)
+    assert plain["datasets"][name]["group"] == {
+        "name": "se2", "mirror": False, "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
+        "iters": 8, "tol": 1e-9, "lam0": 1e-3,
+    }  # fmt: skip
+    # the kmax stage builds the group from its settings
+    assert make_group(**stage_settings(cfg, "kmax", name)["group"]).n_params == 7
+
+
+def test_cluster_command_config_carries_the_group(tmp_path):
+    from ia_stages.pipeline.cluster_command import images_config
+
+    np.save(tmp_path / "x.npy", np.zeros((3, 8, 8)))
+    cfg = images_config(tmp_path / "x.npy", group="similarity", mirror=True)
+    ds = next(iter(cfg["datasets"].values()))
+    assert ds["group"] == {"name": "similarity", "mirror": True}

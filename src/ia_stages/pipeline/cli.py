@@ -200,6 +200,8 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         block_size=a.block_size,
         seed=a.seed,
         backend=a.backend,
+        group=a.group,
+        mirror=a.mirror,
     )
     written = user_run.run(cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report)
     for name, path in written.items():
@@ -323,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
     sp.add_argument("--kernel-sigma", type=float, help="smoothing (px) inside kappa^max")
+    sp.add_argument(
+        "--group", default="se2", choices=["se2", "similarity", "affine"],
+        help="transformations factored out (default se2; config: datasets.*.group)",
+    )  # fmt: skip
+    sp.add_argument("--mirror", action="store_true", help="also match mirror images")
     sp.add_argument("--threshold", type=float, help="read-out distance (default 0.3)")
     sp.add_argument("--iterations", type=int, default=2, help="IA iterations (default 2)")
     sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")

@@ -34,6 +34,8 @@ def images_config(
     block_size: int = 256,
     seed: int = 0,
     backend: str = "auto",
+    group: str = "se2",
+    mirror: bool = False,
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
@@ -53,6 +55,8 @@ def images_config(
     for key, value in (("beta", beta), ("kernel_sigma", kernel_sigma)):
         if value is not None:
             ds[key] = value
+    if group != "se2" or mirror:
+        ds["group"] = {"name": group, "mirror": mirror}
     if threshold is not None:
         ds["readout_threshold"] = threshold
     return {

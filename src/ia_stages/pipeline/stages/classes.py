@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ia_stages.core.groups import make_group
 from ia_stages.ia.class_averages import class_averages, threshold_stability
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
@@ -63,6 +64,7 @@ def run(
             k0["sqdist"].values,
             MeanSettings(**mean),
             settings["normalization"],
+            make_group(**settings.get("group", {})),
         )
         thresholds, found, ari = threshold_stability(sq, readout["threshold"], readout["linkage"])
     names = sample_names(data)

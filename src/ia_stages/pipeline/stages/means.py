@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.ia.attention import column_normalize, invariant_attention_step, knn_attention_step
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
@@ -88,11 +89,19 @@ def run(
     if att.kind == "knn" and steps is not None:
         mean["steps"] = steps
     Vx, backend = on_backend(V, settings["backend"])
+    group = make_group(**settings.get("group", {}))
     if att.kind == "knn":
         knn, w = sparse_weights(km, att, settings.get("beta"))
         with timer() as t:
             means = knn_attention_step(
-                Vx, knn, w, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+                Vx,
+                knn,
+                w,
+                settings["init"],
+                MeanSettings(**mean),
+                group=group,
+                columns=cols,
+                progress=progress,
             )
         feats = np.stack([to_numpy(m.mean) for m in means])
         rows = knn.indices[cols.start : cols.stop]
@@ -109,7 +118,13 @@ def run(
         )
         with timer() as t:
             step = invariant_attention_step(
-                Vx, res, settings["init"], MeanSettings(**mean), columns=cols, progress=progress
+                Vx,
+                res,
+                settings["init"],
+                MeanSettings(**mean),
+                group=group,
+                columns=cols,
+                progress=progress,
             )
         means, feats = step.means, to_numpy(step.features)
         variables = {
