@@ -177,6 +177,7 @@ def test_group_enters_the_stage_settings_and_the_hash(default_config):
         s = stage_settings(cfg, stage, name)
         assert s["group"]["name"] == "affine" and s["group"]["mirror"] is True
         assert stage_settings_json(cfg, stage, name) != stage_settings_json(plain, stage, name)
+    assert "group" not in stage_settings(plain, "kmax", name)  # SE(2): the stores' hash stays
     assert plain["datasets"][name]["group"] == {
         "name": "se2", "mirror": False, "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
         "iters": 8, "tol": 1e-9, "lam0": 1e-3,

@@ -278,8 +278,10 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
     ds = cfg["datasets"][dataset]
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
-    if "group" in ds:  # image datasets: the transformations factored out
-        kernel["group"] = ds["group"]
+    group = ds.get("group", {})
+    if group.get("name", "se2") != "se2" or group.get("mirror"):
+        # the transformations factored out (absent for plain SE(2): its stores keep their hash)
+        kernel["group"] = group
     common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
     if stage == "dataset":
         gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
@@ -288,8 +290,8 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         return {**common, **kernel, "search": cfg["ia"]["search"]}
     if stage == "means":
         out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
-        if "group" in ds:
-            out["group"] = ds["group"]
+        if "group" in kernel:
+            out["group"] = kernel["group"]
         attention = ds.get("attention", {"kind": "dense"})
         if attention["kind"] == "knn":
             out["attention"] = attention
@@ -322,8 +324,8 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             readout["threshold"] = ds["readout_threshold"]
         mean = {**cfg["ia"]["mean"], "max_images": None}  # every member counts
         out = {**common, "normalization": ds["normalization"], "readout": readout, "mean": mean}
-        if "group" in ds:
-            out["group"] = ds["group"]
+        if "group" in kernel:
+            out["group"] = kernel["group"]
         return out
     if stage == "theory":
         return {
