@@ -208,3 +208,21 @@ def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
             ca = class_averages(U, np.zeros(n, int), km.params, km.sqdist, settings, "unit", group)
             assert ca.distance.max() < 0.15
     assert finals["affine"] < 0.3 * finals["se2"]
+
+
+@pytest.mark.slow
+def test_estimator_takes_the_group():
+    from ia_stages import InvariantAttentionClustering
+
+    g = make_group("similarity")
+    rng = np.random.default_rng(5)
+    p = np.zeros((12, 6))
+    p[:, 0] = rng.uniform(-np.pi, np.pi, 12)
+    p[:, 3] = rng.uniform(-0.1, 0.1, 12)
+    shapes = [letter(c, 16) for c in "RRRRRRFFFFFF"]
+    X = render(shapes, SHAPE, params=p[:, :3], psf=1.0, linear=make_group("affine").matrix(p))
+    est = InvariantAttentionClustering(2, group=g, random_state=0).fit(X)
+    assert est.poses_.shape == (12, 4)  # (theta, b0, b1, log_scale)
+    assert est.kmax_.params.shape[-1] == 4
+    with pytest.raises(ValueError, match=r"^group: unknown"):
+        InvariantAttentionClustering(2, group="projective").fit(X)
