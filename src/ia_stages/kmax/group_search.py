@@ -44,6 +44,32 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
     return params, d2
 
 
+# the symmetric mirror search runs by blocks of the upper triangle, n^2 (1 + 1 / blocks) / 2
+# pairs, with at most this many blocks of at least MIRROR_BLOCK_MIN images (each block pays
+# the search's set-up)
+MIRROR_BLOCKS = 8
+MIRROR_BLOCK_MIN = 64
+
+
+def _mirror_search(U, V, beta, normalization, settings, sigma):
+    """SE(2) kappa^max of U[i] against the mirror image of V[j] (V None: U, pairs i < j only,
+    by blocks of the upper triangle; the entries below the diagonal blocks stay +inf)."""
+    if V is not None:
+        r = kappa_max_all_pairs(U, V[..., ::-1], beta, normalization, SE2(), settings, None, sigma)
+        return to_numpy(r.params), to_numpy(r.sqdist)
+    n = U.shape[0]
+    PF, DF = np.zeros((n, n, 3)), np.full((n, n), np.inf)
+    blocks = max(1, min(MIRROR_BLOCKS, n // MIRROR_BLOCK_MIN))
+    edges = np.unique(np.linspace(0, n, blocks + 1).astype(int))
+    for a in range(len(edges) - 1):
+        for c in range(a, len(edges) - 1):
+            rows, cols = slice(edges[a], edges[a + 1]), slice(edges[c], edges[c + 1])
+            r = kappa_max_all_pairs(U[rows], U[cols][..., ::-1], beta, normalization, SE2(),
+                                    settings, None, sigma)  # fmt: skip
+            PF[rows, cols], DF[rows, cols] = to_numpy(r.params), to_numpy(r.sqdist)
+    return PF, DF
+
+
 def kappa_max_group(
     U: Any,
     V: Any | None,
@@ -76,10 +102,7 @@ def kappa_max_group(
     P, D = to_numpy(res.params), to_numpy(res.sqdist)
     flip = np.zeros(D.shape, dtype=bool)
     if group.mirror:
-        # kappa(u_i, F u_j) = kappa(F u_i, u_j): SE(2) is closed under conjugation by F
-        mirrored = (U if symmetric else V)[..., ::-1]
-        resF = kappa_max_all_pairs(U, mirrored, beta, normalization, SE2(), settings, None, sigma)
-        PF, DF = to_numpy(resF.params), to_numpy(resF.sqdist)
+        PF, DF = _mirror_search(U, V, beta, normalization, settings, sigma)
         flip = DF < D
         if symmetric:
             np.fill_diagonal(flip, False)
