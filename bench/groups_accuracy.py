@@ -1,11 +1,12 @@
 """Clustering accuracy of the estimator per group: affNIST-style digits and digits rotated by
 scipy (not by our warp).
 
-Usage: python bench/groups_accuracy.py N {affnist,scirot} GROUP [GROUP ...]
+Usage: python bench/groups_accuracy.py N {affnist,scirot} GROUP [GROUP ...] [--no-k]
 
 GROUP is one of se2, similarity, affine (the default bounds of ``make_group``),
 similarity_wide, affine_wide (bounds that cover affNIST's maps: scale (0.67, 1.5),
-anisotropy 2.25, shear 0.4). Prints ACC (Hungarian accuracy, K = 10 given), wall and CPU
+anisotropy 2.25, shear 0.4). Prints ACC (Hungarian accuracy, K = 10 given; ``--no-k``: K
+not given, the read-out finds it), wall and CPU
 seconds (``time.process_time``, all threads) per group.
 
 - affnist: ``ia_stages.data.datasets.affnist(N)`` (regenerated: rotation +-20 degrees, shear
@@ -50,12 +51,15 @@ def data(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main() -> None:
-    n, kind, names = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    no_k = "--no-k" in sys.argv
+    argv = [a for a in sys.argv if a != "--no-k"]
+    n, kind, names = int(argv[1]), argv[2], argv[3:]
     X, y = data(kind, n)
     for name in names:
         t0, c0 = time.perf_counter(), time.process_time()
-        est = InvariantAttentionClustering(10, group=GROUPS[name], random_state=0).fit(X)
-        print(f"{kind} n={n} {name:<16} ACC {accuracy(y, est.labels_):.3f}  wall "
+        K = None if no_k else 10
+        est = InvariantAttentionClustering(K, group=GROUPS[name], random_state=0).fit(X)
+        print(f"{kind} n={n} K={K} {name:<16} ACC {accuracy(y, est.labels_):.3f}  wall "
               f"{time.perf_counter() - t0:.0f} s  CPU {time.process_time() - c0:.0f} s",
               flush=True)  # fmt: skip
 
