@@ -75,7 +75,7 @@ def test_default_config_is_valid_and_defaults_are_filled(
         filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
         assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled}, name
         for key, default in defaults.items():
-            if key == "attention":  # a section: its own defaults are filled inside it
+            if key in ("attention", "group"):  # sections: their defaults are filled inside
                 given_att = given.get(key, {})
                 assert cfg["datasets"][name][key].items() >= given_att.items(), name
                 continue
@@ -112,6 +112,7 @@ def test_minimal_config_gets_every_section(schema_path: Path) -> None:
     attention = _defaults(schema["$defs"]["attention"]["properties"])
     for name, kind in (("s", "shapes3"), ("m", "mnist3")):
         expected = {"kind": kind, **_kind_defaults(schema, kind), "attention": attention}
+        expected["group"] = _defaults(schema["$defs"]["group"]["properties"])
         assert cfg["datasets"][name] == expected
     assert cfg["figures"]["mean_trace"]["dataset"] == "m"
     assert "steps" in cfg["figures"]["mean_trace"] and "init" in cfg["figures"]["mean_trace"]

@@ -9,6 +9,7 @@ composition of the sampling maps: (v o tau1) o tau2 = v o (tau1 . tau2) with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,18 @@ class SE2:
     name: str = "se2"
     n_params: int = 3
     param_names: tuple[str, ...] = ("theta", "b0", "b1")
+
+    def settings(self) -> dict:
+        """The group's settings, as the config hash and the stores' attrs record them."""
+        return {"group": "se2", "mirror": False}
+
+    def scale(self, params: Any) -> Any:
+        """sqrt|det A| = 1, shape ``(...,)``."""
+        return 0.0 * params[..., 0] + 1.0
+
+    def clip(self, params: Any) -> Any:
+        """``params`` (SE(2) has no bounds)."""
+        return params
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
         """Identity parameters, shape ``(3,)`` or ``(n, 3)``."""
@@ -91,3 +104,273 @@ def _stack2x2(a: Any, b: Any, c: Any, d: Any) -> Any:
 def wrap_angle(theta: Any) -> Any:
     """Map angles to (-pi, pi]."""
     return np.pi - np.mod(np.pi - theta, 2 * np.pi)
+
+
+@dataclass(frozen=True)
+class GroupBounds:
+    """Bounds of the parameters that the local refinement adds to SE(2).
+
+    scale : ``(low, high)``, default ``(0.8, 1.25)``: the range of the scale sqrt(det A)
+        (0 < low <= 1 <= high)
+    anisotropy : default 1.5: the largest ratio of the two axis stretches, e^(2 |alpha|) (>= 1)
+    shear : default 0.25: the largest |h| of the shear [[1, h], [0, 1]] (0 <= shear < 1)
+    """
+
+    scale: tuple[float, float] = (0.8, 1.25)
+    anisotropy: float = 1.5
+    shear: float = 0.25
+
+    def __post_init__(self) -> None:
+        low, high = (float(x) for x in self.scale)
+        if not (math.isfinite(low) and math.isfinite(high)) or low <= 0.0 or high <= 0.0:
+            raise ValueError(f"scale: the bounds must be > 0, got {tuple(self.scale)}")
+        if low > high:
+            raise ValueError(f"scale: inverted range {tuple(self.scale)} (low > high)")
+        if not low <= 1.0 <= high:
+            raise ValueError(f"scale: the range {tuple(self.scale)} must contain 1")
+        if not (math.isfinite(self.anisotropy) and self.anisotropy >= 1.0):
+            raise ValueError(f"anisotropy: must be >= 1 (an axis ratio), got {self.anisotropy}")
+        if not (0.0 <= self.shear < 1.0):
+            raise ValueError(f"shear: must lie in [0, 1), got {self.shear}")
+        object.__setattr__(self, "scale", (low, high))
+
+    def limits(self) -> tuple[float, float, float, float]:
+        """(log_scale_low, log_scale_high, alpha_max, shear_max) as the refinement reads them."""
+        return (
+            math.log(self.scale[0]),
+            math.log(self.scale[1]),
+            0.5 * math.log(self.anisotropy),
+            float(self.shear),
+        )
+
+
+@dataclass(frozen=True)
+class AffineFamily:
+    """SE(2), similarity or affine maps, optionally with mirror images.
+
+    Parameters are ``(theta, b0, b1, [log_scale, [alpha, shear]], [mirror])``: SE(2)'s first,
+    so that ``params[..., 0]`` is the angle and ``params[..., 1:3]`` the translation in every
+    group. The linear part is
+
+        A = F^m R(theta) e^log_scale diag(e^alpha, e^-alpha) [[1, shear], [0, 1]]
+
+    with R(theta) = [[cos, sin], [-sin, cos]] (as :class:`SE2`) and F = diag(1, -1) the mirror
+    of the columns (m = the ``mirror`` parameter, 0 or 1, present only with ``mirror=True``).
+    The scale sqrt|det A| = e^log_scale; a warp by A multiplied by it is norm preserving
+    (kappa^max uses that: a change of area does not bias the score).
+
+    name : 'se2', 'similarity' or 'affine'
+    mirror : default False: the group also holds the mirror images
+    bounds : :class:`GroupBounds` for the local refinement of the extra parameters
+    iters : default 8: the refinement's most evaluations per pair
+    tol : default 1e-9: it stops at a drop of d2 below this
+    lam0 : default 1e-3: its initial Levenberg-Marquardt damping
+
+    Example
+    -------
+    >>> g = make_group("affine", mirror=True)
+    >>> p = g.identity()
+    >>> g.matrix(p).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+
+    name: str = "affine"
+    mirror: bool = False
+    bounds: GroupBounds = GroupBounds()
+    iters: int = 8
+    tol: float = 1e-9
+    lam0: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.name not in GROUP_NAMES:
+            raise ValueError(f"group: unknown group {self.name!r}; choose one of {GROUP_NAMES}")
+        if int(self.iters) < 0:
+            raise ValueError(f"group_iters: must be >= 0, got {self.iters}")
+        if not self.tol >= 0.0:
+            raise ValueError(f"group_tol: must be >= 0, got {self.tol}")
+        if not self.lam0 > 0.0:
+            raise ValueError(f"group_lam0: must be > 0, got {self.lam0}")
+
+    @property
+    def n_extra(self) -> int:
+        """Continuous parameters beyond SE(2)'s: 0, 1 (similarity) or 3 (affine)."""
+        return {"se2": 0, "similarity": 1, "affine": 3}[self.name]
+
+    @property
+    def n_continuous(self) -> int:
+        return 3 + self.n_extra
+
+    @property
+    def n_params(self) -> int:
+        return self.n_continuous + int(self.mirror)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        names = ("theta", "b0", "b1", "log_scale", "alpha", "shear")[: self.n_continuous]
+        return names + (("mirror",) if self.mirror else ())
+
+    def settings(self) -> dict:
+        """The group's settings, as the config hash and the stores' attrs record them."""
+        return {
+            "group": self.name,
+            "mirror": bool(self.mirror),
+            "scale": list(self.bounds.scale),
+            "anisotropy": float(self.bounds.anisotropy),
+            "shear": float(self.bounds.shear),
+            "group_iters": int(self.iters),
+            "group_tol": float(self.tol),
+            "group_lam0": float(self.lam0),
+        }
+
+    def identity(self, n: int | None = None, xp: Any = np) -> Any:
+        """Identity parameters, shape ``(n_params,)`` or ``(n, n_params)``."""
+        return xp.zeros((self.n_params,) if n is None else (n, self.n_params))
+
+    def embed(self, se2_params: Any, mirror: Any = 0.0) -> Any:
+        """The element with SE(2) parameters ``(..., 3)`` and no extra deformation; ``mirror``
+        (0 or 1, broadcast) sets the mirror parameter where the group has one."""
+        p = np.zeros((*np.shape(se2_params)[:-1], self.n_params))
+        p[..., :3] = se2_params
+        if self.mirror:
+            p[..., -1] = mirror
+        return p
+
+    def _parts(self, params: Any) -> tuple[Any, ...]:
+        params = np.asarray(params, dtype=float)
+        z = 0.0 * params[..., 0]
+        th = params[..., 0]
+        sig = params[..., 3] if self.n_extra >= 1 else z
+        al = params[..., 4] if self.n_extra >= 3 else z
+        h = params[..., 5] if self.n_extra >= 3 else z
+        m = params[..., -1] if self.mirror else z
+        return th, sig, al, h, m
+
+    def matrix(self, params: Any) -> Any:
+        """Linear part A, shape ``(..., 2, 2)``."""
+        th, sig, al, h, m = self._parts(params)
+        c, s, e = np.cos(th), np.sin(th), np.exp(sig)
+        ea, eb = np.exp(al), np.exp(-al)
+        # R D S = [[c ea, c ea h + s eb], [-s ea, -s ea h + c eb]]
+        a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
+        a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
+        f = np.where(np.round(m) == 1, -1.0, 1.0)
+        return _stack2x2(a00, a01, f * a10, f * a11)
+
+    def translation(self, params: Any) -> Any:
+        """Translation b, shape ``(..., 2)``."""
+        return np.asarray(params)[..., 1:3]
+
+    def scale(self, params: Any) -> Any:
+        """sqrt|det A| = e^log_scale, shape ``(...,)``."""
+        return np.exp(self._parts(params)[1])
+
+    def clip(self, params: Any) -> Any:
+        """``params`` with log_scale, alpha and shear projected into the bounds (a copy)."""
+        p = np.array(params, dtype=float)
+        lo, hi, a_max, h_max = self.bounds.limits()
+        if self.n_extra >= 1:
+            p[..., 3] = np.clip(p[..., 3], lo, hi)
+        if self.n_extra >= 3:
+            p[..., 4] = np.clip(p[..., 4], -a_max, a_max)
+            p[..., 5] = np.clip(p[..., 5], -h_max, h_max)
+        return p
+
+    def jacobian(self, params: Any) -> tuple[Any, Any]:
+        """Derivatives of (A, b) with respect to the parameters (0 for the discrete mirror).
+
+        Returns
+        -------
+        dA : ``(..., n_params, 2, 2)``, db : ``(..., n_params, 2)``
+        """
+        th, sig, al, h, m = self._parts(params)
+        c, s, e = np.cos(th), np.sin(th), np.exp(sig)
+        ea, eb = np.exp(al), np.exp(-al)
+        f = np.where(np.round(m) == 1, -1.0, 1.0)
+        z = 0.0 * th
+
+        def mat(a00, a01, a10, a11):
+            return _stack2x2(a00, a01, f * a10, f * a11)
+
+        A = mat(e * c * ea, e * (c * ea * h + s * eb), -e * s * ea, e * (-s * ea * h + c * eb))
+        d_th = mat(-e * s * ea, e * (-s * ea * h + c * eb), -e * c * ea, e * (-c * ea * h - s * eb))
+        d_al = mat(e * c * ea, e * (c * ea * h - s * eb), -e * s * ea, e * (-s * ea * h - c * eb))
+        d_h = mat(z, e * c * ea, z, -e * s * ea)
+        zero = mat(z, z, z, z)
+        dA = [d_th, zero, zero, A, d_al, d_h][: self.n_continuous] + [zero] * int(self.mirror)
+        one = z + 1.0
+        db = [np.stack([z, z], -1)] * self.n_params
+        db[1], db[2] = np.stack([one, z], -1), np.stack([z, one], -1)
+        return np.stack(dA, -3), np.stack(db, -2)
+
+    def from_matrix(self, A: Any, b: Any) -> Any:
+        """Parameters of the map with linear part ``A (..., 2, 2)`` and translation ``b (..., 2)``
+        (the inverse of :meth:`matrix`; A must lie in the group: raises otherwise)."""
+        A = np.array(A, dtype=float)
+        det = A[..., 0, 0] * A[..., 1, 1] - A[..., 0, 1] * A[..., 1, 0]
+        m = (det < 0).astype(float)
+        if not self.mirror and np.any(m):
+            raise ValueError("group: a mirror image in a group without mirror=True")
+        A[..., 1, :] *= np.where(m == 1, -1.0, 1.0)[..., None]  # F^m A: now det > 0
+        # A = R(theta) U with U = e^sig [[e^al, e^al h], [0, e^-al]] (QR, positive diagonal)
+        n0 = np.hypot(A[..., 0, 0], A[..., 1, 0])
+        th = np.arctan2(-A[..., 1, 0], A[..., 0, 0])
+        c, s = np.cos(th), np.sin(th)
+        u01 = c * A[..., 0, 1] - s * A[..., 1, 1]
+        u11 = s * A[..., 0, 1] + c * A[..., 1, 1]
+        sig = 0.5 * np.log(n0 * u11)
+        al = 0.5 * np.log(n0 / u11)
+        h = u01 / n0
+        parts = [th, b[..., 0], b[..., 1], sig, al, h][: self.n_continuous]
+        if self.mirror:
+            parts.append(m)
+        return np.stack(parts, -1)
+
+    def compose(self, p1: Any, p2: Any) -> Any:
+        """Parameters of tau1 . tau2 (apply tau2's sampling map first, then tau1's)."""
+        A1, A2 = self.matrix(p1), self.matrix(p2)
+        b = np.einsum("...ij,...j->...i", A1, self.translation(p2)) + self.translation(p1)
+        return self.from_matrix(np.einsum("...ij,...jk->...ik", A1, A2), b)
+
+    def inverse(self, p: Any) -> Any:
+        """Parameters of tau^-1."""
+        A_inv = np.linalg.inv(self.matrix(p))
+        return self.from_matrix(A_inv, -np.einsum("...ij,...j->...i", A_inv, self.translation(p)))
+
+
+GROUP_NAMES = ("se2", "similarity", "affine")
+
+
+def make_group(
+    name: str = "se2",
+    mirror: bool = False,
+    scale: tuple[float, float] = (0.8, 1.25),
+    anisotropy: float = 1.5,
+    shear: float = 0.25,
+    iters: int = 8,
+    tol: float = 1e-9,
+    lam0: float = 1e-3,
+) -> SE2 | AffineFamily:
+    """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
+
+    ``se2`` without mirror gives :class:`SE2` (today's search, unchanged); every other choice an
+    :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
+    (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
+    1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
+    (default 8), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
+    (default 1e-3). Bad values raise a one-line ValueError
+    naming the key.
+
+    Example
+    -------
+    >>> make_group("similarity", scale=(0.9, 1.1)).param_names
+    ('theta', 'b0', 'b1', 'log_scale')
+    """
+    if name not in GROUP_NAMES:
+        raise ValueError(f"group: unknown group {name!r}; choose one of {GROUP_NAMES}")
+    if not isinstance(mirror, bool):
+        raise ValueError(f"mirror: must be true or false, got {mirror!r}")
+    bounds = GroupBounds(tuple(scale), float(anisotropy), float(shear))
+    if name == "se2" and not mirror:
+        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))  # checks them
+        return SE2()
+    return AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))

@@ -219,7 +219,7 @@ def warp_with_jacobian(
     jac : ``(n, n_params, H, W)``, jac[i, k] = d out[i] / d params[i, k]
     """
     xp = array_module(images)
-    if xp is np and group.name == "se2" and images.ndim == 3:
+    if xp is np and isinstance(group, SE2) and images.ndim == 3:
         Q = spline_coefficients(images, interpolation)
         return warp_with_jacobian_se2(Q, params, interpolation)
     shape = images.shape[1:]
@@ -229,4 +229,40 @@ def warp_with_jacobian(
     g = centred_grid(shape, xp)
     dfield = xp.einsum("nkij,jhw->nkihw", dA, g) + db[..., None, None]  # (n, k, 2, H, W)
     jac = xp.einsum("nkihw,nihw->nkhw", dfield, grad)
+    return out, jac
+
+
+def warp_norm_preserving(
+    images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys"
+) -> Any:
+    """:func:`warp` times sqrt|det A| (``group.scale``): the action of the group that keeps
+    the L2 norm, under which kappa^max and the invariant mean compare images (1 for SE(2)).
+
+    Example
+    -------
+    >>> from ia_stages.core.groups import make_group
+    >>> g = make_group("similarity")
+    >>> warp_norm_preserving(np.ones((1, 8, 8)), g.identity(1), g).shape
+    (1, 8, 8)
+    """
+    out = warp(images, params, group, interpolation)
+    if isinstance(group, SE2):
+        return out
+    s = group.scale(np.asarray(params))
+    return out * array_module(out).asarray(s)[..., None, None]
+
+
+def warp_norm_preserving_with_jacobian(
+    images: Any, params: Any, group: SE2 = SE2(), interpolation: str = "keys"
+) -> tuple[Any, Any]:
+    """:func:`warp_with_jacobian` of :func:`warp_norm_preserving`: ``(n, H, W)`` and
+    ``(n, n_params, H, W)``."""
+    out, jac = warp_with_jacobian(images, params, group, interpolation)
+    if isinstance(group, SE2) or group.n_extra == 0:
+        return out, jac
+    xp = array_module(out)
+    s = xp.asarray(group.scale(np.asarray(params)))[:, None, None]
+    jac = jac * s[:, None]
+    out = out * s
+    jac[:, 3] += out  # d(s v o tau) / d log_scale = s v o tau + s d(v o tau) / d log_scale
     return out, jac

@@ -182,6 +182,7 @@ def render(
     params: np.ndarray | None = None,
     supersample: int = 4,
     psf: float = 0.0,
+    linear: np.ndarray | None = None,
 ) -> np.ndarray:
     """Rasterise outlines after transforming them: every pixel integrates the (optionally
     blurred) transformed outline over its area.
@@ -201,6 +202,10 @@ def render(
         integrate the outline (a camera's point-spread function); 0 = none: each pixel is the
         exact area of the outline inside it, a box filter of the sharp outline, whose edges
         alias
+    linear : None, or ``(n, 2, 2)`` (or ``(2, 2)``) linear parts A that replace the rotation of
+        ``params`` (whose angle is then unused; its b still applies): the outline's point x
+        appears at the pixel p with A (p - c) + c + b = c + x, an affine map of the outline
+        (e.g. :meth:`ia_stages.core.groups.AffineFamily.matrix`)
 
     Returns
     -------
@@ -221,13 +226,20 @@ def render(
         outlines = outlines * P.shape[0]
     if len(outlines) != P.shape[0]:
         raise ValueError(f"{len(outlines)} outlines but {P.shape[0]} rows of params")
+    if linear is not None:
+        linear = np.asarray(linear, dtype=float).reshape(-1, 2, 2)
+        if linear.shape[0] != P.shape[0] or not np.all(np.abs(np.linalg.det(linear)) > 0):
+            raise ValueError(f"linear must be {P.shape[0]} invertible 2 x 2 matrices")
     s = supersample if psf > 0 else 1
     out = np.empty((len(outlines), H, W))
     for k, (path, (th, b0, b1)) in enumerate(zip(outlines, P, strict=True)):
-        c, sn = _exact_trig(th)
-        A = np.array([[c, sn], [-sn, c]])
-        # x = A p' + b with p' the centred pixel point: p' = A^T (x - b)
-        moved = (path.vertices - np.array([b0, b1])) @ A
+        if linear is None:
+            c, sn = _exact_trig(th)
+            A = np.array([[c, sn], [-sn, c]])
+            # x = A p' + b with p' the centred pixel point: p' = A^T (x - b)
+            moved = (path.vertices - np.array([b0, b1])) @ A
+        else:  # p' = A^-1 (x - b)
+            moved = (path.vertices - np.array([b0, b1])) @ np.linalg.inv(linear[k]).T
         fine = coverage(Path(moved * s, path.codes), (H * s, W * s))
         if psf > 0:
             fine = ndimage.gaussian_filter(fine, psf * s, mode="constant", truncate=4.0)

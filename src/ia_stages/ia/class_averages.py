@@ -115,7 +115,9 @@ def class_averages(
             means.append(V[int(members[0])])
             continue
         idx = xp.asarray(members)
-        res = invariant_mean(V[idx], xp.ones(members.size), params0[int(med)][idx], mean)
+        res = invariant_mean(
+            V[idx], xp.ones(members.size), params0[int(med)][idx], mean, settings.group
+        )
         means.append(res.mean)
     means = xp.stack(means)
     _, params, distance = align_to(means, V, settings, labels, progress)

@@ -21,6 +21,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.core.validation import (
     BACKGROUNDS,
     check_choice,
@@ -172,6 +173,9 @@ class InvariantAttentionClustering(
     verbose : 0 silent; >= 1 shows tqdm progress bars on stderr: one over the stages (every
         kappa^max, every iteration's means, the cluster means) and, below it, one over the
         pairs of each kappa^max and the columns of each iteration's invariant means
+    group : 'se2' (default), 'similarity' or 'affine', or a group object
+        (:func:`ia_stages.core.groups.make_group`, e.g. with ``mirror=True`` or other bounds):
+        the transformations kappa^max, the invariant means and the poses factor out
 
     Attributes
     ----------
@@ -221,6 +225,7 @@ class InvariantAttentionClustering(
         image_shape: tuple[int, int] | None = None,
         random_state: Any = None,
         verbose: int = 0,
+        group: Any = "se2",
     ):
         self.n_clusters = n_clusters
         self.preset = preset
@@ -245,6 +250,7 @@ class InvariantAttentionClustering(
         self.image_shape = image_shape
         self.random_state = random_state
         self.verbose = verbose
+        self.group = group
 
     # settings ---------------------------------------------------------------------------
 
@@ -289,6 +295,9 @@ class InvariantAttentionClustering(
         check_number(self.verbose, "verbose", integer=True, low=0)
         check_number(self.n_clusters, "n_clusters", integer=True, low=1, high=n_samples,
                      allow_none=True)  # fmt: skip
+        group = self.group
+        if group is not None:
+            top["group"] = make_group(group) if isinstance(group, str) else group
         try:
             s = ia_settings(self.preset, **top, **parts)
         except ValueError as err:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import smooth
 from ia_stages.core.validation import check_image_content, check_images
-from ia_stages.core.warp import warp_with_jacobian
+from ia_stages.core.warp import warp_norm_preserving_with_jacobian
 
 PRECONDITIONERS = ("gauss-newton", "none")
 
@@ -75,7 +75,7 @@ def invariant_mean(
     weights: Any,
     init_params: Any | None = None,
     settings: MeanSettings = MeanSettings(),
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     record: tuple[int, ...] = (),
 ) -> InvariantMeanResult:
     """Invariant mean of ``V`` under ``weights`` (Algorithm 1).
@@ -85,6 +85,10 @@ def invariant_mean(
     V : ``(n, H, W)`` images
     weights : ``(n,)`` non-negative weights (one column of W; normalised here)
     init_params : ``(n, n_params)`` starting tau_i; None = identity (as in the paper)
+    group : :class:`SE2` (default) or a similarity / affine group (with mirrors)
+        (:func:`ia_stages.core.groups.make_group`): images are aligned by its norm-preserving
+        action (:func:`ia_stages.core.warp.warp_norm_preserving`), the extra parameters kept
+        within its bounds; a mirror parameter keeps its starting value
     record : steps at which to keep a copy of mu
 
     Returns
@@ -127,7 +131,7 @@ def _invariant_mean(
     tau = group.identity(n, xp) if init_params is None else xp.array(init_params, dtype=float)
     tau_a = tau[active]
 
-    warped, jac = warp_with_jacobian(Va, tau_a, group)
+    warped, jac = warp_norm_preserving_with_jacobian(Va, tau_a, group)
     mu = xp.tensordot(w, warped, 1)
     objective = [_objective(w, warped, mu)]
     chosen = []
@@ -137,7 +141,8 @@ def _invariant_mean(
         best = None
         for sigma in settings.sigmas:
             trial = tau_a - t * _direction(w, warped - mu, jac, sigma, settings.preconditioner)
-            w_t, j_t = warp_with_jacobian(Va, trial, group)
+            trial = xp.asarray(group.clip(trial))  # the group's bounds (none for SE(2))
+            w_t, j_t = warp_norm_preserving_with_jacobian(Va, trial, group)
             mu_t = xp.tensordot(w, w_t, 1)
             f_t = _objective(w, w_t, mu_t)
             if best is None or f_t < best[0]:

@@ -213,7 +213,7 @@ def run_ia(
                 break
             with bar(n, f"iteration {t + 1}: invariant means", "column") as b:
                 step = attention_step(
-                    V, kms[-1], s.attention, s.beta, s.init, s.mean, progress=b.update
+                    V, kms[-1], s.attention, s.beta, s.init, s.mean, s.group, progress=b.update
                 )
             steps.append(step)
             V = step.features

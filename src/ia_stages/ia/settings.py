@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
@@ -122,6 +123,9 @@ class IASettings:
     mean : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of the columns' means and of
         the class averages (these ignore ``max_images``: every member counts)
     search : :class:`~ia_stages.kmax.SearchSettings` of kappa^max
+    group : the transformations factored out: :class:`~ia_stages.core.groups.SE2` (default)
+        or a similarity / affine group (:func:`~ia_stages.core.groups.make_group`), used by
+        kappa^max, every invariant mean and the class averages
     """
 
     beta: float = 20.0
@@ -136,6 +140,7 @@ class IASettings:
     stop: StopSettings = field(default_factory=StopSettings)
     mean: MeanSettings = field(default_factory=MeanSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
+    group: SE2 | AffineFamily = field(default_factory=SE2)
 
     def check(self, n: int | None = None) -> None:
         """Raise ``ValueError`` naming the key when a setting is out of range."""
@@ -171,6 +176,7 @@ class IASettings:
             *args,
             beta=self.beta,
             normalization=self.normalization,
+            group=self.group,
             settings=self.search,
             sigma=self.sigma,
             progress=progress,
@@ -178,8 +184,9 @@ class IASettings:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-able; the pipeline's config hash and store attrs)."""
-        d = asdict(self)
+        d = asdict(replace(self, group=SE2()))
         d["mean"]["sigmas"] = list(d["mean"]["sigmas"])
+        d["group"] = self.group.settings()
         return d
 
 

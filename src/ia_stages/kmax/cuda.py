@@ -32,8 +32,8 @@ if not hasattr(np, "row_stack"):
 from numba import cuda
 
 from ia_stages.core import taps
-from ia_stages.core.backend import array_module
-from ia_stages.kmax import refine, rings
+from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.kmax import group_refine, refine, rings
 from ia_stages.kmax.refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
@@ -223,3 +223,43 @@ def search_pairs_cuda(
         *policy.lm(), images.search is not None, images.taps(), *scratch, out_p, out_c,
     )  # fmt: skip
     return out_p, out_c
+
+
+@cache
+def _group_kernel() -> Any:
+    refine_pair = _device_functions()["_group_refine_pair"]
+
+    @cuda.jit
+    def group_kernel(ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, ws, out_q,
+                     out_c):  # fmt: skip
+        k = cuda.grid(1)
+        if k < ii.shape[0]:
+            refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps,
+                        ws[k], out_q, out_c)  # fmt: skip
+
+    return group_kernel
+
+
+def group_refine_cuda(
+    U: Any, V: Any, ii: Any, jj: Any, q0: Any, group: Any, interpolation: str = "keys"
+) -> tuple[Any, Any]:
+    """:func:`ia_stages.kmax.group_refine.refine_pairs` on the GPU, one thread per pair: the
+    same arguments (``U``, ``ii``, ``jj``, ``q0`` host or device arrays; the moving images
+    ``V`` are laid out on the host) and results as arrays of the kind of ``U``."""
+    xp = array_module(U)
+    m = int(ii.shape[0])
+    out_q = xp.empty((m, group_refine.N_Q))
+    out_c = xp.empty(m)
+    if m == 0:
+        return out_q, out_c
+    n = group_refine.N_Q
+    moving = group_refine.moving_layout(np.asarray(to_numpy(V)), interpolation, packed=False)
+    _group_kernel()[-(-m // THREADS), THREADS](
+        xp.asarray(ii, dtype=np.int64), xp.asarray(jj, dtype=np.int64),
+        xp.ascontiguousarray(xp.asarray(U, dtype=np.float64).reshape(U.shape[0], -1)),
+        xp.asarray(moving), xp.asarray(np.array(V.shape[1:], dtype=np.int64)),
+        xp.ascontiguousarray(xp.asarray(q0, dtype=np.float64)), 3 + group.n_extra,
+        group.bounds.limits(), int(group.iters), float(group.tol), float(group.lam0),
+        taps.taps(interpolation), xp.empty((m, 5, n, n)), out_q, out_c,
+    )  # fmt: skip
+    return out_q, out_c

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
+from ia_stages.kmax.group_search import kappa_max_group
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
@@ -28,7 +29,7 @@ def kappa_max(
     V: Any | None = None,
     beta: float = 1.0,
     normalization: str = "unit",
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings | None = None,
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
@@ -55,6 +56,11 @@ def kappa_max(
         pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
         measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
         0 compares the raw images and is not invariant on such images.
+    group : :class:`ia_stages.core.groups.SE2` (default), or a similarity / affine group with
+        or without mirrors (:func:`ia_stages.core.groups.make_group`): the SE(2) search, then
+        the bounded local refinement of the extra parameters
+        (:mod:`ia_stages.kmax.group_search`); d2 is then ||u - s v o tau||^2 with
+        s = sqrt|det A|, so that a change of area does not bias the score.
     k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
     settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
@@ -95,6 +101,9 @@ def kappa_max(
     for name, images in ((first, U), ("V", V)):
         if images is not None:
             check_image_content(images, name, sigma)
+    if isinstance(group, AffineFamily):
+        settings = SearchSettings() if settings is None else settings
+        return kappa_max_group(U, V, beta, normalization, group, settings, progress, sigma, k)
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")

@@ -202,6 +202,8 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         seed=a.seed,
         backend=a.backend,
         background=a.background,
+        group=a.group,
+        mirror=a.mirror,
     )
     written = user_run.run(
         cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
@@ -336,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--threshold", type=float, help="linkage read-out distance (preset's)")
     sp.add_argument("--iterations", type=int, help="most IA iterations (default: the preset's, 2)")
+    sp.add_argument(
+        "--group", default="se2", choices=["se2", "similarity", "affine"],
+        help="transformations factored out (default se2; config: datasets.*.group)",
+    )  # fmt: skip
+    sp.add_argument("--mirror", action="store_true", help="also match mirror images")
     sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
     sp.add_argument(
         "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"

@@ -39,6 +39,8 @@ def images_config(
     backend: str = "auto",
     background: str = "none",
     preset: str | None = None,
+    group: str = "se2",
+    mirror: bool = False,
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
@@ -80,6 +82,8 @@ def images_config(
             "merge": ia.readout.merge,
         },
     }
+    if group != "se2" or mirror:
+        ds["group"] = {"name": group, "mirror": mirror}
     return {
         "seed": seed,
         "backend": backend,

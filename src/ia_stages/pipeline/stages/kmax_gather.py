@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import make_group
 from ia_stages.pipeline.stages.common import InputError
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store
 
@@ -20,9 +20,9 @@ def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset
     n = int(stores[0][1].attrs["n"])
     value = np.full((n, n), np.nan)
     sqdist = np.full((n, n), np.nan)
-    params = np.full((n, n, SE2().n_params), np.nan)
+    group = make_group(**settings.get("group", {}))
+    params = np.full((n, n, group.n_params), np.nan)
     seconds = 0.0
-    group = SE2()
     for path, b in stores:
         if int(b.attrs.get("n", -1)) != n:
             raise InputError(f"{path}: block is for n={b.attrs.get('n')}, others for n={n}")

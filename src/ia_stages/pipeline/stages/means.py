@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.ia.attention import attention_step, column_normalize, sparse_neighbours
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.ia.settings import sized_neighbours
@@ -88,7 +89,7 @@ def run(
     with timer() as t:
         step = attention_step(
             Vx, res, att, beta, settings["init"], MeanSettings(**mean),
-            progress=progress, columns=cols,
+            group=make_group(**settings.get("group", {})), progress=progress, columns=cols,
         )  # fmt: skip
     means, feats = step.means, to_numpy(step.features)
     if att.kind == "knn":

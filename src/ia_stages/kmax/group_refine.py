@@ -1,0 +1,264 @@
+"""kappa^max beyond SE(2): the bounded local refinement of the similarity and affine
+parameters (and the mirror) after the global SE(2) search.
+
+The objective is the one the SE(2) search minimises, written for a norm-preserving action:
+d2(tau) = sum_p (u[p] - s (v o tau)[p])^2 over the image grid, with s = sqrt|det A| = e^log_scale.
+Multiplying by s makes the warp an isometry of L2 (||s v o tau|| = ||v||), so that a change of
+area does not bias the score, and makes the score symmetric: d2_{u,v}(tau) = d2_{v,u}(tau^-1)
+(change of variables), up to the sampling of the grid. The refinement is Levenberg-Marquardt on
+the Gauss-Newton model of this least-squares form, over (theta, b0, b1, log_scale[, alpha,
+shear]) from the SE(2) optimum, every trial projected into the group's bounds.
+
+Like :mod:`ia_stages.kmax.refine`, the per-pair code is written once as scalar Python
+(registered in :data:`ia_stages.kmax.refine.SHARED`) and compiled with numba for the CPU here
+and for CUDA by :mod:`ia_stages.kmax.cuda` (:func:`ia_stages.kmax.cuda.group_refine_cuda`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from ia_stages.core.taps import _PAD, _pd, _pw, taps
+from ia_stages.core.warp import spline_coefficients
+from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps
+
+N_Q = 6  # (theta, b0, b1, log_scale, alpha, shear): the refinement's parameters
+
+
+@_shared(fastmath=True, error_model="numpy")
+def _group_eval(u, v, Wp, H, W, q, g, M, m):
+    """d2 at ``q (6,)`` on one pair; ``g (6,)`` = J^T r and ``M (6, 6)`` = J^T J of the
+    residual r = u - s v o tau (the Gauss-Newton model). ``u``: the target, flat ``(H W,)``;
+    ``v``: the moving image's padded interpolation coefficients (as :func:`_cost` reads
+    them); ``m``: the tap coefficients."""
+    c, s = math.cos(q[0]), math.sin(q[0])
+    e, ea, eb, h = math.exp(q[3]), math.exp(q[4]), math.exp(-q[4]), q[5]
+    a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
+    a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
+    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
+    cost = 0.0
+    g0 = g1 = g2 = g3 = g4 = g5 = 0.0
+    m00 = m10 = m11 = m20 = m21 = m22 = m30 = m31 = m32 = m33 = 0.0
+    m40 = m41 = m42 = m43 = m44 = m50 = m51 = m52 = m53 = m54 = m55 = 0.0
+    for r in range(H):
+        gy = r - cy
+        for col in range(W):
+            gx = col - cx
+            ys = a00 * gy + a01 * gx
+            xs = a10 * gy + a11 * gx
+            y, x = ys + cy + q[1], xs + cx + q[2]
+            ok = (y > -2.0) & (y < H + 1.0) & (x > -2.0) & (x < W + 1.0)
+            y, x = min(max(y, -2.0), H + 1.0), min(max(x, -2.0), W + 1.0)
+            y0, x0 = _floor(y), _floor(x)
+            fy, fx = y - y0, x - x0
+            wy, dy = _pw(fy, m), _pd(fy, m)
+            wx, dx = _pw(fx, m), _pd(fx, m)
+            o = (int(y0) + _PAD - 1) * Wp + int(x0) + _PAD - 1
+            r0, r1 = _taps(v, o), _taps(v, o + Wp)
+            r2, r3 = _taps(v, o + 2 * Wp), _taps(v, o + 3 * Wp)
+            q0, q1, q2, q3 = _dot(wx, r0), _dot(wx, r1), _dot(wx, r2), _dot(wx, r3)
+            val = wy[0] * q0 + wy[1] * q1 + wy[2] * q2 + wy[3] * q3
+            vy = dy[0] * q0 + dy[1] * q1 + dy[2] * q2 + dy[3] * q3
+            vx = wy[0] * _dot(dx, r0) + wy[1] * _dot(dx, r1) + wy[2] * _dot(dx, r2)
+            vx += wy[3] * _dot(dx, r3)
+            k = 1.0 if ok else 0.0
+            f = k * e * val
+            res = u[r * W + col] - f
+            cost += res * res
+            vy, vx = k * e * vy, k * e * vx
+            # d tau(p) / d (theta, log_scale, alpha, shear); the translations' are the identity
+            j0 = vy * (e * (-s * ea * gy + (-s * ea * h + c * eb) * gx))
+            j0 += vx * (e * (-c * ea * gy + (-c * ea * h - s * eb) * gx))
+            j3 = f + vy * ys + vx * xs
+            j4 = vy * (e * (c * ea * gy + (c * ea * h - s * eb) * gx))
+            j4 += vx * (e * (-s * ea * gy + (-s * ea * h - c * eb) * gx))
+            j5 = (vy * (e * c * ea) - vx * (e * s * ea)) * gx
+            g0 += j0 * res
+            g1 += vy * res
+            g2 += vx * res
+            g3 += j3 * res
+            g4 += j4 * res
+            g5 += j5 * res
+            m00 += j0 * j0
+            m10 += vy * j0
+            m11 += vy * vy
+            m20 += vx * j0
+            m21 += vx * vy
+            m22 += vx * vx
+            m30 += j3 * j0
+            m31 += j3 * vy
+            m32 += j3 * vx
+            m33 += j3 * j3
+            m40 += j4 * j0
+            m41 += j4 * vy
+            m42 += j4 * vx
+            m43 += j4 * j3
+            m44 += j4 * j4
+            m50 += j5 * j0
+            m51 += j5 * vy
+            m52 += j5 * vx
+            m53 += j5 * j3
+            m54 += j5 * j4
+            m55 += j5 * j5
+    g[0], g[1], g[2], g[3], g[4], g[5] = g0, g1, g2, g3, g4, g5
+    M[0, 0], M[1, 1], M[2, 2], M[3, 3], M[4, 4], M[5, 5] = m00, m11, m22, m33, m44, m55
+    M[1, 0] = M[0, 1] = m10
+    M[2, 0] = M[0, 2] = m20
+    M[2, 1] = M[1, 2] = m21
+    M[3, 0] = M[0, 3] = m30
+    M[3, 1] = M[1, 3] = m31
+    M[3, 2] = M[2, 3] = m32
+    M[4, 0] = M[0, 4] = m40
+    M[4, 1] = M[1, 4] = m41
+    M[4, 2] = M[2, 4] = m42
+    M[4, 3] = M[3, 4] = m43
+    M[5, 0] = M[0, 5] = m50
+    M[5, 1] = M[1, 5] = m51
+    M[5, 2] = M[2, 5] = m52
+    M[5, 3] = M[3, 5] = m53
+    M[5, 4] = M[4, 5] = m54
+    return cost
+
+
+@_shared()
+def _cholesky_solve(M, rhs, n, L, out):
+    """Solve M x = rhs on the leading ``n x n`` block of the symmetric positive definite ``M``
+    (``L``: scratch); returns False (x = 0) where M is not positive definite."""
+    for a in range(n):
+        for b in range(a + 1):
+            acc = M[a, b]
+            for k in range(b):
+                acc -= L[a, k] * L[b, k]
+            if a == b:
+                if acc <= 0.0:
+                    for z in range(n):
+                        out[z] = 0.0
+                    return False
+                L[a, a] = math.sqrt(acc)
+            else:
+                L[a, b] = acc / L[b, b]
+    for a in range(n):  # L y = rhs
+        acc = rhs[a]
+        for k in range(a):
+            acc -= L[a, k] * out[k]
+        out[a] = acc / L[a, a]
+    for a in range(n - 1, -1, -1):  # L^T x = y
+        acc = out[a]
+        for k in range(a + 1, n):
+            acc -= L[k, a] * out[k]
+        out[a] = acc / L[a, a]
+    return True
+
+
+@_shared()
+def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, ws,
+                       out_q, out_c):  # fmt: skip
+    """Refine pair ``k`` (target ``U[ii[k]]``, moving ``V[jj[k]]``) from ``q0[k] (6,)``: LM on
+    the first ``n_free`` parameters, each trial projected into ``lims`` = (log_scale low,
+    high, |alpha| max, |shear| max); at most ``iters`` evaluations, stopping at a gain below
+    ``tol``. ``ws (5, 6, 6)``: scratch. Writes ``out_q[k]``, ``out_c[k]`` (d2)."""
+    H, W = shape[0], shape[1]
+    Wp = W + 2 * _PAD
+    u, v = U[ii[k]], V[jj[k]]
+    M, M_t, D, L = ws[0], ws[1], ws[2], ws[3]
+    q, q_t, g, g_t, step = ws[4, 0], ws[4, 1], ws[4, 2], ws[4, 3], ws[4, 4]
+    for a in range(N_Q):
+        q[a] = q0[k, a]
+    q[3] = min(max(q[3], lims[0]), lims[1])
+    q[4] = min(max(q[4], -lims[2]), lims[2])
+    q[5] = min(max(q[5], -lims[3]), lims[3])
+    cost = _group_eval(u, v, Wp, H, W, q, g, M, m_taps)
+    lam = lam0
+    for _ in range(iters):
+        for a in range(n_free):
+            for b in range(n_free):
+                D[a, b] = M[a, b]
+            D[a, a] += lam * max(M[a, a], 1e-12)
+        if not _cholesky_solve(D, g, n_free, L, step):
+            lam = max(10.0 * lam, 1e-3)
+            continue
+        for a in range(N_Q):
+            q_t[a] = q[a] + (step[a] if a < n_free else 0.0)
+        q_t[3] = min(max(q_t[3], lims[0]), lims[1])
+        q_t[4] = min(max(q_t[4], -lims[2]), lims[2])
+        q_t[5] = min(max(q_t[5], -lims[3]), lims[3])
+        cost_t = _group_eval(u, v, Wp, H, W, q_t, g_t, M_t, m_taps)
+        if cost_t < cost:
+            gain = cost - cost_t
+            cost = cost_t
+            for a in range(N_Q):
+                q[a] = q_t[a]
+                g[a] = g_t[a]
+                for b in range(N_Q):
+                    M[a, b] = M_t[a, b]
+            lam /= 3.0
+            if gain < tol:
+                break
+        else:
+            lam = max(5.0 * lam, 0.3)
+            if lam > 1e8:
+                break
+    for a in range(N_Q):
+        out_q[k, a] = q[a]
+    out_c[k] = cost
+
+
+@njit(cache=True, parallel=True)
+def _group_refine(ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, out_q, out_c):
+    """The CPU driver of :func:`_group_refine_pair`: pairs in parallel over numba's threads."""
+    for k in prange(ii.shape[0]):
+        _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps,
+                           np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
+
+
+def moving_layout(V: np.ndarray, interpolation: str = "keys", packed: bool = True) -> np.ndarray:
+    """Moving images ``V (n, H, W)`` as the kernels read them: the interpolation's
+    coefficients, zero-padded by ``_PAD``, flattened, :func:`_packed` (CPU) or float32 (CUDA)."""
+    Q = spline_coefficients(np.asarray(V, dtype=np.float64), interpolation)
+    padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
+    return _packed(padded) if packed else padded.astype(np.float32)
+
+
+def refine_pairs(
+    U: np.ndarray,
+    V: np.ndarray,
+    ii: np.ndarray,
+    jj: np.ndarray,
+    q0: np.ndarray,
+    group: Any,
+    interpolation: str = "keys",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Refine the alignments ``q0 (m, 6)`` of V[jj] onto U[ii] within ``group``'s bounds.
+
+    Parameters
+    ----------
+    U : ``(n_i, H, W)`` targets (smoothed and normalised, as the search compares them)
+    V : ``(n_j, H, W)`` moving images
+    ii, jj : ``(m,)`` pair indices
+    q0 : ``(m, 6)`` starts (theta, b0, b1, log_scale, alpha, shear)
+    group : an :class:`ia_stages.core.groups.AffineFamily`: which parameters are free (SE(2)'s
+        and its extras), their bounds, and the iteration limit and tolerance
+    interpolation : 'keys' or 'bspline'
+
+    Returns
+    -------
+    q ``(m, 6)`` and d2 ``(m,)`` = ||U[ii] - s V[jj] o tau||^2 on the grid.
+    """
+    m = int(np.size(ii))
+    out_q = np.empty((m, N_Q))
+    out_c = np.empty(m)
+    if m == 0:
+        return out_q, out_c
+    U = np.ascontiguousarray(np.asarray(U, dtype=np.float64).reshape(len(U), -1))
+    shape = np.array(np.shape(V)[1:], dtype=np.int64)
+    _group_refine(
+        np.asarray(ii, np.int64), np.asarray(jj, np.int64), U, moving_layout(V, interpolation),
+        shape, np.ascontiguousarray(q0, dtype=np.float64), 3 + group.n_extra,
+        group.bounds.limits(), int(group.iters), float(group.tol), float(group.lam0),
+        taps(interpolation), out_q, out_c,
+    )  # fmt: skip
+    return out_q, out_c

@@ -1,0 +1,152 @@
+"""kappa^max over a group beyond SE(2) (:class:`ia_stages.core.groups.AffineFamily`): the
+global SE(2) search as for SE(2) (on the mirror images too, where the group holds them), then
+the bounded local refinement of :mod:`ia_stages.kmax.group_refine` from each pair's optimum."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.validation import check_images
+from ia_stages.kmax.group_refine import N_Q, refine_pairs
+from ia_stages.kmax.knn import kappa_max_knn
+from ia_stages.kmax.neighbours import KnnResult
+from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
+
+
+def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
+    """Refine SE(2) optima ``se2 (m, 3)`` of V[jj] (its mirror image where ``flipped``) onto
+    U[ii]; returns the group's parameters ``(m, n_params)`` and d2 ``(m,)``."""
+    n_j = Vn.shape[0]
+    moving = np.concatenate([Vn, Vn[..., ::-1]]) if group.mirror else Vn
+    q0 = np.zeros((len(ii), N_Q))
+    q0[:, :3] = se2
+    jm = jj + n_j * flipped.astype(np.int64)
+    xp = array_module(Un)
+    if xp is np:
+        q, d2 = refine_pairs(Un, moving, ii, jm, q0, group, settings.interpolation)
+    else:
+        from ia_stages.kmax.cuda import group_refine_cuda
+
+        q, d2 = (to_numpy(a) for a in group_refine_cuda(
+            Un, moving, ii, jm, q0, group, settings.interpolation))  # fmt: skip
+    # on the mirror image v_F (columns reversed): v_F o tau_q = v o tau with A = F A_q, b = F b_q
+    params = np.zeros((len(ii), group.n_params))
+    params[:, : group.n_continuous] = q[:, : group.n_continuous]
+    if group.mirror:
+        params[:, 2] = np.where(flipped, -q[:, 2], q[:, 2])
+        params[:, -1] = flipped
+    return params, d2
+
+
+# the symmetric mirror search runs by blocks of the upper triangle, n^2 (1 + 1 / blocks) / 2
+# pairs, with at most this many blocks of at least MIRROR_BLOCK_MIN images (each block pays
+# the search's set-up)
+MIRROR_BLOCKS = 8
+MIRROR_BLOCK_MIN = 64
+
+
+def _mirror_search(U, V, beta, normalization, settings, sigma):
+    """SE(2) kappa^max of U[i] against the mirror image of V[j] (V None: U, pairs i < j only,
+    by blocks of the upper triangle; the entries below the diagonal blocks stay +inf)."""
+    if V is not None:
+        r = kappa_max_all_pairs(U, V[..., ::-1], beta, normalization, SE2(), settings, None, sigma)
+        return to_numpy(r.params), to_numpy(r.sqdist)
+    n = U.shape[0]
+    PF, DF = np.zeros((n, n, 3)), np.full((n, n), np.inf)
+    blocks = max(1, min(MIRROR_BLOCKS, n // MIRROR_BLOCK_MIN))
+    edges = np.unique(np.linspace(0, n, blocks + 1).astype(int))
+    for a in range(len(edges) - 1):
+        for c in range(a, len(edges) - 1):
+            rows, cols = slice(edges[a], edges[a + 1]), slice(edges[c], edges[c + 1])
+            r = kappa_max_all_pairs(U[rows], U[cols][..., ::-1], beta, normalization, SE2(),
+                                    settings, None, sigma)  # fmt: skip
+            PF[rows, cols], DF[rows, cols] = to_numpy(r.params), to_numpy(r.sqdist)
+    return PF, DF
+
+
+def kappa_max_group(
+    U: Any,
+    V: Any | None,
+    beta: float,
+    normalization: str,
+    group: AffineFamily,
+    settings: SearchSettings,
+    progress: Callable[[int], None] | None,
+    sigma: float,
+    k: int | None,
+) -> KappaMaxResult | KnnResult:
+    """:func:`ia_stages.kmax.kappa_max` for an :class:`AffineFamily` group (same parameters).
+
+    The score is d2 = ||u - s v o tau||^2 with s = sqrt|det A| (norm preserving), minimised
+    over the group within its bounds; kappa^max = exp(-beta d2). The kNN mode refines the pairs
+    that the SE(2) kNN search listed and re-ranks them (a pair that only the extra freedom
+    would bring into a list is not found); it does not search mirror images.
+    """
+    U = check_images(U, "U", dtype=FLOATS)
+    if k is not None:
+        if V is not None:
+            raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
+        if group.mirror:
+            raise ValueError("mirror: the kNN mode (k=) searches no mirror images; use k=None")
+        return _knn(U, beta, normalization, group, settings, progress, sigma, k)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    xp = array_module(U)
+    symmetric = V is None
+    res = kappa_max_all_pairs(U, V, beta, normalization, SE2(), settings, progress, sigma)
+    P, D = to_numpy(res.params), to_numpy(res.sqdist)
+    flip = np.zeros(D.shape, dtype=bool)
+    if group.mirror:
+        PF, DF = _mirror_search(U, V, beta, normalization, settings, sigma)
+        flip = DF < D
+        if symmetric:
+            np.fill_diagonal(flip, False)
+        P = np.where(flip[..., None], PF, P)
+    Un = normalize(smooth(U, sigma), normalization)
+    Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
+    Un_h, Vn_h = (np.asarray(to_numpy(a), dtype=np.float64) for a in (Un, Vn))
+    if xp is not np:
+        Un_h, Vn_h = Un, Vn
+    n_i, n_j = D.shape
+    if symmetric:
+        ii, jj = np.triu_indices(n_i, k=1)
+    else:
+        ii, jj = (a.ravel() for a in np.meshgrid(np.arange(n_i), np.arange(n_j), indexing="ij"))
+    p, d2 = _refine(Un_h, Vn_h, ii, jj, P[ii, jj], flip[ii, jj], group, settings)
+    params = np.zeros((n_i, n_j, group.n_params))
+    sqdist = np.zeros((n_i, n_j))
+    params[ii, jj], sqdist[ii, jj] = p, d2
+    if symmetric:
+        params[jj, ii] = group.inverse(p)
+        sqdist[jj, ii] = d2
+    params, sqdist = xp.asarray(params), xp.asarray(sqdist)
+    return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+
+
+def _knn(U, beta, normalization, group, settings, progress, sigma, k) -> KnnResult:
+    knn = kappa_max_knn(U, k, beta, normalization, SE2(), settings, progress, sigma)
+    X = np.asarray(to_numpy(U), dtype=np.float64)
+    Un = normalize(smooth(X, sigma), normalization)
+    n, kk = knn.indices.shape
+    rows, cols = np.nonzero(knn.indices[:, 1:] >= 0)
+    cols = cols + 1
+    jj = knn.indices[rows, cols]
+    p, d2 = _refine(Un, Un, rows, jj, knn.params[rows, cols], np.zeros(rows.size, bool), group,
+                    settings)  # fmt: skip
+    params = np.zeros((n, kk, group.n_params))
+    params[rows, cols] = p
+    sqdist = np.array(knn.sqdist, dtype=np.float64)
+    sqdist[rows, cols] = d2
+    order = np.argsort(sqdist[:, 1:], axis=1, kind="stable") + 1  # itself stays first
+    order = np.concatenate([np.zeros((n, 1), dtype=np.int64), order], 1)
+    take = np.take_along_axis
+    knn.indices = take(knn.indices, order, 1)
+    knn.sqdist = take(sqdist, order, 1)
+    knn.params = take(params, order[..., None], 1)
+    knn.value = np.exp(-beta * knn.sqdist)
+    return knn

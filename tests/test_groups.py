@@ -1,0 +1,195 @@
+"""The similarity and affine groups (with mirrors): A(params), dA/dparams, compose, inverse,
+bounds."""
+
+import copy
+import inspect
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from ia_stages.core.groups import SE2, AffineFamily, GroupBounds, make_group
+from ia_stages.pipeline.config import (
+    ConfigError,
+    stage_settings,
+    stage_settings_json,
+    validate_config,
+)
+
+GROUPS = [
+    make_group("similarity"),
+    make_group("affine"),
+    make_group("se2", mirror=True),
+    make_group("similarity", mirror=True),
+    make_group("affine", mirror=True),
+]
+
+
+def _random(group, rng, n):
+    p = np.zeros((n, group.n_params))
+    p[:, 0] = rng.uniform(-np.pi, np.pi, n)
+    p[:, 1:3] = rng.normal(0, 3, (n, 2))
+    if group.n_extra:
+        p[:, 3] = rng.uniform(-0.2, 0.2, n)
+    if group.n_extra == 3:
+        p[:, 4] = rng.uniform(-0.2, 0.2, n)
+        p[:, 5] = rng.uniform(-0.3, 0.3, n)
+    if group.mirror:
+        p[:, -1] = rng.integers(0, 2, n)
+    return p
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"{g.name}-{g.mirror}")
+def test_jacobian_matches_finite_differences(group):
+    rng = np.random.default_rng(0)
+    p = _random(group, rng, 5)
+    dA, db = group.jacobian(p)
+    h = 1e-6
+    for k in range(group.n_continuous):
+        e = np.zeros(group.n_params)
+        e[k] = h
+        fd = (group.matrix(p + e) - group.matrix(p - e)) / (2 * h)
+        np.testing.assert_allclose(dA[:, k], fd, atol=1e-8)
+        fb = (group.translation(p + e) - group.translation(p - e)) / (2 * h)
+        np.testing.assert_allclose(db[:, k], fb, atol=1e-8)
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"{g.name}-{g.mirror}")
+def test_compose_inverse_identities(group):
+    rng = np.random.default_rng(1)
+    p, q, r = (_random(group, rng, 7) for _ in range(3))
+    ident = group.identity(7)
+
+    def same(a, b):
+        np.testing.assert_allclose(group.matrix(a), group.matrix(b), atol=1e-10)
+        np.testing.assert_allclose(group.translation(a), group.translation(b), atol=1e-9)
+
+    same(group.compose(p, group.inverse(p)), ident)
+    same(group.compose(group.inverse(p), p), ident)
+    same(group.compose(group.compose(p, q), r), group.compose(p, group.compose(q, r)))
+    same(group.compose(p, ident), p)
+    # from_matrix inverts matrix: the parameters come back
+    back = group.from_matrix(group.matrix(p), group.translation(p))
+    np.testing.assert_allclose(back, p, atol=1e-10)
+    # composition is that of the sampling maps tau(x) = A x + b
+    A = group.matrix(p) @ group.matrix(q)
+    np.testing.assert_allclose(group.matrix(group.compose(p, q)), A, atol=1e-10)
+
+
+def test_matrix_parts():
+    g = make_group("affine", mirror=True)
+    p = np.array([0.0, 1.0, 2.0, np.log(1.1), 0.0, 0.2, 1.0])
+    A = g.matrix(p)
+    np.testing.assert_allclose(A, 1.1 * np.array([[1.0, 0.2], [0.0, -1.0]]))
+    assert np.isclose(abs(np.linalg.det(A)), 1.1**2) and np.isclose(g.scale(p), 1.1)
+    # SE(2)'s parameters embed unchanged
+    se = np.array([0.3, 1.0, -2.0])
+    np.testing.assert_allclose(g.matrix(g.embed(se)), SE2().matrix(se))
+
+
+def test_make_group_and_settings():
+    assert make_group("se2") == SE2()
+    g = make_group("similarity", mirror=True, scale=(0.9, 1.1))
+    assert isinstance(g, AffineFamily)
+    assert g.param_names == ("theta", "b0", "b1", "log_scale", "mirror")
+    assert g.settings() == {
+        "group": "similarity", "mirror": True, "scale": [0.9, 1.1], "anisotropy": 1.5,
+        "shear": 0.25, "group_iters": 8, "group_tol": 1e-9, "group_lam0": 1e-3,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="a mirror image"):
+        make_group("affine").from_matrix(np.diag([1.0, -1.0]), np.zeros(2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"name": "projective"}, "^group: unknown"),
+        ({"scale": (0.0, 1.2)}, "^scale: "),
+        ({"scale": (-1.0, 1.2)}, "^scale: "),
+        ({"scale": (1.2, 0.8)}, "^scale: inverted"),
+        ({"shear": 1.0}, "^shear: "),
+        ({"shear": -0.1}, "^shear: "),
+        ({"anisotropy": 0.5}, "^anisotropy: "),
+        ({"mirror": "yes"}, "^mirror: "),
+    ],
+)
+def test_bad_bounds_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key) as info:
+        make_group(**{"name": "affine", **kwargs})
+    assert "\n" not in str(info.value)
+
+
+def test_bounds_limits():
+    lo, hi, a, h = GroupBounds((0.8, 1.25), 1.5, 0.2).limits()
+    assert np.isclose(np.exp(lo), 0.8) and np.isclose(np.exp(hi), 1.25)
+    assert np.isclose(np.exp(2 * a), 1.5) and h == 0.2
+
+
+def _config_with_group(default_config: dict, group: dict) -> dict:
+    cfg = copy.deepcopy(default_config)
+    name = next(n for n, d in cfg["datasets"].items() if d["kind"] == "mnist3")
+    cfg["datasets"][name]["group"] = group
+    return cfg, name
+
+
+def test_schema_group_defaults_equal_make_group_defaults(schema_path):
+    schema = yaml.safe_load(schema_path.read_text())
+    props = schema["$defs"]["group"]["properties"]
+    defaults = {k: v["default"] for k, v in props.items()}
+    signature = inspect.signature(make_group).parameters
+    assert set(defaults) == set(signature)
+    for key, value in defaults.items():
+        want = signature[key].default
+        assert (list(want) if isinstance(want, tuple) else want) == value, key
+    g = make_group("affine")
+    assert g.settings() == {
+        "group": "affine", "mirror": False, "scale": defaults["scale"],
+        "anisotropy": defaults["anisotropy"], "shear": defaults["shear"],
+        "group_iters": defaults["iters"], "group_tol": defaults["tol"],
+        "group_lam0": defaults["lam0"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "group, key",
+    [
+        ({"name": "projective"}, "group.name"),
+        ({"name": "affine", "scale": [1.2, 0.9]}, "group.scale"),
+        ({"name": "affine", "scale": [0.0, 1.2]}, "group.scale"),
+        ({"name": "affine", "shear": 1.0}, "group.shear"),
+        ({"name": "affine", "anisotropy": 0.5}, "group.anisotropy"),
+        ({"name": "affine", "scale": [1.1, 1.3]}, "group.scale"),
+    ],
+)
+def test_bad_group_config_names_the_key(default_config, group, key):
+    cfg, name = _config_with_group(default_config, group)
+    with pytest.raises(ConfigError, match=re.escape(f"'datasets.{name}.{key}")) as info:
+        validate_config(cfg)
+    assert "\n" not in str(info.value)
+
+
+def test_group_enters_the_stage_settings_and_the_hash(default_config):
+    cfg, name = _config_with_group(default_config, {"name": "affine", "mirror": True})
+    cfg = validate_config(cfg)
+    plain = validate_config(copy.deepcopy(default_config))
+    for stage in ("kmax", "means", "classes"):
+        s = stage_settings(cfg, stage, name)
+        assert s["group"]["name"] == "affine" and s["group"]["mirror"] is True
+        assert stage_settings_json(cfg, stage, name) != stage_settings_json(plain, stage, name)
+    assert "group" not in stage_settings(plain, "kmax", name)  # SE(2): the stores' hash stays
+    assert plain["datasets"][name]["group"] == {
+        "name": "se2", "mirror": False, "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
+        "iters": 8, "tol": 1e-9, "lam0": 1e-3,
+    }  # fmt: skip
+    # the kmax stage builds the group from its settings
+    assert make_group(**stage_settings(cfg, "kmax", name)["group"]).n_params == 7
+
+
+def test_cluster_command_config_carries_the_group(tmp_path):
+    from ia_stages.pipeline.cluster_command import images_config
+
+    np.save(tmp_path / "x.npy", np.zeros((3, 8, 8)))
+    cfg = images_config(tmp_path / "x.npy", group="similarity", mirror=True)
+    ds = next(iter(cfg["datasets"].values()))
+    assert ds["group"] == {"name": "similarity", "mirror": True}

@@ -1,0 +1,228 @@
+"""kappa^max over the similarity and affine groups (and mirrors): the refinement's objective,
+symmetry, invariance on rendered shapes, and its CUDA build against the CPU build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from ia_stages.core.groups import make_group
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import warp
+from ia_stages.data.render import letter, render
+from ia_stages.kmax import kappa_max
+from ia_stages.kmax.group_refine import refine_pairs
+
+SHAPE = (32, 32)
+
+
+def _renders():
+    """'R' upright, 'R' under an affine map within the bounds, and 'F' (other shape)."""
+    g = make_group("affine")
+    p = np.array([[0.0, 0, 0, 0, 0, 0], [0.7, 0.6, -0.4, np.log(1.08), 0.08, 0.1]])
+    R = render(letter("R", 16), SHAPE, params=p[:, :3], psf=1.0, linear=g.matrix(p))
+    F = render(letter("F", 16), SHAPE, psf=1.0)
+    return np.concatenate([R, F])
+
+
+def test_refinement_objective_is_the_norm_preserving_distance():
+    X = _renders()
+    U = normalize(smooth(X, 2.0))
+    g = make_group("affine", iters=0)
+    q = np.array([[0.3, 0.5, -0.2, np.log(1.1), -0.1, 0.2]])
+    _, d2 = refine_pairs(U, U, np.array([0]), np.array([2]), q, g, "bspline")
+    s = np.exp(q[0, 3])
+    direct = np.sum((U[0] - s * warp(U[2:3], q, g, "bspline")[0]) ** 2)
+    assert np.isclose(d2[0], direct, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_affine_kappa_finds_the_affine_copy_and_is_symmetric():
+    X = _renders()
+    se2 = kappa_max(X, beta=2.0)
+    out = {}
+    for name in ("similarity", "affine"):
+        g = make_group(name)
+        res = kappa_max(X, beta=2.0, group=g)
+        # the extra freedom can only lower d2 (it starts at the SE(2) optimum)
+        assert np.all(res.sqdist <= se2.sqdist + 1e-6)
+        # kappa(u, v) = kappa(v, u), searched in both directions separately
+        ab = kappa_max(X[:1], X[1:2], beta=2.0, group=g)
+        ba = kappa_max(X[1:2], X[:1], beta=2.0, group=g)
+        assert abs(ab.value[0, 0] - ba.value[0, 0]) < 2e-3 * ab.value[0, 0]
+        # the found maps invert each other
+        back = g.compose(ab.params[0, 0], ba.params[0, 0])
+        np.testing.assert_allclose(g.matrix(back), np.eye(2), atol=0.02)
+        out[name] = res
+    # the affine copy of 'R' is far closer under the affine group than under SE(2)
+    assert out["affine"].sqdist[0, 1] < 0.25 * se2.sqdist[0, 1]
+    # and still far from the other letter
+    assert out["affine"].sqdist[0, 2] > 5 * out["affine"].sqdist[0, 1]
+
+
+@pytest.mark.slow
+def test_mirror_images_are_found_inside_kappa_max():
+    R = render(letter("R", 16), SHAPE, psf=1.0)
+    mirrored = R[:, :, ::-1]
+    X = np.concatenate([R, mirrored])
+    plain = kappa_max(X, beta=2.0, group=make_group("similarity"))
+    g = make_group("similarity", mirror=True)
+    res = kappa_max(X, beta=2.0, group=g)
+    assert res.sqdist[0, 1] < 1e-3 < plain.sqdist[0, 1]
+    assert res.params[0, 1, -1] == 1.0  # the mirror flag
+    # the found map, applied by the warp, reproduces the target
+    U = normalize(smooth(X, 2.0))
+    w = warp(U[1:2], res.params[0, 1][None], g)[0] * g.scale(res.params[0, 1])
+    assert np.sum((U[0] - w) ** 2) < 2e-3
+
+
+def test_bad_group_requests_name_the_key():
+    X = _renders()
+    with pytest.raises(ValueError, match=r"^mirror: "):
+        kappa_max(X, beta=2.0, group=make_group("affine", mirror=True), k=2)
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+
+
+SIMULATED = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from numba import config
+    from ia_stages.core.groups import make_group
+    from ia_stages.core.smoothing import normalize, smooth
+    from ia_stages.kmax.cuda import group_refine_cuda
+    from ia_stages.kmax.group_refine import refine_pairs
+
+    assert config.ENABLE_CUDASIM
+    X = np.zeros((3, 12, 12))
+    X[0, 2:9, 4:7] = 1.0
+    X[0, 2:4, 4:10] = 1.0
+    X[1, 3:10, 2:8] = 1.0
+    X[2] = X[0].T[::-1]
+    U = normalize(smooth(X, 1.0))
+    ii, jj = np.array([0, 1]), np.array([2, 0])
+    q0 = np.array([[0.1, 0.2, -0.3, 0.05, 0.02, 0.01], [-0.2, 0.0, 0.4, 0.0, 0.0, 0.0]])
+    g = make_group("affine", iters=4)
+    qc, cc = refine_pairs(U, U, ii, jj, q0, g)
+    qg, cg = group_refine_cuda(U, U, ii, jj, q0, g)
+    print(json.dumps({"cost": float(np.abs(cc - cg).max()),
+                      "params": float(np.abs(qc - qg).max()),
+                      "moved": float(np.abs(qc - q0).max())}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_group_refinement_cuda_build_in_the_simulator_equals_the_cpu_build():
+    proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["moved"] > 1e-2  # the refinement did something
+    assert r["cost"] < 1e-9 and r["params"] < 1e-7, r
+
+
+PTX = textwrap.dedent(
+    """
+    import types
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, types as nt
+    from ia_stages.kmax.cuda import _group_kernel
+
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    f64, i64 = nt.float64, nt.int64
+
+    def a(dtype, ndim):
+        return nt.Array(dtype, ndim, "C")
+
+    sig = (a(i64, 1), a(i64, 1), a(f64, 2), a(nt.float32, 2), a(i64, 1), a(f64, 2), i64,
+           nt.UniTuple(f64, 4), i64, f64, f64, nt.UniTuple(f64, 16), a(f64, 4), a(f64, 2),
+           a(f64, 1))
+    ptx, _ = cuda.compile_ptx(_group_kernel().py_func, sig, cc=(9, 0))
+    print(len(ptx), ".entry" in ptx)
+    """
+)
+
+
+def _nvvm_available() -> bool:
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvvm")
+        load_nvidia_dynamic_lib("nvrtc")
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _nvvm_available(), reason="NVVM / NVRTC not installed (pip: nvidia-nvvm)")
+def test_group_refinement_compiles_to_ptx_for_a_real_gpu():
+    proc = _run(PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    length, has_entry = proc.stdout.split()[-2:]
+    assert int(length) > 5_000 and has_entry == "True"
+
+
+@pytest.mark.slow
+def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
+    """Affinely rendered copies of one letter: started from kappa^max's alignments onto the
+    first, the affine group's invariant mean fits them far better than SE(2)'s, keeps its
+    parameters within the bounds, and its class average sits close to every copy."""
+    from ia_stages.ia.class_averages import class_averages
+    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+
+    rng = np.random.default_rng(3)
+    g = make_group("affine")
+    n = 6
+    p = np.zeros((n, 6))
+    p[:, 0] = rng.uniform(-np.pi, np.pi, n)
+    p[:, 1:3] = rng.uniform(-1, 1, (n, 2))
+    p[1:, 3] = rng.uniform(-0.1, 0.1, n - 1)
+    p[1:, 4] = rng.uniform(-0.1, 0.1, n - 1)
+    p[1:, 5] = rng.uniform(-0.12, 0.12, n - 1)
+    X = render(letter("R", 16), SHAPE, params=p[:, :3], psf=1.0, linear=g.matrix(p))
+    U = normalize(smooth(X, 2.0))
+    settings = MeanSettings(steps=30)
+    finals = {}
+    for name in ("se2", "affine"):
+        group = make_group(name)
+        km = kappa_max(X, beta=2.0, group=group)
+        res = invariant_mean(U, np.ones(n), km.params[0], settings, group)
+        assert res.objective[-1] <= res.objective[0]
+        finals[name] = res.objective[-1]
+        if name == "affine":
+            clipped = group.clip(res.params)
+            np.testing.assert_allclose(res.params, clipped)
+            ca = class_averages(U, np.zeros(n, int), km.params, km.sqdist, settings, "unit", group)
+            assert ca.distance.max() < 0.15
+    assert finals["affine"] < 0.3 * finals["se2"]
+
+
+@pytest.mark.slow
+def test_estimator_takes_the_group():
+    from ia_stages import InvariantAttentionClustering
+
+    g = make_group("similarity")
+    rng = np.random.default_rng(5)
+    p = np.zeros((12, 6))
+    p[:, 0] = rng.uniform(-np.pi, np.pi, 12)
+    p[:, 3] = rng.uniform(-0.1, 0.1, 12)
+    shapes = [letter(c, 16) for c in "RRRRRRFFFFFF"]
+    X = render(shapes, SHAPE, params=p[:, :3], psf=1.0, linear=make_group("affine").matrix(p))
+    est = InvariantAttentionClustering(2, group=g, random_state=0).fit(X)
+    assert est.poses_.shape == (12, 4)  # (theta, b0, b1, log_scale)
+    assert est.kmax_.params.shape[-1] == 4
+    with pytest.raises(ValueError, match=r"^group: unknown"):
+        InvariantAttentionClustering(2, group="projective").fit(X)
