@@ -18,6 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
+from ia_stages.core.groups import make_group
 from ia_stages.ia.class_averages import cluster_averages, threshold_stability
 from ia_stages.ia.loop import read_iterations
 from ia_stages.ia.settings import ia_settings, sized
