@@ -212,6 +212,22 @@ def min_side(sigma: float) -> int:
     return int(np.ceil(2.0 * float(sigma))) + 1
 
 
+def constant_images(X: Any) -> Any:
+    """Indices of the images of ``X`` ``(n, H, W)`` whose pixels are all equal: they have no
+    shape for kappa^max (or the invariant features) to compare.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.zeros((3, 4, 4)); X[1, 0, 0] = 1.0
+    >>> constant_images(X).tolist()
+    [0, 2]
+    """
+    xp = array_module(X)
+    flat = X.reshape(X.shape[0], -1)
+    return xp.flatnonzero(flat.max(1) == flat.min(1))
+
+
 def check_image_content(
     X: Any, name: str = "X", sigma: float = 0.0, constant: str = "warn"
 ) -> None:
@@ -270,7 +286,7 @@ def check_image_content(
     xp = array_module(X)
     flat = X.reshape(X.shape[0], -1)
     lo, hi = flat.min(1), flat.max(1)
-    flat_ones = xp.flatnonzero(hi == lo)
+    flat_ones = constant_images(X)
     if int(flat_ones.size):
         i = int(flat_ones[0])
         what = f"{name}[{i}] is constant (every pixel {float(lo[i]):g})"

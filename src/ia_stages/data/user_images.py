@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ia_stages.core.validation import min_side, subtract_background
+from ia_stages.core.validation import constant_images, min_side, subtract_background
 from ia_stages.data.datasets import Dataset, DatasetError
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -366,13 +366,12 @@ def _check_content(data: np.ndarray, names: list[str], path: Path, sigma: float)
     if bad.any():
         k = int(np.argwhere(bad)[0][0])
         raise DatasetError(f"{path}: image {names[k]} (index {k}) holds NaN or inf")
-    flat = data.reshape(data.shape[0], -1)
-    constant = np.flatnonzero(flat.max(1) == flat.min(1))
+    constant = constant_images(data)
     if constant.size:
         k = int(constant[0])
         raise DatasetError(
-            f"{path}: image {names[k]} (index {k}) is constant (every pixel {flat[k, 0]:g}): it "
-            "has no shape to compare; remove it"
+            f"{path}: image {names[k]} (index {k}) is constant (every pixel "
+            f"{float(data[k].flat[0]):g}): it has no shape to compare; remove it"
         )
     H, W = data.shape[1:]
     if min(H, W) < min_side(sigma):

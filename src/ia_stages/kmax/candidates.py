@@ -31,7 +31,7 @@ import numpy as np
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, smooth
-from ia_stages.core.validation import check_images
+from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.features import (
     DEFAULT_FEATURES,
     FeatureSettings,
@@ -116,13 +116,12 @@ def kappa_max_candidates(
             f"settings.method must be 'polar' for the candidates mode, got {settings.method!r}"
         )
     X = np.asarray(to_numpy(X), dtype=np.float64)
-    flat = X.reshape(X.shape[0], -1)
-    constant = np.flatnonzero(flat.max(1) == flat.min(1))
+    constant = constant_images(X)
     if constant.size:
         i = int(constant[0])
         raise ValueError(
-            f"X: image {i} is constant (every pixel {flat[i, 0]:g}; {constant.size} such "
-            "images): it has no rotation-invariant features for mode='candidates'"
+            f"X: image {i} is constant (every pixel {float(X[i].flat[0]):g}; {constant.size} "
+            "such images): it has no rotation-invariant features for mode='candidates'"
         )
     n = X.shape[0]
     Un = normalize(smooth(X, sigma), normalization)
