@@ -182,6 +182,7 @@ def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
     parameters within the bounds, and its class average sits close to every copy."""
     from ia_stages.ia.class_averages import class_averages
     from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+    from ia_stages.ia.settings import ia_settings
 
     rng = np.random.default_rng(3)
     g = make_group("affine")
@@ -205,7 +206,8 @@ def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
         if name == "affine":
             clipped = group.clip(res.params)
             np.testing.assert_allclose(res.params, clipped)
-            ca = class_averages(U, np.zeros(n, int), km.params, km.sqdist, settings, "unit", group)
+            ia = ia_settings(beta=2.0, sigma=2.0, mean=settings, group=group)
+            ca = class_averages(X, np.zeros(n, int), km, ia)
             assert ca.distance.max() < 0.15
     assert finals["affine"] < 0.3 * finals["se2"]
 
