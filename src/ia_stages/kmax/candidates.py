@@ -144,14 +144,8 @@ def kappa_max_candidates(
     key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
     a, b = key // n, key % n  # a < b: the later image b is warped onto a
 
-    result = KnnResult(
-        indices=np.zeros((n, k), dtype=np.int64),
-        value=np.ones((n, k)),
-        sqdist=np.zeros((n, k)),
-        params=np.zeros((n, k, group.n_params)),
-    )
+    result = KnnResult.itself_only(n, k, group.n_params)
     if k == 1:
-        result.indices[:, 0] = np.arange(n)
         return result
     refiner = _Refiner(Un, group, settings, beta, sigma)
     lists = _Lists(n, k - 1, (group.n_params + 1,))

@@ -123,14 +123,8 @@ def kappa_max_knn(
     state = (n * pool + REFINE_BATCH) * (8 + 8 + 3 * 8 * settings.n_candidates) + n * k * 40
     tile_pairs, lanes = _tile_size(scan, state, settings, X.shape)
     refiner = _Refiner(Un, group, settings, beta, sigma)
-    result = KnnResult(
-        indices=np.zeros((n, k), dtype=np.int64),
-        value=np.ones((n, k)),
-        sqdist=np.zeros((n, k)),
-        params=np.zeros((n, k, group.n_params)),
-    )
+    result = KnnResult.itself_only(n, k, group.n_params)
     if others == 0:
-        result.indices[:, 0] = np.arange(n)
         return result
     c = settings.n_candidates
     pools = _Pools(n, pool, (c, 3))
@@ -298,7 +292,6 @@ class _Lists:
         """Columns 1..k-1 of ``result`` from lists of the refined pairs (payload: params,
         then the scan d2), and the margin they needed: how far the scan d2 of a listed pair
         lies above its sample's k-th d2, over the pair's mean squared norm ``uu``."""
-        result.indices[:, 0] = np.arange(self.n)
         result.indices[:, 1:] = self.partner
         result.sqdist[:, 1:] = self.sqdist
         result.params[:, 1:] = self.payload[..., :-1]

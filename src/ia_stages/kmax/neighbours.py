@@ -74,6 +74,14 @@ class KnnResult:
             (data.ravel(), (rows, self.indices[:, first:].ravel())), shape=(n, n)
         )
 
+    @classmethod
+    def itself_only(cls, n: int, k: int, n_params: int) -> KnnResult:
+        """Lists of width ``k`` holding only each sample itself in column 0 (d2 = 0, kappa = 1,
+        identity transform); the kNN modes fill columns 1..k-1."""
+        indices = np.zeros((n, k), dtype=np.int64)
+        indices[:, 0] = np.arange(n)
+        return cls(indices, np.zeros((n, k)), np.zeros((n, k, n_params)), np.ones((n, k)))
+
     @property
     def n(self) -> int:
         """Number of samples (rows)."""
