@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.utils import check_array
 
 from ia_stages.core.backend import array_module
 
@@ -57,6 +56,8 @@ def check_images(
     xp = array_module(X)
     if xp is np:
         try:
+            from sklearn.utils import check_array  # sklearn.utils loads scipy.stats: slow
+
             X = check_array(
                 X,
                 dtype=dtype,

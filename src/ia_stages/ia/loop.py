@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
 from tqdm.auto import tqdm
 
 from ia_stages.core.backend import to_numpy
@@ -87,6 +86,8 @@ def settled(partitions: list[np.ndarray], sqdists: list[Any], settings: IASettin
     if chosen < len(partitions) - 1:
         return True
     if settings.stop.rule == "partition":
+        from sklearn.metrics import adjusted_rand_score
+
         return bool(adjusted_rand_score(partitions[-2], partitions[-1]) >= settings.stop.min_ari)
     return False
 
