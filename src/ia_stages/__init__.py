@@ -22,7 +22,16 @@ _PUBLIC = {
     "kappa_max": "ia_stages.kmax",
 }
 
-__all__ = sorted([*_PUBLIC, "__version__"])
+__all__ = [
+    "SE2",
+    "InvariantAttentionClustering",
+    "__version__",
+    "invariant_attention",
+    "invariant_mean",
+    "kappa_max",
+    "kernel_attention",
+    "warp",
+]
 
 if TYPE_CHECKING:
     from ia_stages.core.groups import SE2
