@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.metrics import silhouette_score
 
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.attention import column_normalize, knn_attention_step, sparse_neighbours
@@ -11,7 +12,12 @@ from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
 from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
-from ia_stages.readout.graph import graph_partition, leiden_n_clusters
+from ia_stages.readout.graph import (
+    graph_partition,
+    leiden_knn,
+    leiden_n_clusters,
+    leiden_silhouette,
+)
 from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 
 
@@ -128,7 +134,13 @@ def test_sparse_neighbours_rejects_k_not_below_n() -> None:
         sparse_neighbours(km, AttentionSettings(kind="knn", k=6), 1.0)
 
 
-GRAPH = {"k": 5, "community": "leiden", "resolution": 1.0, "min_cluster_size": 5}
+GRAPH = {
+    "k": 5,
+    "community": "leiden",
+    "resolution": 1.0,
+    "resolutions": [0.1, 0.5, 1.0],
+    "min_cluster_size": 5,
+}
 
 
 @pytest.mark.parametrize("with_k", ["spectral", "leiden"])
@@ -138,12 +150,42 @@ def test_read_out_with_k_recovers_planted_groups(with_k: str) -> None:
     assert accuracy(y, labels) == 1.0
 
 
-@pytest.mark.parametrize("community", ["leiden", "hdbscan"])
+@pytest.mark.parametrize("community", ["silhouette", "leiden", "hdbscan"])
 def test_read_out_without_k_recovers_planted_groups(community: str) -> None:
     sq, y = _planted()
     labels = graph_partition(sq, {**GRAPH, "community": community}, None, seed=0)
     assert accuracy(y, labels) == 1.0
     assert labels.max() + 1 == 4
+
+
+def test_silhouette_read_out_keeps_large_classes_whole_where_modularity_splits_them() -> None:
+    """Three far-apart Gaussian blobs of 100 points: modularity at resolution 1 splits each
+    (its null model favours about sqrt(edges) communities), the silhouette choice does not."""
+    rng = np.random.default_rng(0)
+    centres = ([0.0, 0.0], [12.0, 0.0], [0.0, 12.0])
+    P = np.concatenate([rng.normal(c, 1.0, (100, 2)) for c in centres])
+    y = np.repeat(np.arange(3), 100)
+    sq = ((P[:, None] - P[None]) ** 2).sum(-1)
+    graph = {**GRAPH, "k": 20, "resolutions": [0.1, 0.2, 0.5, 1.0, 1.5]}
+    fixed = graph_partition(sq, graph, None, seed=0)
+    chosen = graph_partition(sq, {**graph, "community": "silhouette"}, None, seed=0)
+    assert fixed.max() + 1 > 3
+    assert chosen.max() + 1 == 3 and accuracy(y, chosen) == 1.0
+    # the choice is the resolution with the highest silhouette among those tried
+    D = np.sqrt(sq)
+    scores = {}
+    for r in graph["resolutions"]:
+        lab = leiden_knn(knn_from_dense(sq, 21), 0, r)
+        if 2 <= lab.max() + 1 < len(y):
+            scores[r] = silhouette_score(D, lab, metric="precomputed")
+    best = max(scores, key=scores.get)
+    assert np.array_equal(chosen, leiden_knn(knn_from_dense(sq, 21), 0, best))
+
+
+def test_silhouette_read_out_of_one_group_returns_one_cluster() -> None:
+    sq, _ = _planted(n_per=12, groups=1)
+    labels = leiden_silhouette(knn_from_dense(sq, 6), sq, (0.01,), seed=0)
+    assert labels.max() + 1 == 1
 
 
 def test_leiden_with_k_finds_exactly_k_communities() -> None:

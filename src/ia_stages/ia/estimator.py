@@ -66,7 +66,7 @@ _OPTIONS = {
     "attention_options": ("attention", ("bandwidth", "symmetry", "mean_steps")),
     "readout_options": (
         "readout",
-        ("with_k", "community", "resolution", "min_cluster_size", "merge"),
+        ("with_k", "community", "resolution", "resolutions", "min_cluster_size", "merge"),
     ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
 }
@@ -146,14 +146,16 @@ class InvariantAttentionClustering(
     readout : 'linkage' (agglomerative on kappa^max distances), 'spectral' (spectral
         clustering of the kappa^max affinity; needs ``n_clusters``) or 'graph' (the
         ``readout_neighbors``-NN kappa^max graph, :func:`ia_stages.readout.graph.graph_partition`:
-        Leiden communities without ``n_clusters``, with it Leiden with the resolution bisected
-        to K); the randomised ones use ``random_state``
+        Leiden communities without ``n_clusters`` (at the resolution whose partition has the
+        highest silhouette), with it Leiden with the resolution bisected to K); the randomised
+        ones use ``random_state``
     readout_neighbors : neighbours of every sample in the read-out graph, itself excluded
         (1 <= k < n_samples); None (the presets) follows n and K: round(n / 10) clipped to
         1..20, at most n / K - 1 with K; also the graph of ``stop='stability'``
     readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
-        ``n_clusters``), ``community`` ('leiden' | 'hdbscan', without), ``resolution``
-        (Leiden's, > 0), ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
+        ``n_clusters``), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
+        ``resolution`` (Leiden's, > 0), ``resolutions`` (those 'silhouette' tries),
+        ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
         ``n_clusters``: join clusters whose class averages lie within ``merge`` times their
         members' spread, :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
     stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):

@@ -28,6 +28,8 @@ from ia_stages.readout.linkage import LINKAGES
 from ia_stages.readout.stopping import STOP_RULES
 
 READOUT_KINDS = ("graph", "linkage", "spectral")
+# community 'silhouette' tries these Leiden resolutions (README: "Sized to the data")
+RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
 INITS = ("kmax", "identity")
 
 
@@ -43,8 +45,12 @@ class ReadoutSettings:
     threshold : 'linkage' without K: merge distance between unit-norm features (0..2)
     linkage : 'average' | 'single' | 'complete'
     with_k : 'graph' with K: 'leiden' (resolution bisected to K) or 'spectral'
-    community : 'graph' without K: 'leiden' or 'hdbscan'
-    resolution : Leiden's resolution (> 0)
+    community : 'graph' without K: 'silhouette' (Leiden at each of ``resolutions``, the
+        partition with the highest silhouette on the kappa^max distances kept), 'leiden' (at
+        ``resolution``) or 'hdbscan'
+    resolution : Leiden's resolution (> 0): community 'leiden' and the 'stability' stopping
+        rule
+    resolutions : the Leiden resolutions community 'silhouette' chooses from (each > 0)
     min_cluster_size : HDBSCAN's (>= 2)
     merge : without K, clusters a and b are joined when the kappa^max distance between their
         class averages is at most ``merge`` times the sum of their members' mean distances to
@@ -57,8 +63,9 @@ class ReadoutSettings:
     threshold: float = 0.3
     linkage: str = "average"
     with_k: str = "leiden"
-    community: str = "leiden"
+    community: str = "silhouette"
     resolution: float = 1.0
+    resolutions: tuple[float, ...] = RESOLUTIONS
     min_cluster_size: int = 10
     merge: float = 0.0
 
@@ -73,6 +80,10 @@ class ReadoutSettings:
         check_choice(self.with_k, "readout.with_k", WITH_K)
         check_choice(self.community, "readout.community", COMMUNITIES)
         check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
+        if not isinstance(self.resolutions, (tuple, list)) or not self.resolutions:
+            raise ValueError("readout.resolutions must be a non-empty list of numbers > 0")
+        for r in self.resolutions:
+            check_number(r, "readout.resolutions", low=0.0, low_open=True)
         check_number(self.min_cluster_size, "readout.min_cluster_size", integer=True, low=2)
         check_number(self.merge, "readout.merge", low=0.0)
 
@@ -83,6 +94,7 @@ class ReadoutSettings:
             "with_k": self.with_k,
             "community": self.community,
             "resolution": self.resolution,
+            "resolutions": list(self.resolutions),
             "min_cluster_size": self.min_cluster_size,
         }
 
@@ -186,6 +198,7 @@ class IASettings:
         """Plain nested dict (JSON-able; the pipeline's config hash and store attrs)."""
         d = asdict(replace(self, group=SE2()))
         d["mean"]["sigmas"] = list(d["mean"]["sigmas"])
+        d["readout"]["resolutions"] = list(d["readout"]["resolutions"])
         d["group"] = self.group.settings()
         return d
 
@@ -234,6 +247,8 @@ def _part(name: str, base: Any, given: Any) -> Any:
     values = dict(given)
     if name == "mean" and "sigmas" in values:
         values["sigmas"] = tuple(values["sigmas"])
+    if name == "readout" and isinstance(values.get("resolutions"), list):
+        values["resolutions"] = tuple(values["resolutions"])
     return replace(base, **values)
 
 
@@ -352,6 +367,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "with_k": g["with_k"],
             "community": g["community"],
             "resolution": g["resolution"],
+            "resolutions": g["resolutions"],
             "min_cluster_size": g["min_cluster_size"],
             "merge": g["merge"],
         },

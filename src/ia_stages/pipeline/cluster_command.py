@@ -78,6 +78,7 @@ def images_config(
             "with_k": ia.readout.with_k,
             "community": ia.readout.community,
             "resolution": ia.readout.resolution,
+            "resolutions": list(ia.readout.resolutions),
             "min_cluster_size": ia.readout.min_cluster_size,
             "merge": ia.readout.merge,
         },
