@@ -25,7 +25,7 @@ from ia_stages.ia.settings import (
 )
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.pipeline.cluster_command import DATASET, images_config
-from ia_stages.pipeline.config import SCHEMA, stage_settings, validate_config
+from ia_stages.pipeline.config import SCHEMA, ConfigError, stage_settings, validate_config
 from ia_stages.pipeline.stages import classes, kmax_block, kmax_gather, means
 from ia_stages.pipeline.store import write_store
 
@@ -83,6 +83,32 @@ def test_presets_are_one_table_and_given_values_win():
     assert cfg["datasets"][DATASET]["attention"]["kind"] == "knn"
     assert cfg["datasets"][DATASET]["attention"]["k"] is None
     assert cfg["readout"]["graph"]["k_ia"] is None
+
+
+def test_a_dataset_preset_sets_its_ia_and_its_own_keys_win():
+    """``preset:`` in a dataset's block: the preset's IA for that dataset only; keys written in
+    the block win; the other datasets keep the global sections."""
+    raw = yaml.safe_load(Path("config/config.yaml").read_text())
+    raw["datasets"]["mnist"]["preset"] = "paper"
+    raw["datasets"]["mnist_rot"]["preset"] = "paper"
+    raw["datasets"]["mnist_rot"]["beta"] = 7.0
+    del raw["datasets"]["mnist"]["attention"], raw["datasets"]["mnist"]["readout_threshold"]
+    cfg = validate_config(raw)
+    paper = ia_settings("paper")
+    s = ia_settings(**stage_settings(cfg, "classes", "mnist")["ia"])
+    assert s == replace(paper, mean=s.mean, search=s.search)
+    assert s.readout.kind == "linkage" and s.stop.rule == "none"
+    rot = ia_settings(**stage_settings(cfg, "classes", "mnist_rot")["ia"])
+    assert rot.beta == 7.0 and rot.sigma == paper.sigma
+    assert rot.attention.kind == "knn"  # written in mnist_rot's block: it wins
+    aff = ia_settings(**stage_settings(cfg, "classes", "affnist")["ia"])
+    assert aff.readout.kind == "graph" and aff.stop == StopSettings(**cfg["ia"]["stop"])
+    assert stage_settings(cfg, "classes", "mnist") != stage_settings(
+        validate_config(yaml.safe_load(Path("config/config.yaml").read_text())), "classes", "mnist"
+    )
+    raw["datasets"]["mnist"]["preset"] = "fast"
+    with pytest.raises(ConfigError, match=r"datasets\.mnist\.preset"):
+        validate_config(raw)
 
 
 @pytest.mark.parametrize(

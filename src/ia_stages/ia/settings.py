@@ -344,6 +344,11 @@ def ia_config(cfg: dict, dataset: str) -> dict:
     """The keys of :class:`IASettings` for one dataset of the pipeline's validated config
     (every value that changes IA's result: the stages put it in their settings hash).
 
+    A dataset with ``preset:`` takes the preset's read-out and stopping rule instead of the
+    global ``readout``/``ia.stop`` sections (its beta, kernel_sigma, normalization, attention
+    and readout_threshold were set from the preset by the config check, where the block does
+    not set them).
+
     Example
     -------
     >>> s = ia_settings(**ia_config(cfg, "mnist_rot"))
@@ -352,6 +357,22 @@ def ia_config(cfg: dict, dataset: str) -> dict:
     r, g = cfg["readout"], cfg["readout"]["graph"]
     threshold = r["threshold"] if ds.get("readout_threshold") is None else ds["readout_threshold"]
     attention = dict(ds.get("attention") or {"kind": "dense"})
+    if ds.get("preset") is not None:  # the preset's read-out and stopping rule, not the globals'
+        p = ia_settings(ds["preset"])
+        readout = {**asdict(p.readout), "threshold": threshold}
+        readout["resolutions"] = list(readout["resolutions"])
+        return {
+            "beta": ds["beta"],
+            "iterations": cfg["ia"]["iterations"],
+            "init": cfg["ia"]["init"],
+            "normalization": ds["normalization"],
+            "sigma": ds["kernel_sigma"],
+            "attention": attention,
+            "readout": readout,
+            "stop": asdict(p.stop),
+            "mean": dict(cfg["ia"]["mean"]),
+            "search": dict(cfg["ia"]["search"]),
+        }
     return {
         "beta": ds["beta"],
         "iterations": cfg["ia"]["iterations"],

@@ -63,13 +63,39 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
     """
     cfg = copy.deepcopy(dict(config))
     _check_finite(cfg)
+    datasets = cfg.get("datasets")
+    given = {
+        name: set(ds)
+        for name, ds in (datasets.items() if isinstance(datasets, dict) else ())
+        if isinstance(ds, dict)
+    }
     schema = yaml.safe_load(Path(schema_path).read_text())
     errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
         err = _most_specific(errors[0])
         raise ConfigError(f"config key '{_key(err.path)}': {_short(err)}")
+    for name, ds in cfg["datasets"].items():
+        if "preset" in ds:
+            _apply_preset(ds, given[name])
     _check_semantics(cfg)
     return cfg
+
+
+def _apply_preset(ds: dict, given: set) -> None:
+    """Set a dataset's IA keys that its own block does not set from its ``preset``."""
+    from dataclasses import asdict
+
+    from ia_stages.ia.settings import ia_settings
+
+    p = ia_settings(ds["preset"])
+    values = {
+        "beta": p.beta,
+        "kernel_sigma": p.sigma,
+        "normalization": p.normalization,
+        "attention": asdict(p.attention),
+        "readout_threshold": p.readout.threshold,
+    }
+    ds.update({key: value for key, value in values.items() if key not in given})
 
 
 def _check_finite(value, path: tuple = ()) -> None:
