@@ -15,15 +15,25 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ia_stages import __version__
-from ia_stages.core.backend import BackendError
-from ia_stages.data.datasets import DatasetError
-from ia_stages.data.loaders import LoaderError
 from ia_stages.pipeline.config import SCHEMA, ConfigError
 from ia_stages.pipeline.stages.common import InputError
-from ia_stages.pipeline.store import StoreError, store_sizes
+from ia_stages.pipeline.store import store_sizes
 
 log = logging.getLogger("ia_stages")
-EXPECTED = (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The errors in the input (config, stores, images) that end a command in one line.
+
+    Imported here, not at the top, so that a stage's job loads only the modules it needs."""
+    from ia_stages.core.backend import BackendError
+    from ia_stages.data.datasets import DatasetError
+    from ia_stages.data.loaders import LoaderError
+    from ia_stages.pipeline.config import ConfigError
+    from ia_stages.pipeline.stages.common import InputError
+    from ia_stages.pipeline.store import StoreError
+
+    return (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
 
 
 @contextmanager
@@ -427,7 +437,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         args.func(args)
-    except EXPECTED as err:
+    except Exception as err:
+        if not isinstance(err, expected_errors()):
+            raise
         print(f"ia-stages {args.stage}: error: {err}", file=sys.stderr)
         return 2
     return 0

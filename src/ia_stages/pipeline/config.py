@@ -12,8 +12,6 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from ia_stages.ia.settings import ia_config
-
 KERNEL_KEYS = (
     "beta",
     "ka_beta",
@@ -304,6 +302,8 @@ def stage_seed(seed: int, stage: str) -> int:
 
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
+    from ia_stages.ia.settings import ia_config  # not at the top: stage jobs import this module
+
     ds = cfg["datasets"][dataset]
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
     group = ds.get("group", {})
