@@ -40,6 +40,7 @@ from ia_stages.ia.settings import (
     READOUT_KINDS,
     IASettings,
     ia_settings,
+    with_sigma,
 )
 from ia_stages.kmax import SearchSettings
 from ia_stages.readout.stopping import STOP_RULES
@@ -316,7 +317,7 @@ class InvariantAttentionClustering(
         if fitted:
             self._check_fitted_shape(X)
         X = subtract_background(X, self._background())
-        check_image_content(X, "X", self._resolved().sigma)
+        check_image_content(X, "X", with_sigma(self._resolved(), X).sigma)
         return X
 
     def _background(self) -> str:

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.class_averages import ClassAverages, cluster_averages
-from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized
+from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized, with_sigma
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.readout.graph import graph_partition, spectral_affinity
 from ia_stages.readout.linkage import cluster_by_distance
@@ -172,7 +172,8 @@ def run_ia(
     ----------
     X : ``(n, H, W)`` images (numpy or cupy), n >= 2
     settings : :class:`~ia_stages.ia.settings.IASettings`; neighbour counts left at None are
-        sized to n (and K) by :func:`~ia_stages.ia.settings.sized`
+        sized to n (and K) by :func:`~ia_stages.ia.settings.sized`, ``sigma='auto'`` is
+        chosen from the images' noise (:func:`~ia_stages.ia.settings.with_sigma`)
     n_clusters : int or None, default None
         K, or None to let the read-out find the number of clusters.
     seed : int, default 0
@@ -192,7 +193,7 @@ def run_ia(
     True
     """
     n = int(X.shape[0])
-    s = sized(settings, n, n_clusters)
+    s = with_sigma(sized(settings, n, n_clusters), X)
     T = s.iterations
     pairs = n * (n - 1) // 2
 

@@ -88,11 +88,12 @@ def _apply_preset(ds: dict, given: set) -> None:
     p = ia_settings(ds["preset"])
     values = {
         "beta": p.beta,
-        "kernel_sigma": p.sigma,
         "normalization": p.normalization,
         "attention": asdict(p.attention),
         "readout_threshold": p.readout.threshold,
     }
+    if p.sigma != "auto":  # 'auto' needs the pixels: the kind's kernel_sigma stays
+        values["kernel_sigma"] = p.sigma
     ds.update({key: value for key, value in values.items() if key not in given})
 
 
