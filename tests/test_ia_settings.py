@@ -53,6 +53,7 @@ def test_schema_defaults_equal_the_settings_defaults():
     assert graph["k_ia"] == r.k is None  # both: sized to the data
     for key in ("with_k", "community", "resolution", "min_cluster_size", "merge"):
         assert graph[key] == getattr(r, key), key
+    assert tuple(graph["resolutions"]) == r.resolutions
 
 
 def test_every_config_default_builds_the_settings_of_a_dataset():

@@ -132,7 +132,9 @@ class InvariantAttentionClustering(
     init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the
         paper
     normalization : 'unit' | 'none'
-    sigma : Gaussian smoothing (px) inside kappa^max (>= 0)
+    sigma : Gaussian smoothing (px) inside kappa^max (>= 0), or 'auto' (the 'images' preset's):
+        chosen from the images' noise at fit (:func:`ia_stages.ia.settings.with_sigma`; 1 px
+        for clean images); the value used is ``settings_.sigma``
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
         :class:`~ia_stages.ia.weights.AttentionSettings`)
@@ -213,7 +215,7 @@ class InvariantAttentionClustering(
         linkage: str | None = None,
         init: str | None = None,
         normalization: str | None = None,
-        sigma: float | None = None,
+        sigma: float | str | None = None,
         attention: str | None = None,
         n_neighbors: int | None = None,
         attention_options: dict | None = None,

@@ -338,7 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
-    sp.add_argument("--kernel-sigma", type=float, help="smoothing (px) inside kappa^max")
+    sp.add_argument(
+        "--kernel-sigma",
+        type=float,
+        help="smoothing (px) inside kappa^max (default: chosen from the images' noise, 1 px "
+        "for clean images)",
+    )
     sp.add_argument(
         "--preset",
         choices=["images", "paper"],
