@@ -180,7 +180,7 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     auto = _auto_sigma(cfg)  # as ia-stages cluster: sigma 'auto' chosen from the pixels
     cfg = validate_config(cfg)
     check_images(cfg, auto)
-    assert cfg["datasets"][DATASET]["kernel_sigma"] == 1.0  # clean letters
+    assert cfg["datasets"][DATASET]["kernel_sigma"] == 1.0
     st = {s: stage_settings(cfg, s, DATASET) for s in ("kmax", "means", "classes")}
     n = len(X)
     data = tmp_path / "data.zarr"

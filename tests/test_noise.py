@@ -44,12 +44,11 @@ def test_bad_settings_are_named():
 
 
 def test_auto_sigma_follows_the_noise_within_its_bounds(digits):
-    """sigma='auto' (the default): clean images keep min_sigma, noisier images get more, never
-    above max_sigma or what the image size allows; a number given is kept."""
+    """sigma='auto': clean images keep min_sigma, noisier images get more, never above
+    max_sigma or what the image size allows; a number given is kept."""
     from ia_stages.ia.settings import ia_settings, with_sigma
 
-    s = ia_settings()
-    assert s.sigma == "auto"
+    s = ia_settings(sigma="auto")
     assert with_sigma(s, digits).sigma == s.noise.min_sigma
     rng = np.random.default_rng(3)
     noisy = digits + rng.normal(0, 0.3, digits.shape)
@@ -75,11 +74,11 @@ def test_the_estimator_and_the_cluster_command_choose_sigma_from_noisy_pixels(di
 
     rng = np.random.default_rng(4)
     noisy = np.clip(digits[:12] + rng.normal(0, 0.3, (12, 40, 40)), -1, 2)
-    est = InvariantAttentionClustering(n_clusters=2, iterations=0).fit(noisy)
+    est = InvariantAttentionClustering(n_clusters=2, iterations=0, sigma="auto").fit(noisy)
     assert est.settings_.sigma == pytest.approx(choose_sigma(noisy))
     for i, im in enumerate(noisy):
         Image.fromarray(((im + 1) / 3 * 255).astype(np.uint8)).save(tmp_path / f"{i}.png")
-    cfg = images_config(tmp_path)
+    cfg = images_config(tmp_path, kernel_sigma="auto")
     auto = _auto_sigma(cfg)
     cfg = validate_config(cfg)
     check_images(cfg, auto)

@@ -132,7 +132,7 @@ class InvariantAttentionClustering(
     init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the
         paper
     normalization : 'unit' | 'none'
-    sigma : Gaussian smoothing (px) inside kappa^max (>= 0), or 'auto' (the 'images' preset's):
+    sigma : Gaussian smoothing (px) inside kappa^max (>= 0; the presets': 1 and 2), or 'auto':
         chosen from the images' noise at fit (:func:`ia_stages.ia.settings.with_sigma`; 1 px
         for clean images); the value used is ``settings_.sigma``
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j

@@ -148,7 +148,7 @@ class IASettings:
     iterations: int = 2
     init: str = "kmax"
     normalization: str = "unit"
-    sigma: float | str = "auto"
+    sigma: float | str = 1.0
     noise: NoiseSettings = field(default_factory=NoiseSettings)
     attention: AttentionSettings = field(
         default_factory=lambda: AttentionSettings("knn", None, "kth", "mutual", 0)

@@ -55,6 +55,16 @@ def _progress(total: int, desc: str):
         bar.close()
 
 
+def _sigma(text: str) -> float | str:
+    """--kernel-sigma: a number of px or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
 def _settings(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -340,9 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
     sp.add_argument(
         "--kernel-sigma",
-        type=float,
-        help="smoothing (px) inside kappa^max (default: chosen from the images' noise, 1 px "
-        "for clean images)",
+        type=_sigma,
+        help="smoothing (px) inside kappa^max (default: the preset's, 1 px), or 'auto': chosen "
+        "from the images' noise",
     )
     sp.add_argument(
         "--preset",

@@ -29,7 +29,7 @@ def images_config(
     labels: str | Path | None = None,
     max_images: int | None = None,
     beta: float | None = None,
-    kernel_sigma: float | None = None,
+    kernel_sigma: float | str | None = None,
     threshold: float | None = None,
     iterations: int | None = None,
     mean_steps: int = 20,
