@@ -245,11 +245,16 @@ def refine_rows(
     cand = feature_neighbours(F, c, features.batch, rows=rows)
     if clock is not None:
         clock.lap("candidates")
-    uu = (Un**2).reshape(n, -1).sum(1)
-    scan = _PairScan(Un, settings)
     owner = np.arange(rows.start, rows.stop)
+    # the images this block touches (its rows and their candidates): the scan's spectra and
+    # the refinement's layout are made for those alone, in local indices
+    need = np.unique(np.concatenate([owner, cand.ravel()]))
+    Ul = Un[need]
+    uu = (Ul**2).reshape(need.size, -1).sum(1)
+    scan = _PairScan(Ul, settings)
     if features.n_refine and features.n_refine < c:
-        coarse = scan.centroid_sqdist(np.repeat(owner, c), cand.ravel(), uu)
+        local = np.searchsorted(need, cand.ravel())
+        coarse = scan.centroid_sqdist(np.repeat(np.searchsorted(need, owner), c), local, uu)
         keep = np.argsort(coarse.reshape(-1, c), axis=1, kind="stable")[:, : features.n_refine]
         cand = np.take_along_axis(cand, keep, 1)
         if clock is not None:
@@ -263,18 +268,19 @@ def refine_rows(
     )
     if k == 1 or a.size == 0:
         return out
-    images = _pair_layout(Un, Un, sigma, settings)
-    by_b = np.argsort(b, kind="stable")  # one moving image's pairs together, in (a, b) order
-    cols, first = np.unique(b[by_b], return_index=True)
+    la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
+    images = _pair_layout(Ul, Ul, sigma, settings)
+    by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
+    cols, first = np.unique(lb[by_b], return_index=True)
     bounds = np.r_[first, by_b.size]
     for c0 in range(0, cols.size, COLUMN_BLOCK):
         block = cols[c0 : c0 + COLUMN_BLOCK]
         sel = by_b[bounds[c0] : bounds[min(c0 + COLUMN_BLOCK, cols.size)]]
-        starts, scanned = scan.starts(a[sel], b[sel], block, uu)
+        starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
         for r in range(0, sel.size, REFINE_BATCH):
             s = sel[r : r + REFINE_BATCH]
             p, d2 = _refine_candidates(
-                images, a[s], b[s], starts[r : r + REFINE_BATCH], settings, beta
+                images, la[s], lb[s], starts[r : r + REFINE_BATCH], settings, beta
             )
             out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
         out.scanned[sel] = scanned
