@@ -37,7 +37,7 @@ def expected_errors() -> tuple[type[Exception], ...]:
 
 
 @contextmanager
-def _progress(total: int, desc: str):
+def _progress(total: int | None, desc: str):
     """A tqdm bar on stderr (plain log lines when stderr is not a terminal)."""
     from tqdm import tqdm
 
@@ -123,6 +123,30 @@ def _cmd_kmax_gather(a: argparse.Namespace) -> None:
         ds.sizes["sample_j"],
         len(a.blocks),
     )
+
+
+def _cmd_knn_features(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads):
+        ds = knn.features(a.images, a.out, _settings(a.settings))
+    log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
+
+
+def _cmd_knn_block(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads), _progress(None, f"kNN row block {a.block}: pairs") as tick:
+        ds = knn.block(a.images, a.features, a.out, a.block, a.rows, _settings(a.settings), tick)
+    log.info("wrote %s: %d pairs in %.1f s", a.out, ds.sizes["pair"], ds.attrs["wall_seconds"])
+
+
+def _cmd_knn_gather(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    ds = knn.gather(a.blocks, a.features, a.out, _settings(a.settings))
+    log.info("wrote %s: %d lists of %d from %d blocks", a.out, ds.sizes["sample"],
+             ds.sizes["neighbour"], len(a.blocks))  # fmt: skip
 
 
 def _cmd_means(a: argparse.Namespace) -> None:
@@ -295,6 +319,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("kmax-gather", _cmd_kmax_gather, "assemble kappa^max blocks")
     sp.add_argument("--blocks", nargs="+", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-features", _cmd_knn_features, "kNN path: invariant features, sample")
+    sp.add_argument("--images", required=True)
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-block", _cmd_knn_block, "kNN path: one row block's candidates, refined")
+    sp.add_argument("--images", required=True)
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--block", type=int, required=True)
+    sp.add_argument("--rows", type=int, required=True, help="rows per block")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-gather", _cmd_knn_gather, "kNN path: merge row blocks into the kNN store")
+    sp.add_argument("--blocks", nargs="+", required=True)
+    sp.add_argument("--features", required=True)
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
