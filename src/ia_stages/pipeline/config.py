@@ -390,7 +390,7 @@ def knn_path(cfg: dict, dataset: str) -> bool:
 def knn_width(cfg: dict, dataset: str) -> int:
     """The kNN store's list width: ``kmax.k``, or the larger of the attention's k and the
     read-out graph's k + 1, sized to n as the estimator sizes them."""
-    from ia_stages.ia.settings import ia_settings, sized
+    from ia_stages.ia.settings import ia_config, ia_settings, sized
 
     k = cfg["datasets"][dataset]["kmax"]["k"]
     if k is not None:
@@ -423,6 +423,8 @@ def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
 
 def _check_knn_path(cfg: dict, name: str) -> None:
     """A dataset on the kNN path: what it needs, one line naming the key otherwise."""
+    from ia_stages.ia.settings import ia_config
+
     ds = cfg["datasets"][name]
     key = f"config key 'datasets.{name}.kmax.mode'"
     if ds["attention"]["kind"] != "knn":
