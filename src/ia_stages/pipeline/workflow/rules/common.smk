@@ -1,7 +1,7 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
 import shlex
 
-from ia_stages.pipeline.config import column_blocks, kmax_blocks, stage_settings_json
+from ia_stages.pipeline.config import column_blocks, data_of, kmax_blocks, stage_settings_json
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
 GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
@@ -47,11 +47,16 @@ def settings(stage):
     return lambda w: shlex.quote(stage_settings_json(config, stage, w.dataset))
 
 
+def data_store(d):
+    """The dataset store a dataset reads (a group variant reads its base dataset's)."""
+    return f"results/data/{data_of(d)}.zarr"
+
+
 def features_of(w):
     """Features of IA iteration t: the dataset for t = 0, else iteration t's invariant means."""
     t = int(w.t)
     if t == 0:
-        return f"results/data/{w.dataset}.zarr"
+        return data_store(w.dataset)
     return f"results/{w.dataset}/ia/iter{t}/features.zarr"
 
 
@@ -70,7 +75,7 @@ def previous_features(w):
     """Features entering the iteration that produces iteration t's features."""
     t = int(w.t) - 1
     if t == 0:
-        return f"results/data/{w.dataset}.zarr"
+        return data_store(w.dataset)
     return f"results/{w.dataset}/ia/iter{t}/features.zarr"
 
 
