@@ -6,7 +6,9 @@ Usage: python bench/group_refine_cost.py [--n 150] [--kind affnist] [--group aff
 On ``--n`` affNIST-style digits (``ia_stages.data.datasets.affnist``, seed 0; ``--kind mnist_rot``:
 digits rotated by our generator), the all-pairs kappa^max under SE(2) and under the group
 (``bench/groups_accuracy.py``'s names) with each ``--iters`` (the refinement's most
-evaluations per pair), the estimator's default search and smoothing (sigma 1 px). Printed per
+evaluations per pair; ``H+F``: H evaluations on 2 x 2 block means first, the group's
+``half_iters``, then F at full resolution), the estimator's default search and smoothing
+(sigma 1 px). Printed per
 setting: CPU seconds (``time.process_time``, all threads) as microseconds per pair and as a
 ratio to SE(2) in the same run; against the first ``--iters`` (the reference): the largest and
 the 99th percentile of the excess d2, and the recall of every sample's ``--k`` nearest (the
@@ -43,7 +45,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=150)
     ap.add_argument("--kind", choices=["affnist", "mnist_rot"], default="affnist")
     ap.add_argument("--group", choices=sorted(GROUPS), default="affine_wide")
-    ap.add_argument("--iters", type=int, nargs="+", default=[8, 4, 2])
+    ap.add_argument("--iters", nargs="+", default=["8", "4", "2"],
+                    help="evaluations, or HALF+FULL (6+3: 6 at half resolution first)")  # fmt: skip
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--beta", type=float, default=20.0)
     a = ap.parse_args()
@@ -62,7 +65,8 @@ def main() -> None:
     print(f"se2            {ref_us:8.1f} us/pair  ratio 1.00")
     first = None
     for it in a.iters:
-        g = make_group(**GROUPS[a.group], iters=it)
+        half, _, full = it.rpartition("+")
+        g = make_group(**GROUPS[a.group], iters=int(full), half_iters=int(half or 0))
         t0 = time.process_time()
         r = kappa_max(X, group=g, **kw)
         us = 1e6 * (time.process_time() - t0) / pairs

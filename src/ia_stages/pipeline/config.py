@@ -269,7 +269,7 @@ def _check_group(group: dict, key: str) -> None:
     except ValueError as err:
         field, _, detail = str(err).partition(": ")
         field = {"group": "name", "group_iters": "iters", "group_tol": "tol"}.get(field, field)
-        field = {"group_lam0": "lam0"}.get(field, field)
+        field = {"group_lam0": "lam0", "group_half_iters": "half_iters"}.get(field, field)
         raise ConfigError(f"config key '{key}.{field}': {detail}") from None
 
 
