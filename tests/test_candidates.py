@@ -56,6 +56,7 @@ def test_feature_neighbours_equal_brute_force():
     d2 = ((F[:, None].astype(float) - F[None]) ** 2).sum(-1)
     np.fill_diagonal(d2, np.inf)
     assert np.array_equal(got, np.argsort(d2, 1)[:, :5])
+    assert np.array_equal(feature_neighbours(F, 5, batch=7, rows=range(10, 23)), got[10:23])
 
 
 @pytest.mark.slow
@@ -141,3 +142,34 @@ def test_digit_copies_schema_defaults_equal_the_generator():
         "noise",
     ):
         assert branch[key]["default"] == params[key].default, key
+
+
+def test_row_blocks_give_the_one_calls_lists(copies):
+    """Sharded into row blocks (features once, each block its rows' candidate pairs, pairs
+    merged), the candidates mode gives exactly the lists of one call, even where the row
+    blocks cut the feature search's batches."""
+    from ia_stages.kmax.candidates import (
+        CandidatePairs,
+        knn_from_pairs,
+        prepared_images,
+        refine_rows,
+    )
+
+    X = copies.data[:24].astype(float)
+    n = X.shape[0]
+    fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4)
+    one = kappa_max(X, k=3, sigma=1.0, beta=2.0, mode="candidates", features=fs)
+    Un = prepared_images(X, 3, 1.0, features=fs)
+    F = invariant_features(Un, fs)
+    blocks = [
+        refine_rows(Un, F, range(a, min(a + 7, n)), 3, 2.0, sigma=1.0, features=fs)
+        for a in range(0, n, 7)
+    ]
+    pairs = CandidatePairs.concat(blocks)
+    sharded = knn_from_pairs(n, 3, pairs, 2.0, (Un**2).reshape(n, -1).sum(1))
+    assert sum(b.a.size for b in blocks) > pairs.a.size  # blocks share pairs
+    assert sharded.pairs_refined == one.pairs_refined
+    assert np.array_equal(sharded.indices, one.indices)
+    for name in ("sqdist", "params", "value"):
+        assert np.array_equal(getattr(sharded, name), getattr(one, name)), name
+    assert sharded.margin_used == one.margin_used

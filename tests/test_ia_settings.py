@@ -24,7 +24,7 @@ from ia_stages.ia.settings import (
     sized_neighbours,
 )
 from ia_stages.ia.weights import AttentionSettings
-from ia_stages.pipeline.cluster_command import DATASET, images_config
+from ia_stages.pipeline.cluster_command import DATASET, _auto_sigma, check_images, images_config
 from ia_stages.pipeline.config import SCHEMA, ConfigError, stage_settings, validate_config
 from ia_stages.pipeline.stages import classes, kmax_block, kmax_gather, means
 from ia_stages.pipeline.store import write_store
@@ -53,6 +53,7 @@ def test_schema_defaults_equal_the_settings_defaults():
     assert graph["k_ia"] == r.k is None  # both: sized to the data
     for key in ("with_k", "community", "resolution", "min_cluster_size", "merge"):
         assert graph[key] == getattr(r, key), key
+    assert tuple(graph["resolutions"]) == r.resolutions
 
 
 def test_every_config_default_builds_the_settings_of_a_dataset():
@@ -175,7 +176,11 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     class averages' sizes and distances."""
     X, y = _letters()
     np.save(tmp_path / "x.npy", X)
-    cfg = validate_config(images_config(tmp_path / "x.npy", seed=0))
+    cfg = images_config(tmp_path / "x.npy", seed=0)
+    auto = _auto_sigma(cfg)  # as ia-stages cluster: sigma 'auto' chosen from the pixels
+    cfg = validate_config(cfg)
+    check_images(cfg, auto)
+    assert cfg["datasets"][DATASET]["kernel_sigma"] == 1.0
     st = {s: stage_settings(cfg, s, DATASET) for s in ("kmax", "means", "classes")}
     n = len(X)
     data = tmp_path / "data.zarr"

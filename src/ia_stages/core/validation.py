@@ -54,7 +54,8 @@ def check_images(
         samples, non-numeric (complex, object, string) data.
     """
     xp = array_module(X)
-    if xp is np:
+    real_array = getattr(X, "dtype", None) is not None and X.dtype.kind in "biuf"
+    if xp is np and not (isinstance(X, np.ndarray) and real_array and X.size > 0):
         try:
             from sklearn.utils import check_array  # sklearn.utils loads scipy.stats: slow
 
@@ -72,7 +73,7 @@ def check_images(
             msg = _one_line(err)
             msg = msg if f" {name} " in f" {msg} " else f"{name}: {msg}"
             raise ValueError(ragged or msg) from None
-    else:
+    else:  # real numpy or cupy arrays: what check_array does to them, without loading sklearn
         want = dtype[0] if isinstance(dtype, tuple) else dtype
         keep = dtype if isinstance(dtype, tuple) else (dtype,)
         if X.dtype not in keep:

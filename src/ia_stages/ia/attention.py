@@ -170,12 +170,25 @@ def knn_attention_step(
 
 
 def sparse_neighbours(
-    kmax: KappaMaxResult, attention: AttentionSettings, beta: float
+    kmax: KappaMaxResult | KnnResult, attention: AttentionSettings, beta: float
 ) -> tuple[KnnResult, np.ndarray]:
-    """The kNN list of a dense kappa^max result under ``attention`` and its weights
-    ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``)."""
-    attention.check(int(kmax.value.shape[0]))
-    knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
+    """The kNN list of a kappa^max result under ``attention`` and its weights
+    ``(n, width)`` (``beta``: the kernel's bandwidth, read by ``bandwidth='fixed'``).
+
+    ``kmax``: a dense result (its k nearest per column are taken), or the lists of the
+    kNN path (:class:`~ia_stages.kmax.KnnResult`, at least ``attention.k`` wide: its first
+    ``attention.k`` entries, the same lists when they are exact)."""
+    if isinstance(kmax, KnnResult):
+        attention.check(kmax.n)
+        if attention.k > kmax.k:
+            raise ValueError(
+                f"attention.k: {attention.k} neighbours per column, the kNN lists hold {kmax.k}"
+            )
+        knn = kmax.head(attention.k)
+        knn = KnnResult(knn.indices, knn.sqdist, knn.params)
+    else:
+        attention.check(int(kmax.value.shape[0]))
+        knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
     knn = symmetrize(knn, attention.symmetry)
     return knn, knn_weights(knn, attention, beta)
 
@@ -222,7 +235,7 @@ def invariant_attention(
 
 def attention_step(
     V: Any,
-    kmax: KappaMaxResult,
+    kmax: KappaMaxResult | KnnResult,
     attention: AttentionSettings,
     beta: float,
     init: str = "kmax",
@@ -237,7 +250,10 @@ def attention_step(
     Parameters
     ----------
     V : ``(n, H, W)`` current features
-    kmax : kappa^max of ``V`` with itself
+    kmax : kappa^max of ``V`` with itself; with 'knn' attention it may be the kNN lists
+        alone (:class:`~ia_stages.kmax.KnnResult`, the pipeline's kNN path): then no n x n
+        array is made and ``weights`` is None (the sparse weights are
+        :func:`sparse_neighbours`')
     attention : 'dense' (:func:`invariant_attention_step`, every column weighs every sample)
         or 'knn' (:func:`sparse_neighbours` then :func:`knn_attention_step`, each column aligns
         only its listed neighbours; its ``mean_steps``, when not None, replaces
@@ -258,6 +274,8 @@ def attention_step(
     >>> step = attention_step(V, kappa_max(V, beta=20.0), AttentionSettings("knn", 4), 20.0)
     """
     if attention.kind == "dense":
+        if isinstance(kmax, KnnResult):
+            raise ValueError("attention.kind: 'dense' needs the dense kappa^max, not kNN lists")
         return invariant_attention_step(
             V, kmax, init, mean_settings, group, columns=columns, progress=progress
         )
@@ -269,4 +287,5 @@ def attention_step(
         V, knn, w, init, mean_settings, group, columns=columns, progress=progress
     )
     feats = array_module(V).stack([m.mean for m in means])
-    return InvariantAttentionStep(feats, dense_weights(knn, w), kmax, means, knn)
+    W = None if isinstance(kmax, KnnResult) else dense_weights(knn, w)
+    return InvariantAttentionStep(feats, W, kmax, means, knn)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.ia.invariant_mean import invariant_mean
-from ia_stages.kmax import KappaMaxResult
+from ia_stages.kmax import KappaMaxResult, KnnResult
 from ia_stages.readout.linkage import cluster_by_distance
 
 if TYPE_CHECKING:
@@ -57,6 +57,28 @@ def medoids(sqdist: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def knn_medoids(knn: KnnResult, labels: np.ndarray) -> np.ndarray:
+    """Every cluster's medoid from the kNN lists alone (the kNN path has no n x n matrix):
+    the member with the most members of its cluster in its list, ties broken by the least
+    summed distance to them, then by index. ``(K,)`` sample indices.
+
+    Example
+    -------
+    >>> knn_medoids(knn, labels)  # doctest: +SKIP
+    """
+    idx = knn.indices
+    ok = idx >= 0
+    same = ok & (labels[np.where(ok, idx, 0)] == labels[:, None])
+    count = same.sum(1)
+    spread = np.where(same, np.sqrt(np.maximum(knn.sqdist, 0.0)), 0.0).sum(1)
+    out = []
+    for k in range(int(labels.max()) + 1):
+        members = np.flatnonzero(labels == k)
+        order = np.lexsort((members, spread[members], -count[members]))
+        out.append(members[order[0]])
+    return np.asarray(out, dtype=np.int64)
+
+
 def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None = None,
              progress: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
@@ -87,7 +109,9 @@ def class_averages(
     V : ``(n, H, W)`` images (numpy or cupy)
     labels : ``(n,)`` cluster of every image, 0..K-1
     kmax : kappa^max of ``V`` with itself: ``params[i, j]`` aligns v_j onto v_i, ``sqdist``
-        picks each cluster's medoid
+        picks each cluster's medoid. On the kNN path a
+        :class:`~ia_stages.readout.graph.KnnDistances`: :func:`knn_medoids` picks the medoids
+        and one kappa^max of each medoid against its members gives the starts
     settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
         ``max_images`` is ignored: all members count equally) and the kappa^max of the poses
     progress : called with the number of (mean, image) pairs aligned
@@ -106,8 +130,8 @@ def class_averages(
         raise ValueError(f"labels must be ({n},), got {labels.shape}")
     xp = array_module(V)
     mean = replace(settings.mean, max_images=None)
-    meds = medoids(to_numpy(kmax.sqdist), labels)
-    params0 = kmax.params
+    lists = getattr(kmax, "knn", None)  # a KnnDistances: the kNN path
+    meds = medoids(to_numpy(kmax.sqdist), labels) if lists is None else knn_medoids(lists, labels)
     means = []
     for k, med in enumerate(meds):
         members = np.flatnonzero(labels == k)
@@ -115,9 +139,11 @@ def class_averages(
             means.append(V[int(members[0])])
             continue
         idx = xp.asarray(members)
-        res = invariant_mean(
-            V[idx], xp.ones(members.size), params0[int(med)][idx], mean, settings.group
-        )
+        if lists is None:
+            start = kmax.params[int(med)][idx]
+        else:  # v_i onto the medoid, for the members only
+            start = settings.kmax(V[idx], U=V[int(med) : int(med) + 1]).params[0]
+        res = invariant_mean(V[idx], xp.ones(members.size), start, mean, settings.group)
         means.append(res.mean)
     means = xp.stack(means)
     _, params, distance = align_to(means, V, settings, labels, progress)

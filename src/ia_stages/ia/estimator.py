@@ -40,6 +40,7 @@ from ia_stages.ia.settings import (
     READOUT_KINDS,
     IASettings,
     ia_settings,
+    with_sigma,
 )
 from ia_stages.kmax import SearchSettings
 from ia_stages.readout.stopping import STOP_RULES
@@ -131,7 +132,9 @@ class InvariantAttentionClustering(
     init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the
         paper
     normalization : 'unit' | 'none'
-    sigma : Gaussian smoothing (px) inside kappa^max (>= 0)
+    sigma : Gaussian smoothing (px) inside kappa^max (>= 0; the presets': 1 and 2), or 'auto':
+        chosen from the images' noise at fit (:func:`ia_stages.ia.settings.with_sigma`; 1 px
+        for clean images); the value used is ``settings_.sigma``
     attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
         :class:`~ia_stages.ia.weights.AttentionSettings`)
@@ -212,7 +215,7 @@ class InvariantAttentionClustering(
         linkage: str | None = None,
         init: str | None = None,
         normalization: str | None = None,
-        sigma: float | None = None,
+        sigma: float | str | None = None,
         attention: str | None = None,
         n_neighbors: int | None = None,
         attention_options: dict | None = None,
@@ -316,7 +319,7 @@ class InvariantAttentionClustering(
         if fitted:
             self._check_fitted_shape(X)
         X = subtract_background(X, self._background())
-        check_image_content(X, "X", self._resolved().sigma)
+        check_image_content(X, "X", with_sigma(self._resolved(), X).sigma)
         return X
 
     def _background(self) -> str:

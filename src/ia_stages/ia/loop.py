@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.class_averages import ClassAverages, cluster_averages
-from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized
+from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized, with_sigma
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.readout.graph import graph_partition, spectral_affinity
+from ia_stages.readout.graph import KnnDistances, graph_partition, spectral_affinity
 from ia_stages.readout.linkage import cluster_by_distance
 from ia_stages.readout.stopping import stop_iteration
 
@@ -37,7 +37,9 @@ def read_out(
 
     Parameters
     ----------
-    sqdist : ``(n, n)`` kappa^max squared distances of unit-norm features
+    sqdist : ``(n, n)`` kappa^max squared distances of unit-norm features, or a
+        :class:`~ia_stages.readout.graph.KnnDistances` (the pipeline's kNN path; graph
+        read-outs only)
     readout : :class:`~ia_stages.ia.settings.ReadoutSettings` with ``k`` set
     n_clusters : K, or None (the read-out finds the number)
     seed : seed of the randomised read-outs (Leiden, spectral)
@@ -51,6 +53,13 @@ def read_out(
     -------
     >>> labels = read_out(km.sqdist, ReadoutSettings(k=5), None, seed=0)
     """
+    if isinstance(sqdist, KnnDistances):
+        if readout.kind != "graph":
+            raise ValueError(
+                f"readout.kind: {readout.kind!r} needs the dense kappa^max; the kNN path "
+                "(kmax.mode 'candidates') reads out with 'graph'"
+            )
+        return graph_partition(sqdist, readout.graph(), n_clusters, seed)
     sq = to_numpy(sqdist)
     if readout.kind == "spectral":
         if n_clusters is None:
@@ -71,9 +80,8 @@ def choose_iteration(
     """The iteration the stopping rule keeps among those read out (input first), and why."""
     stop: StopSettings = settings.stop
     rule = {"rule": stop.rule, "n_seeds": stop.n_seeds, "min_ari": stop.min_ari}
-    return stop_iteration(
-        partitions, [to_numpy(s) for s in sqdists], rule, settings.readout.graph()
-    )
+    sqdists = [s if isinstance(s, KnnDistances) else to_numpy(s) for s in sqdists]
+    return stop_iteration(partitions, sqdists, rule, settings.readout.graph())
 
 
 def settled(partitions: list[np.ndarray], sqdists: list[Any], settings: IASettings) -> bool:
@@ -103,7 +111,8 @@ def read_iterations(
 
     Parameters
     ----------
-    sqdists : T + 1 squared-distance matrices ``(n, n)``
+    sqdists : T + 1 squared-distance matrices ``(n, n)`` or
+        :class:`~ia_stages.readout.graph.KnnDistances` (the kNN path)
     settings : sized :class:`~ia_stages.ia.settings.IASettings`
     n_clusters, seed : as :func:`read_out`
     values : the affinities (``kind='spectral'`` only)
@@ -172,7 +181,8 @@ def run_ia(
     ----------
     X : ``(n, H, W)`` images (numpy or cupy), n >= 2
     settings : :class:`~ia_stages.ia.settings.IASettings`; neighbour counts left at None are
-        sized to n (and K) by :func:`~ia_stages.ia.settings.sized`
+        sized to n (and K) by :func:`~ia_stages.ia.settings.sized`, ``sigma='auto'`` is
+        chosen from the images' noise (:func:`~ia_stages.ia.settings.with_sigma`)
     n_clusters : int or None, default None
         K, or None to let the read-out find the number of clusters.
     seed : int, default 0
@@ -192,7 +202,7 @@ def run_ia(
     True
     """
     n = int(X.shape[0])
-    s = sized(settings, n, n_clusters)
+    s = with_sigma(sized(settings, n, n_clusters), X)
     T = s.iterations
     pairs = n * (n - 1) // 2
 

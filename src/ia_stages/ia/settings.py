@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.core.noise import NoiseSettings
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
@@ -128,7 +129,10 @@ class IASettings:
     init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in
         the paper
     normalization : 'unit' | 'none'
-    sigma : Gaussian smoothing (px) inside kappa^max (>= 0)
+    sigma : Gaussian smoothing (px) inside kappa^max (>= 0), or 'auto': chosen from the input
+        images' noise level by ``noise`` (:func:`with_sigma`; clean images get
+        ``noise.min_sigma``)
+    noise : :class:`~ia_stages.core.noise.NoiseSettings` of ``sigma='auto'``
     attention : :class:`~ia_stages.ia.weights.AttentionSettings` (its ``k`` None follows n)
     readout : :class:`ReadoutSettings`
     stop : :class:`StopSettings`
@@ -144,7 +148,8 @@ class IASettings:
     iterations: int = 2
     init: str = "kmax"
     normalization: str = "unit"
-    sigma: float = 1.0
+    sigma: float | str = 1.0
+    noise: NoiseSettings = field(default_factory=NoiseSettings)
     attention: AttentionSettings = field(
         default_factory=lambda: AttentionSettings("knn", None, "kth", "mutual", 0)
     )
@@ -160,8 +165,12 @@ class IASettings:
         check_number(self.iterations, "iterations", integer=True, low=0)
         check_choice(self.init, "init", INITS)
         check_choice(self.normalization, "normalization", NORMALIZATIONS)
-        check_number(self.sigma, "sigma", low=0.0)
+        if isinstance(self.sigma, str) and self.sigma != "auto":
+            raise ValueError(f"sigma must be a number >= 0 or 'auto', got {self.sigma!r}")
+        if self.sigma != "auto":
+            check_number(self.sigma, "sigma", low=0.0)
         for name, cls in (
+            ("noise", NoiseSettings),
             ("attention", AttentionSettings),
             ("readout", ReadoutSettings),
             ("stop", StopSettings),
@@ -171,6 +180,7 @@ class IASettings:
             value = getattr(self, name)
             if not isinstance(value, cls):
                 raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+        self.noise.check()
         a = self.attention
         if a.kind == "knn" and a.k is None:
             a = replace(a, k=2)  # the sized count is checked once n is known
@@ -226,6 +236,7 @@ _PARTS = {
     "stop": StopSettings,
     "mean": MeanSettings,
     "search": SearchSettings,
+    "noise": NoiseSettings,
 }
 
 
@@ -338,6 +349,20 @@ def sized(settings: IASettings, n: int, n_clusters: int | None = None) -> IASett
         s = replace(s, readout=replace(s.readout, k=k_read))
     s.check(n)
     return s
+
+
+def with_sigma(settings: IASettings, X: Any) -> IASettings:
+    """``settings`` with ``sigma='auto'`` replaced by the sigma its ``noise`` settings choose
+    for the images ``X`` (:func:`ia_stages.core.noise.choose_sigma`); a number is kept.
+
+    Example
+    -------
+    >>> with_sigma(ia_settings(), clean_images).sigma
+    1.0
+    """
+    if settings.sigma != "auto":
+        return settings
+    return replace(settings, sigma=settings.noise.sigma(X))
 
 
 def ia_config(cfg: dict, dataset: str) -> dict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from ia_stages.kmax.features import (
     feature_neighbours,
     invariant_features,
 )
-from ia_stages.kmax.knn import _check_k, _Lists, _Refiner
+from ia_stages.kmax.knn import _check_k, _Lists
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.polar import (
     angle_synthesis,
@@ -50,13 +51,18 @@ from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
 from ia_stages.kmax.search import (
     EXACT_SEARCH,
     FLOATS,
+    REFINE_BATCH,
     SearchSettings,
+    _pair_layout,
+    _refine_candidates,
     centre_offsets,
     lattice_neighbours,
 )
 
-COLUMN_BLOCK = 2048  # moving images whose lattice spectra are held at once
+COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's
+# lattice: 0.57 MB per 40 x 40 image; per-pair results do not depend on it)
 PAIR_BATCH = 256  # pairs scored at once (each holds the spectra of all its centres)
+MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
 
 
 def kappa_max_candidates(
@@ -72,6 +78,11 @@ def kappa_max_candidates(
 ) -> KnnResult:
     """Each sample's k nearest under kappa^max (itself first), refined on candidates only.
 
+    The three steps a sharded run takes as separate jobs, here in one call:
+    :func:`prepared_images` and :func:`invariant_features` (global, once),
+    :func:`refine_rows` over all rows, and :func:`knn_from_pairs`. A run sharded into row
+    blocks (the pipeline's ``knn`` stage) gives the same lists.
+
     Parameters
     ----------
     X : ``(n, H, W)`` images (cupy arrays are copied to the host)
@@ -84,8 +95,8 @@ def kappa_max_candidates(
         must be >= k
 
     Memory: the images and their refinement layout (a few copies of X in float64), the
-    features (n x ``n_dims``), one block of candidate search (``batch`` x n float32) and the
-    lattice spectra of ``COLUMN_BLOCK`` images; never n^2.
+    features (n x ``n_dims``), one block of candidate search (``batch`` x n float32), the
+    lattice spectra of ``COLUMN_BLOCK`` images and the refined pairs (at most n c); never n^2.
 
     Returns
     -------
@@ -100,6 +111,36 @@ def kappa_max_candidates(
     (n, 10)
     """
     clock = _Clock()
+    Un = prepared_images(X, k, sigma, normalization, settings, features)
+    n = Un.shape[0]
+    F = invariant_features(Un, features)
+    clock.lap("features")
+    pairs = refine_rows(Un, F, range(n), k, beta, group, settings, sigma, features, progress, clock)
+    del F
+    result = knn_from_pairs(n, k, pairs, beta, (Un**2).reshape(n, -1).sum(1), group)
+    clock.lap("refine")
+    result.seconds = clock.totals()
+    return result
+
+
+def prepared_images(
+    X: Any,
+    k: int,
+    sigma: float = 2.0,
+    normalization: str = "unit",
+    settings: SearchSettings = EXACT_SEARCH,
+    features: FeatureSettings = DEFAULT_FEATURES,
+) -> np.ndarray:
+    """The images as the candidates mode compares them (smoothed by ``sigma``, normalised),
+    float64 on the host, after checking ``k``, ``features`` and the images (one-line errors
+    naming the setting: c < k, c >= n, a constant image, a search other than 'polar').
+
+    Example
+    -------
+    >>> X = np.random.default_rng(0).random((8, 16, 16))
+    >>> prepared_images(X, k=3, features=FeatureSettings(n_candidates=4)).shape
+    (8, 16, 16)
+    """
     k = _check_k(k, X)
     c = features.n_candidates
     if c < k:
@@ -123,44 +164,159 @@ def kappa_max_candidates(
             f"X: image {i} is constant (every pixel {float(X[i].flat[0]):g}; {constant.size} "
             "such images): it has no rotation-invariant features for mode='candidates'"
         )
-    n = X.shape[0]
-    Un = normalize(smooth(X, sigma), normalization)
-    uu = (Un**2).reshape(n, -1).sum(1)
+    return normalize(smooth(X, sigma), normalization)
 
-    F = invariant_features(Un, features)
-    clock.lap("features")
-    cand = feature_neighbours(F, c, features.batch)
-    del F
-    clock.lap("candidates")
 
-    scan = _PairScan(Un, settings)
+@dataclass
+class CandidatePairs:
+    """Candidate pairs a < b refined exactly: what one row block of the candidates mode
+    computes, and what :func:`knn_from_pairs` turns into kNN lists.
+
+    a, b : ``(m,)`` int64 sample indices, a < b, each pair once, sorted by (a, b)
+    sqdist : ``(m,)`` refined kappa^max squared distance of the pair
+    params : ``(m, n_params)`` the alignment of v_b onto v_a (the later image warped onto the
+        earlier, as the all-pairs search)
+    scanned : ``(m,)`` the pair's polar-scan d2 (for :attr:`KnnResult.margin_used`)
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    sqdist: np.ndarray
+    params: np.ndarray
+    scanned: np.ndarray
+
+    @classmethod
+    def concat(cls, parts: list[CandidatePairs]) -> CandidatePairs:
+        """The pairs of several row blocks, each pair once (a pair two blocks share is
+        refined identically in both), sorted by (a, b)."""
+        a, b = np.concatenate([q.a for q in parts]), np.concatenate([q.b for q in parts])
+        order = np.lexsort((b, a))
+        a, b = a[order], b[order]
+        first = order[np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]]
+        return cls(*(np.concatenate([getattr(q, f) for q in parts])[first] for f in _PAIR_FIELDS))
+
+
+_PAIR_FIELDS = ("a", "b", "sqdist", "params", "scanned")
+
+
+def refine_rows(
+    Un: np.ndarray,
+    F: Any,
+    rows: range,
+    k: int,
+    beta: float = 1.0,
+    group: SE2 = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
+    progress: Callable[[int], None] | None = None,
+    clock: Any = None,
+) -> CandidatePairs:
+    """Candidates of the samples in ``rows`` and their exact refinement: one row block.
+
+    Each row's ``features.n_candidates`` nearest in feature space (of all n), optionally
+    filtered to the ``n_refine`` of lowest centroid-scan d2, give pairs (row, candidate);
+    every such pair is refined once, as (min, max). Every pair of the unsharded run is the
+    candidate pair of one of its two samples, so the union over row blocks of their pairs
+    (:meth:`CandidatePairs.concat`) is the unsharded run's pairs, each refined the same way.
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images`
+    F : ``(n, D)`` :func:`~ia_stages.kmax.features.invariant_features` of ``Un`` (all n:
+        its PCA is fitted on all images once, so every block sees the same features)
+    rows : the samples whose candidates this block refines
+    k, beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+    clock : an internal timer (laps 'candidates', 'filter')
+
+    Returns
+    -------
+    CandidatePairs
+
+    Example
+    -------
+    >>> Un = prepared_images(X, 3, features=fs)  # doctest: +SKIP
+    >>> pairs = refine_rows(Un, invariant_features(Un, fs), range(0, 10), 3, features=fs)
+    ...  # doctest: +SKIP
+    """
+    n = Un.shape[0]
+    c = features.n_candidates
+    rows = range(rows.start, min(rows.stop, n))
+    cand = feature_neighbours(F, c, features.batch, rows=rows)
+    if clock is not None:
+        clock.lap("candidates")
+    owner = np.arange(rows.start, rows.stop)
+    # the images this block touches (its rows and their candidates): the scan's spectra and
+    # the refinement's layout are made for those alone, in local indices
+    need = np.unique(np.concatenate([owner, cand.ravel()]))
+    Ul = Un[need]
+    uu = (Ul**2).reshape(need.size, -1).sum(1)
+    scan = _PairScan(Ul, settings)
     if features.n_refine and features.n_refine < c:
-        coarse = scan.centroid_sqdist(np.repeat(np.arange(n), c), cand.ravel(), uu)
-        keep = np.argsort(coarse.reshape(n, c), axis=1, kind="stable")[:, : features.n_refine]
+        local = np.searchsorted(need, cand.ravel())
+        coarse = scan.centroid_sqdist(np.repeat(np.searchsorted(need, owner), c), local, uu)
+        keep = np.argsort(coarse.reshape(-1, c), axis=1, kind="stable")[:, : features.n_refine]
         cand = np.take_along_axis(cand, keep, 1)
-        clock.lap("filter")
-    i = np.repeat(np.arange(n), cand.shape[1])
+        if clock is not None:
+            clock.lap("filter")
+    i = np.repeat(owner, cand.shape[1])
     j = cand.ravel()
     key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
     a, b = key // n, key % n  # a < b: the later image b is warped onto a
+    out = CandidatePairs(
+        a, b, np.empty(a.size), np.empty((a.size, group.n_params)), np.empty(a.size)
+    )
+    if k == 1 or a.size == 0:
+        return out
+    la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
+    images = _pair_layout(Ul, Ul, sigma, settings)
+    by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
+    cols, first = np.unique(lb[by_b], return_index=True)
+    bounds = np.r_[first, by_b.size]
+    for c0 in range(0, cols.size, COLUMN_BLOCK):
+        block = cols[c0 : c0 + COLUMN_BLOCK]
+        sel = by_b[bounds[c0] : bounds[min(c0 + COLUMN_BLOCK, cols.size)]]
+        starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
+        for r in range(0, sel.size, REFINE_BATCH):
+            s = sel[r : r + REFINE_BATCH]
+            p, d2 = _refine_candidates(
+                images, la[s], lb[s], starts[r : r + REFINE_BATCH], settings, beta
+            )
+            out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
+        out.scanned[sel] = scanned
+        if progress is not None:
+            progress(int(sel.size))
+    return out
 
+
+def knn_from_pairs(
+    n: int, k: int, pairs: CandidatePairs, beta: float, uu: np.ndarray, group: SE2 = SE2()
+) -> KnnResult:
+    """Every sample's k nearest (itself first) among the refined pairs it belongs to.
+
+    A pair (a, b) counts for both samples: for b with the inverted alignment. The pairs are
+    merged in (a, b) order, so equal distances are broken the same way however the pairs were
+    sharded. ``uu``: the squared norms of the prepared images (for ``margin_used``).
+
+    Example
+    -------
+    >>> knn = knn_from_pairs(n, 10, CandidatePairs.concat(blocks), 1.0, uu)  # doctest: +SKIP
+    """
     result = KnnResult.itself_only(n, k, group.n_params)
     if k == 1:
         return result
-    refiner = _Refiner(Un, group, settings, beta, sigma)
     lists = _Lists(n, k - 1, (group.n_params + 1,))
-    for b0 in range(0, n, COLUMN_BLOCK):
-        sel = np.flatnonzero((b >= b0) & (b < b0 + COLUMN_BLOCK))
-        if sel.size == 0:
-            continue
-        starts, scanned = scan.starts(a[sel], b[sel], b0, min(b0 + COLUMN_BLOCK, n), uu)
-        refiner.refine(a[sel], b[sel], starts, scanned, lists)
-        if progress is not None:
-            progress(int(sel.size))
+    order = np.lexsort((pairs.b, pairs.a))
+    for s0 in range(0, order.size, MERGE_BATCH):
+        s = order[s0 : s0 + MERGE_BATCH]
+        a, b, p, sc = pairs.a[s], pairs.b[s], pairs.params[s], pairs.scanned[s]
+        info = np.concatenate([np.c_[p, sc], np.c_[group.inverse(p), sc]])
+        lists.merge(
+            np.concatenate([a, b]), np.concatenate([b, a]),
+            np.concatenate([pairs.sqdist[s], pairs.sqdist[s]]), info,
+        )  # fmt: skip
     lists.fill(result, beta, uu)
-    result.pairs_scanned = result.pairs_refined = int(key.size)
-    clock.lap("refine")
-    result.seconds = clock.totals()
+    result.pairs_scanned = result.pairs_refined = int(pairs.a.size)
     return result
 
 
@@ -198,11 +354,12 @@ class _PairScan:
         return out
 
     def starts(
-        self, a: np.ndarray, b: np.ndarray, b0: int, b1: int, uu: np.ndarray
+        self, a: np.ndarray, b: np.ndarray, cols: np.ndarray, uu: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Starts ``(m, n_candidates, 3)`` and scan d2 ``(m,)`` of pairs with b in b0:b1."""
-        centres = self.m[None, b0:b1] + self.offs[:, None]
-        B = scan_spectra(self.Un[b0:b1], centres, self.M, interpolation=self.interp)
+        """Starts ``(m, n_candidates, 3)`` and scan d2 ``(m,)`` of pairs whose b is among
+        the sorted ``cols`` (the lattice spectra of those images alone are computed)."""
+        centres = self.m[None, cols] + self.offs[:, None]
+        B = scan_spectra(self.Un[cols], centres, self.M, interpolation=self.interp)
         K, R2 = B.shape[0], B.shape[3]
         R = R2 // 2
         c = self.settings.n_candidates
@@ -214,7 +371,7 @@ class _PairScan:
             m = ia.size
             u = self.A[:, ia]  # (K, m, 2R)
             both = np.stack([u, np.concatenate([u[..., R:], -u[..., :R]], -1)], 2)
-            v = B[:, ib - b0]  # (K, m, n_o, 2R)
+            v = B[:, np.searchsorted(cols, ib)]  # (K, m, n_o, 2R)
             G = np.matmul(both, v.transpose(0, 1, 3, 2))  # (K, m, 2, n_o)
             n_o = G.shape[3]
             G = G.transpose(1, 3, 0, 2).reshape(m, n_o, 2 * K)

@@ -218,7 +218,9 @@ def _principal_axes(A: Any, d: int, rng: np.random.Generator, power: int = 3) ->
     return (Q @ vecs[:, ::-1][:, :d].astype(np.float32)).astype(np.float32)
 
 
-def feature_neighbours(F: Any, c: int, batch: int = 2048, progress: Any = None) -> Any:
+def feature_neighbours(
+    F: Any, c: int, batch: int = 2048, progress: Any = None, rows: range | None = None
+) -> Any:
     """Each row's ``c`` nearest other rows by Euclidean distance, nearest first.
 
     Exact, by blocked float32 matrix products: d2 = |a|^2 + |b|^2 - 2 a.b for ``batch`` rows
@@ -230,10 +232,13 @@ def feature_neighbours(F: Any, c: int, batch: int = 2048, progress: Any = None) 
     c : neighbours per row, the row itself not counted; 1 <= c < n
     batch : rows per block (memory: batch x n float32)
     progress : called with the number of rows done after every block
+    rows : the rows whose neighbours (among all n) to find; None: all. A row's list does
+        not depend on the other rows asked for (blocks of ``batch`` start at multiples of
+        ``batch`` in either case), so row blocks of a sharded run give the rows of one call
 
     Returns
     -------
-    ``(n, c)`` int64 indices, same backend
+    ``(len(rows), c)`` int64 indices, same backend
 
     Example
     -------
@@ -246,15 +251,16 @@ def feature_neighbours(F: Any, c: int, batch: int = 2048, progress: Any = None) 
         raise ValueError(f"features.n_candidates must be in [1, n - 1 = {n - 1}], got {c}")
     F = F.astype(np.float32)
     sq = (F**2).sum(1)
-    out = xp.empty((n, c), dtype=np.int64)
-    for a in range(0, n, batch):
-        rows = slice(a, min(a + batch, n))
-        d2 = sq[rows, None] + sq[None] - 2 * (F[rows] @ F.T)
+    rows = range(n) if rows is None else rows
+    out = xp.empty((len(rows), c), dtype=np.int64)
+    for a in range(rows.start - rows.start % batch, rows.stop, batch):
+        lo, hi = max(a, rows.start), min(a + batch, rows.stop)
+        d2 = sq[lo:hi, None] + sq[None] - 2 * (F[lo:hi] @ F.T)
         m = d2.shape[0]
-        d2[xp.arange(m), xp.arange(a, a + m)] = xp.inf
+        d2[xp.arange(m), xp.arange(lo, hi)] = xp.inf
         part = xp.argpartition(d2, c - 1, axis=1)[:, :c]
         order = xp.argsort(xp.take_along_axis(d2, part, 1), axis=1, kind="stable")
-        out[rows] = xp.take_along_axis(part, order, 1)
+        out[lo - rows.start : hi - rows.start] = xp.take_along_axis(part, order, 1)
         if progress is not None:
             progress(m)
     return out

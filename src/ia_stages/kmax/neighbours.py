@@ -82,6 +82,15 @@ class KnnResult:
         indices[:, 0] = np.arange(n)
         return cls(indices, np.zeros((n, k)), np.zeros((n, k, n_params)), np.ones((n, k)))
 
+    def head(self, width: int) -> KnnResult:
+        """The lists cut to their first ``width`` entries (the ``width`` nearest, itself
+        first): what a dense result's :func:`knn_from_dense` with ``width`` gives when the
+        lists are exact. ``width`` must be in 1..k."""
+        if not 1 <= width <= self.k:
+            raise ValueError(f"k: lists of {self.k} neighbours cannot give {width}")
+        cut = [None if a is None else a[:, :width] for a in (self.params, self.value)]
+        return KnnResult(self.indices[:, :width], self.sqdist[:, :width], *cut)
+
     @property
     def n(self) -> int:
         """Number of samples (rows)."""

@@ -15,19 +15,29 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ia_stages import __version__
-from ia_stages.core.backend import BackendError
-from ia_stages.data.datasets import DatasetError
-from ia_stages.data.loaders import LoaderError
 from ia_stages.pipeline.config import SCHEMA, ConfigError
 from ia_stages.pipeline.stages.common import InputError
-from ia_stages.pipeline.store import StoreError, store_sizes
+from ia_stages.pipeline.store import store_sizes
 
 log = logging.getLogger("ia_stages")
-EXPECTED = (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The errors in the input (config, stores, images) that end a command in one line.
+
+    Imported here, not at the top, so that a stage's job loads only the modules it needs."""
+    from ia_stages.core.backend import BackendError
+    from ia_stages.data.datasets import DatasetError
+    from ia_stages.data.loaders import LoaderError
+    from ia_stages.pipeline.config import ConfigError
+    from ia_stages.pipeline.stages.common import InputError
+    from ia_stages.pipeline.store import StoreError
+
+    return (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
 
 
 @contextmanager
-def _progress(total: int, desc: str):
+def _progress(total: int | None, desc: str):
     """A tqdm bar on stderr (plain log lines when stderr is not a terminal)."""
     from tqdm import tqdm
 
@@ -43,6 +53,16 @@ def _progress(total: int, desc: str):
         yield bar.update
     finally:
         bar.close()
+
+
+def _sigma(text: str) -> float | str:
+    """--kernel-sigma: a number of px or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def _settings(text: str) -> dict:
@@ -103,6 +123,30 @@ def _cmd_kmax_gather(a: argparse.Namespace) -> None:
         ds.sizes["sample_j"],
         len(a.blocks),
     )
+
+
+def _cmd_knn_features(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads):
+        ds = knn.features(a.images, a.out, _settings(a.settings))
+    log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
+
+
+def _cmd_knn_block(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads), _progress(None, f"kNN row block {a.block}: pairs") as tick:
+        ds = knn.block(a.images, a.features, a.out, a.block, a.rows, _settings(a.settings), tick)
+    log.info("wrote %s: %d pairs in %.1f s", a.out, ds.sizes["pair"], ds.attrs["wall_seconds"])
+
+
+def _cmd_knn_gather(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    ds = knn.gather(a.blocks, a.features, a.out, _settings(a.settings))
+    log.info("wrote %s: %d lists of %d from %d blocks", a.out, ds.sizes["sample"],
+             ds.sizes["neighbour"], len(a.blocks))  # fmt: skip
 
 
 def _cmd_means(a: argparse.Namespace) -> None:
@@ -278,6 +322,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
+    sp = add("knn-features", _cmd_knn_features, "kNN path: invariant features, sample")
+    sp.add_argument("--images", required=True)
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-block", _cmd_knn_block, "kNN path: one row block's candidates, refined")
+    sp.add_argument("--images", required=True)
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--block", type=int, required=True)
+    sp.add_argument("--rows", type=int, required=True, help="rows per block")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-gather", _cmd_knn_gather, "kNN path: merge row blocks into the kNN store")
+    sp.add_argument("--blocks", nargs="+", required=True)
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
     sp = add("means", _cmd_means, "invariant means of one block of columns")
     sp.add_argument("--features", required=True)
     sp.add_argument("--kmax", required=True)
@@ -328,7 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
     sp.add_argument("--max-images", type=int, help="a random subset of this many images")
     sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
-    sp.add_argument("--kernel-sigma", type=float, help="smoothing (px) inside kappa^max")
+    sp.add_argument(
+        "--kernel-sigma",
+        type=_sigma,
+        help="smoothing (px) inside kappa^max (default: the preset's, 1 px), or 'auto': chosen "
+        "from the images' noise",
+    )
     sp.add_argument(
         "--preset",
         choices=["images", "paper"],
@@ -427,7 +497,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         args.func(args)
-    except EXPECTED as err:
+    except Exception as err:
+        if not isinstance(err, expected_errors()):
+            raise
         print(f"ia-stages {args.stage}: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -29,7 +29,7 @@ def images_config(
     labels: str | Path | None = None,
     max_images: int | None = None,
     beta: float | None = None,
-    kernel_sigma: float | None = None,
+    kernel_sigma: float | str | None = None,
     threshold: float | None = None,
     iterations: int | None = None,
     mean_steps: int = 20,
@@ -67,6 +67,8 @@ def images_config(
     }
     ds["beta"] = ia.beta if beta is None else beta
     ds["kernel_sigma"] = ia.sigma if kernel_sigma is None else kernel_sigma
+    if ds["kernel_sigma"] == "auto":  # run() chooses it from the pixels
+        ds["noise"] = asdict(ia.noise)
     ds["normalization"] = ia.normalization
     ds["attention"] = asdict(ia.attention)
     ds["readout_threshold"] = ia.readout.threshold if threshold is None else threshold
@@ -142,10 +144,13 @@ def run(
     snakefile = Path(snakefile)
     if not snakefile.is_file():
         raise InputError(f"{snakefile}: Snakefile not found (give --snakefile)")
+    auto_sigma = _auto_sigma(config)
     checked = validate_config(config)  # one-line ConfigError before anything is written
     out = Path(out).resolve()
     check_out(out)
-    check_images(checked)
+    check_images(checked, auto_sigma)
+    for name in auto_sigma:
+        config["datasets"][name]["kernel_sigma"] = checked["datasets"][name]["kernel_sigma"]
     check_lock(out, unlock)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.yaml"
@@ -171,6 +176,19 @@ def run(
     return written
 
 
+def _auto_sigma(config: dict) -> dict:
+    """The ``images`` data sets whose ``kernel_sigma`` is 'auto': their noise settings (taken
+    out of ``config``, ``kernel_sigma`` set to their ``min_sigma`` until the pixels are read)."""
+    from ia_stages.core.noise import NoiseSettings
+
+    auto = {}
+    for name, ds in config["datasets"].items():
+        if ds.get("kernel_sigma") == "auto":
+            auto[name] = NoiseSettings(**ds.pop("noise", {}))
+            ds["kernel_sigma"] = auto[name].min_sigma
+    return auto
+
+
 RUN_MARKER = ".ia-stages-run"
 """File in ``--out`` holding the process id of the run working there (removed at its end)."""
 
@@ -193,24 +211,41 @@ def check_out(out: Path) -> None:
         raise InputError(f"--out {out}: cannot write in {parent} ({err.strerror})") from None
 
 
-def check_images(config: dict) -> None:
+def check_images(config: dict, auto_sigma: dict | None = None) -> None:
     """Read every image of the config's ``images`` data sets once, before any job: a bad one
     stops the run with one DatasetError line naming the file and its index. Warnings (RGB
-    converted to grayscale, images padded or cropped) reach the console from here."""
+    converted to grayscale, images padded or cropped) reach the console from here.
+
+    ``auto_sigma`` maps a data set's name to the :class:`~ia_stages.core.noise.NoiseSettings`
+    that choose its ``kernel_sigma`` from these pixels (``sigma='auto'``); the number is
+    written into ``config``, so the run's config file and hashes hold it."""
+    from ia_stages.core.validation import min_side
+    from ia_stages.data.datasets import DatasetError
     from ia_stages.data.user_images import load_images
 
-    for ds in config["datasets"].values():
+    auto_sigma = auto_sigma or {}
+    for name, ds in config["datasets"].items():
         if ds["kind"] != "images":
             continue
-        load_images(
+        noise = auto_sigma.get(name)
+        images = load_images(
             ds["path"],
             canvas=ds["canvas"],
             downsample=ds["downsample"],
             invert=ds["invert"],
             labels=ds["labels"],
             background=ds["background"],
-            sigma=ds["kernel_sigma"],
+            sigma=noise.min_sigma if noise else ds["kernel_sigma"],
         )
+        if noise:
+            sigma = round(noise.sigma(images.data), 3)
+            if min(images.data.shape[1:]) < min_side(sigma):
+                raise DatasetError(
+                    f"{ds['path']}: the images' noise calls for kernel_sigma {sigma:g}, too "
+                    f"much for images of {images.data.shape[1]} x {images.data.shape[2]} px; "
+                    "give --kernel-sigma"
+                )
+            ds["kernel_sigma"] = sigma
 
 
 def check_lock(out: Path, unlock: bool) -> None:

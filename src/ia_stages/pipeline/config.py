@@ -12,8 +12,6 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from ia_stages.ia.settings import ia_config
-
 KERNEL_KEYS = (
     "beta",
     "ka_beta",
@@ -22,6 +20,7 @@ KERNEL_KEYS = (
     "kernel_sigma",
     "attention",
     "group",
+    "kmax",
 )  # dataset keys that only the methods read
 
 
@@ -153,11 +152,12 @@ def _apply_preset(ds: dict, given: set) -> None:
     p = ia_settings(ds["preset"])
     values = {
         "beta": p.beta,
-        "kernel_sigma": p.sigma,
         "normalization": p.normalization,
         "attention": asdict(p.attention),
         "readout_threshold": p.readout.threshold,
     }
+    if p.sigma != "auto":  # 'auto' needs the pixels: the kind's kernel_sigma stays
+        values["kernel_sigma"] = p.sigma
     ds.update({key: value for key, value in values.items() if key not in given})
 
 
@@ -236,6 +236,8 @@ def _check_semantics(cfg: dict) -> None:
                 )
         if "group" in ds:
             _check_group(ds["group"], f"datasets.{name}.group")
+        if name in cfg["ia"]["datasets"] and knn_path(cfg, name):
+            _check_knn_path(cfg, name)
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
             raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
@@ -376,6 +378,8 @@ def stage_seed(seed: int, stage: str) -> int:
 
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
+    from ia_stages.ia.settings import ia_config  # not at the top: stage jobs import this module
+
     ds = cfg["datasets"][dataset]
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
     group = ds.get("group", {})
@@ -388,6 +392,8 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
         return {**common, "dataset_config": gen}
     if stage == "kmax":
         return {**common, **kernel, "search": cfg["ia"]["search"]}
+    if stage == "knn":
+        return {**common, **kernel, **_knn_settings(cfg, dataset)}
     if stage == "means":
         out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
         if "group" in kernel:
@@ -446,6 +452,86 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             "search": cfg["ia"]["search"],
         }
     raise ValueError(f"unknown stage {stage!r}")
+
+
+def knn_path(cfg: dict, dataset: str) -> bool:
+    """True when IA runs on ``dataset`` by the kNN path (``kmax: {mode: candidates}``)."""
+    return cfg["datasets"][dataset].get("kmax", {}).get("mode", "dense") == "candidates"
+
+
+def knn_width(cfg: dict, dataset: str) -> int:
+    """The kNN store's list width: ``kmax.k``, or the larger of the attention's k and the
+    read-out graph's k + 1, sized to n as the estimator sizes them."""
+    from ia_stages.ia.settings import ia_config, ia_settings, sized
+
+    k = cfg["datasets"][dataset]["kmax"]["k"]
+    if k is not None:
+        return int(k)
+    s = sized(ia_settings(**ia_config(cfg, dataset)), dataset_size(cfg, dataset))
+    return max(int(s.attention.k), int(s.readout.k) + 1)
+
+
+def _knn_settings(cfg: dict, dataset: str) -> dict:
+    """The kNN path's settings of a dataset: what changes its stores (not the sharding)."""
+    from dataclasses import asdict
+
+    from ia_stages.kmax import EXACT_SEARCH
+
+    km = cfg["datasets"][dataset]["kmax"]
+    search = asdict(EXACT_SEARCH) if km["search"] == "exact" else cfg["ia"]["search"]
+    return {
+        "k": knn_width(cfg, dataset),
+        "features": km["features"],
+        "search": search,
+        "sample": km["sample"],
+    }
+
+
+def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
+    """Row blocks of a dataset's ``knn_block`` jobs (``kmax.rows_per_job`` rows each)."""
+    rows = cfg["datasets"][dataset]["kmax"]["rows_per_job"]
+    return list(range(-(-dataset_size(cfg, dataset) // rows)))
+
+
+def _check_knn_path(cfg: dict, name: str) -> None:
+    """A dataset on the kNN path: what it needs, one line naming the key otherwise."""
+    from ia_stages.ia.settings import ia_config
+
+    ds = cfg["datasets"][name]
+    key = f"config key 'datasets.{name}.kmax.mode'"
+    if ds["attention"]["kind"] != "knn":
+        raise ConfigError(
+            f"{key}: 'candidates' needs attention.kind 'knn' (dense W needs all pairs)"
+        )
+    group = ds.get("group", {})
+    if group.get("name", "se2") != "se2" or group.get("mirror"):
+        raise ConfigError(f"{key}: 'candidates' supports the group se2 without mirror only")
+    ia = ia_config(cfg, name)
+    if ia["readout"]["kind"] != "graph":
+        raise ConfigError(f"{key}: 'candidates' needs the graph read-out (readout.kind 'graph')")
+    if ia["readout"]["community"] == "hdbscan":
+        raise ConfigError(f"{key}: 'candidates' cannot read out with community 'hdbscan'")
+    if name in cfg["benchmark"]["datasets"] or name == cfg["figures"]["shapes"]:
+        raise ConfigError(
+            f"{key}: the benchmark and Figures 3-4 read the dense kappa^max; leave {name!r} "
+            "out of benchmark.datasets and figures.shapes"
+        )
+    n = dataset_size(cfg, name)
+    k = knn_width(cfg, name)
+    c = ds["kmax"]["features"]["n_candidates"]
+    if not 2 <= k < n:
+        raise ConfigError(f"config key 'datasets.{name}.kmax.k': k={k} must be in 2..n-1 (n={n})")
+    if not k <= c < n:
+        raise ConfigError(
+            f"config key 'datasets.{name}.kmax.features.n_candidates': c={c} must be >= "
+            f"k={k} and < n={n}"
+        )
+    try:
+        from ia_stages.kmax.features import FeatureSettings
+
+        FeatureSettings(**ds["kmax"]["features"])
+    except ValueError as err:
+        raise ConfigError(f"config key 'datasets.{name}.kmax.{err}") from None
 
 
 def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> dict:

@@ -9,6 +9,7 @@ The graph comes from a :class:`ia_stages.kmax.KnnResult`, so n x n matrices are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,51 @@ import numpy as np
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense
 
 GRAPH_READOUTS = ("spectral", "leiden", "hdbscan", "average")
+
+
+@dataclass
+class KnnDistances:
+    """What the read-outs know of one iteration's kappa^max when no n x n matrix exists
+    (the pipeline's kNN path): every sample's nearest and the exact distances among a sample.
+
+    knn : the kNN store's lists (:class:`~ia_stages.kmax.KnnResult`, itself first), at least
+        as wide as the read-out graph's k + 1
+    sample : ``(s,)`` sorted sample indices, drawn at random (seeded)
+    sample_sqdist : ``(s, s)`` the exact kappa^max squared distances among them
+
+    The graph read-outs use ``knn``; what needs every pair's distance (the silhouette that
+    chooses Leiden's resolution, the contraction rule, the linkage stability) uses the sample
+    instead: an estimate of the same quantity from s of the n samples, equal to it when s = n.
+
+    Example
+    -------
+    >>> kd = KnnDistances(knn, np.arange(n), sq)  # doctest: +SKIP
+    """
+
+    knn: KnnResult
+    sample: np.ndarray
+    sample_sqdist: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Number of samples."""
+        return self.knn.n
+
+    @classmethod
+    def dense(cls, sqdist: Any) -> KnnDistances:
+        """All n samples' distances as a KnnDistances whose sample is everyone."""
+        sq = np.asarray(sqdist, dtype=float)
+        n = sq.shape[0]
+        return cls(knn_from_dense(sq, n), np.arange(n), sq)
+
+    def lists(self, width: int) -> KnnResult:
+        """The ``width`` nearest of every sample (itself first)."""
+        if width > self.knn.k:
+            raise ValueError(
+                f"readout.graph.k: the read-out graph needs {width} neighbours per sample, "
+                f"the kNN store holds {self.knn.k} (raise kmax.k)"
+            )
+        return self.knn.head(width)
 
 
 def spectral_affinity(affinity: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
@@ -107,7 +153,11 @@ def leiden_n_clusters(
 
 
 def leiden_silhouette(
-    knn: KnnResult, sqdist: Any, resolutions: tuple[float, ...], seed: int
+    knn: KnnResult,
+    sqdist: Any,
+    resolutions: tuple[float, ...],
+    seed: int,
+    sample: np.ndarray | None = None,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph at the resolution (among ``resolutions``) whose
     partition has the highest silhouette on the distances sqrt(sqdist); labels ``(n,)``.
@@ -123,9 +173,12 @@ def leiden_silhouette(
     Parameters
     ----------
     knn : the read-out graph's neighbour lists
-    sqdist : ``(n, n)`` squared distances (kappa^max), the silhouette's metric
+    sqdist : ``(n, n)`` squared distances (kappa^max), the silhouette's metric; with
+        ``sample``, ``(s, s)`` those among the samples ``sample``
     resolutions : Leiden resolutions tried (each > 0)
     seed : Leiden's seed
+    sample : None, or ``(s,)`` the samples ``sqdist`` is about: the silhouette of each
+        partition is that of its labels on the sample (the kNN path, :class:`KnnDistances`)
 
     Returns
     -------
@@ -142,14 +195,17 @@ def leiden_silhouette(
     np.fill_diagonal(D, 0.0)
     best, best_score = None, -np.inf
     tried: dict[int, float] = {}
+    s = D.shape[0]
     for r in sorted(resolutions):
         labels = leiden_knn(knn, seed, r)
         m = int(labels.max()) + 1
-        if not 2 <= m < knn.n:
+        on = labels if sample is None else labels[sample]
+        seen = np.unique(on).size
+        if not 2 <= m < knn.n or not 2 <= seen < s:
             best = labels if best_score == -np.inf else best
             continue
         if m not in tried:
-            tried[m] = float(silhouette_score(D, labels, metric="precomputed"))
+            tried[m] = float(silhouette_score(D, on, metric="precomputed"))
             if tried[m] > best_score:
                 best, best_score = labels, tried[m]
     return best
@@ -171,32 +227,52 @@ COMMUNITIES = ("silhouette", "leiden", "hdbscan")
 WITH_K = ("spectral", "leiden")
 
 
-def graph_partition(sqdist: Any, graph: dict, n_clusters: int | None, seed: int) -> np.ndarray:
-    """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``; labels.
+def graph_partition(
+    sqdist: Any | KnnDistances, graph: dict, n_clusters: int | None, seed: int
+) -> np.ndarray:
+    """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``, or of a
+    :class:`KnnDistances` (the kNN path: the lists, and the sample for the silhouette);
+    labels.
 
     ``graph`` holds ``k`` (neighbours of every sample, itself excluded), ``community``
-    ('silhouette', 'leiden' or 'hdbscan', used without K), ``resolution`` (Leiden),
-    ``resolutions`` (the Leiden resolutions 'silhouette' chooses from), ``min_cluster_size``
-    (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given: 'spectral' clustering of the
-    graph, or 'leiden' with the resolution that gives that many communities).
+    ('silhouette', 'leiden' or 'hdbscan', used without K; 'hdbscan' needs the dense matrix),
+    ``resolution`` (Leiden), ``resolutions`` (the Leiden resolutions 'silhouette' chooses
+    from), ``min_cluster_size`` (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given:
+    'spectral' clustering of the graph, or 'leiden' with the resolution that gives that many
+    communities).
+
+    Example
+    -------
+    >>> labels = graph_partition(sq, {"k": 5, "community": "leiden", "resolution": 1.0},
+    ...                          None, 0)  # doctest: +SKIP
     """
-    sq = np.asarray(sqdist, dtype=float)
-    n = sq.shape[0]
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    sq = None if kd is not None else np.asarray(sqdist, dtype=float)
+    n = kd.n if kd is not None else sq.shape[0]
     k = int(graph["k"])
     if not 1 <= k < n:
         raise ValueError(f"readout.graph.k must satisfy 1 <= k < n (n={n}), got {k}")
+    lists = kd.lists(k + 1) if kd is not None else knn_from_dense(sq, k + 1)
     if n_clusters is not None:
         with_k = graph.get("with_k", "spectral")
         if with_k == "spectral":
-            return spectral_knn(knn_from_dense(sq, k + 1), n_clusters, seed)
+            return spectral_knn(lists, n_clusters, seed)
         if with_k == "leiden":
-            return leiden_n_clusters(knn_from_dense(sq, k + 1), n_clusters, seed)
+            return leiden_n_clusters(lists, n_clusters, seed)
         raise ValueError(f"readout.graph.with_k must be one of {WITH_K}, got {with_k!r}")
     community = graph["community"]
     if community == "silhouette":
-        return leiden_silhouette(knn_from_dense(sq, k + 1), sq, tuple(graph["resolutions"]), seed)
+        res = tuple(graph["resolutions"])
+        if kd is not None:
+            return leiden_silhouette(lists, kd.sample_sqdist, res, seed, kd.sample)
+        return leiden_silhouette(lists, sq, res, seed)
     if community == "leiden":
-        return leiden_knn(knn_from_dense(sq, k + 1), seed, graph["resolution"])
+        return leiden_knn(lists, seed, graph["resolution"])
     if community == "hdbscan":
+        if kd is not None:
+            raise ValueError(
+                "readout.graph.community: 'hdbscan' needs the dense kappa^max "
+                "(kmax.mode 'dense'); the kNN path has 'silhouette' and 'leiden'"
+            )
         return hdbscan_distances(sq, int(graph["min_cluster_size"]))
     raise ValueError(f"readout.graph.community must be one of {COMMUNITIES}, got {community!r}")

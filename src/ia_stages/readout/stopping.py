@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import leiden_knn
+from ia_stages.readout.graph import KnnDistances, leiden_knn
 
 STOP_RULES = ("stability", "partition", "contraction", "none")
 
@@ -17,8 +17,11 @@ def contraction_ratio(sqdist: Any, labels: np.ndarray) -> float:
 
     The mean kappa^max distance sqrt(sqdist) of pairs in one cluster divided by that of
     pairs in different clusters (NaN when either set of pairs is empty). Theorem 4.1's
-    contraction makes it fall from one iteration to the next.
+    contraction makes it fall from one iteration to the next. For a :class:`KnnDistances`
+    (the kNN path), the ratio among its sample.
     """
+    if isinstance(sqdist, KnnDistances):
+        sqdist, labels = sqdist.sample_sqdist, np.asarray(labels)[sqdist.sample]
     D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
     same = labels[:, None] == labels[None, :]
     off = ~np.eye(labels.size, dtype=bool)
@@ -34,10 +37,15 @@ def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
 
     1 when every seed finds the same communities; it falls when the graph's community
     structure is ambiguous (communities fragment or blur), which needs no labels.
+    ``sqdist``: ``(n, n)``, or a :class:`KnnDistances` whose lists give the graph.
     """
     from sklearn.metrics import adjusted_rand_score
 
-    knn = knn_from_dense(np.asarray(sqdist, dtype=float), int(graph["k"]) + 1)
+    width = int(graph["k"]) + 1
+    if isinstance(sqdist, KnnDistances):  # the kNN path: the store's lists
+        knn = sqdist.lists(width)
+    else:
+        knn = knn_from_dense(np.asarray(sqdist, dtype=float), width)
     parts = [leiden_knn(knn, s, graph["resolution"]) for s in range(n_seeds)]
     pairs = [
         adjusted_rand_score(parts[a], parts[b])

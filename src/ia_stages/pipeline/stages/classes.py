@@ -1,8 +1,10 @@
 """Stage ``classes``: clusters of one dataset, their class averages and every image's pose.
 
 Reads the dataset store and the kappa^max of every IA iteration's features (iteration 0, the
-input images, first): IA's read-out of each, the iteration the stopping rule keeps, and the
-class averages started at the input's kappa^max alignments onto each cluster's medoid. Writes
+input images, first; on the kNN path the kNN stores, whose read-outs use the lists and the
+exact distances of a sample, :class:`ia_stages.readout.graph.KnnDistances`): IA's read-out of
+each, the iteration the stopping rule keeps, and the class averages started at the input's
+kappa^max alignments onto each cluster's medoid. Writes
 ``results/{dataset}/classes.zarr`` (class averages, sizes, poses, distances, the read-out's
 stability over thresholds) and ``results/{dataset}/clusters.csv``: one row per image with its
 name, cluster, distance to the class average and the pose (theta in radians, b0, b1 in px;
@@ -24,6 +26,7 @@ from ia_stages.ia.loop import read_iterations
 from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
+from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store, write_text_atomic
 
 
@@ -59,25 +62,30 @@ def run(
     n = V.shape[0]
     if not kmax:
         raise InputError(f"{out}: no kappa^max stores given")
-    kms = [_kmax(p, n) for p in kmax]
+    knn = is_knn_store(kmax[0])  # the kNN path: lists and a sample, no n x n store
+    kms = [read_knn(p, n) if knn else _kmax(p, n) for p in kmax]
     try:
         group = make_group(**settings["group"]) if "group" in settings else None
         ia = sized(ia_settings(**settings["ia"], group=group), n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     with timer() as t:
-        sqs = [k["sqdist"].values for k in kms]
-        parts, chosen, reason = read_iterations(
-            sqs, ia, None, int(settings["seed"]), [k["value"].values for k in kms]
-        )
-        pred = parts[chosen]
-        k0 = kms[0]
-        km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
-        pred, res = cluster_averages(V, pred, km0, ia)
-        sq = sqs[chosen]
+        if knn:
+            sqs, values, km0 = kms, None, kms[0]
+        else:
+            sqs, values = [k["sqdist"].values for k in kms], [k["value"].values for k in kms]
+            k0 = kms[0]
+            km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
+        try:
+            parts, chosen, reason = read_iterations(sqs, ia, None, int(settings["seed"]), values)
+        except ValueError as err:
+            raise InputError(f"{kmax[0]}: settings key {err}") from None
+        pred, res = cluster_averages(V, parts[chosen], km0, ia)
+        # the kNN path: the linkage stability of the sample's exact distances
+        sq = sqs[chosen].sample_sqdist if knn else sqs[chosen]
         thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
     names = sample_names(data)
-    param_names = list(k0["param"].values) if "param" in k0.coords else ["theta", "b0", "b1"]
+    param_names = list(ia.group.param_names)
     means = to_numpy(res.means)
     ds = xr.Dataset(
         {

@@ -6,6 +6,10 @@ from the blocks. W is the column-normalised kappa^max ('dense', the paper's) or,
 settings' ``attention`` of kind 'knn', each column's weights over its k nearest samples under
 kappa^max; a 'knn' column's mean aligns only those samples. Both come from
 :func:`ia_stages.ia.attention.attention_step`, the estimator's attention step.
+
+On the kNN path (``kmax: {mode: candidates}``) ``kmax`` is the kNN store: each column's mean
+aligns its listed neighbours only, and W is stored sparse (``weights_index`` and
+``weights_knn`` per column), never as n x n.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ia_stages.ia.attention import attention_step, column_normalize, sparse_neig
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.ia.settings import sized_neighbours
 from ia_stages.ia.weights import AttentionSettings, dense_weights
-from ia_stages.kmax import KappaMaxResult
+from ia_stages.kmax import KappaMaxResult, KnnResult
 from ia_stages.pipeline.stages.common import (
     InputError,
     load_features,
@@ -32,6 +36,7 @@ from ia_stages.pipeline.stages.common import (
     timer,
 )
 from ia_stages.pipeline.stages.kmax_block import block_range
+from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
 from ia_stages.pipeline.store import provenance, read_store, write_store
 
 
@@ -40,6 +45,14 @@ def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
     if km["value"].shape != (n, n):
         raise InputError(f"{kmax}: kappa^max is {km['value'].shape}, features have n={n}")
     return km
+
+
+def _kappa(kmax: str | Path, n: int) -> KappaMaxResult | KnnResult:
+    """The stored kappa^max: dense, or the kNN store's lists (the kNN path)."""
+    if is_knn_store(kmax):
+        return read_knn(kmax, n).knn
+    km = _read_kmax(kmax, n)
+    return KappaMaxResult(*(km[k].values for k in ("value", "params", "sqdist")))
 
 
 def attention_of(settings: dict, n: int) -> AttentionSettings:
@@ -72,7 +85,7 @@ def run(
     """
     V = require_images(load_features(features), features)
     n = V.shape[0]
-    km = _read_kmax(kmax, n)
+    km = _kappa(kmax, n)
     size = n if block_size is None else block_size
     n_blocks = -(-n // size)
     if not 0 <= block < n_blocks:
@@ -82,15 +95,19 @@ def run(
     mean["sigmas"] = tuple(mean["sigmas"])
     att = attention_of(settings, n)
     Vx, backend = on_backend(V, settings["backend"])
-    res = KappaMaxResult(
-        *(on_backend(km[k].values, backend)[0] for k in ("value", "params", "sqdist"))
-    )
+    if isinstance(km, KnnResult):
+        res = km  # the kNN path's lists: each column's neighbours only
+    else:
+        res = KappaMaxResult(*(on_backend(a, backend)[0] for a in (km.value, km.params, km.sqdist)))
     beta = 1.0 if settings.get("beta") is None else settings["beta"]
     with timer() as t:
-        step = attention_step(
-            Vx, res, att, beta, settings["init"], MeanSettings(**mean),
-            group=make_group(**settings.get("group", {})), progress=progress, columns=cols,
-        )  # fmt: skip
+        try:
+            step = attention_step(
+                Vx, res, att, beta, settings["init"], MeanSettings(**mean),
+                group=make_group(**settings.get("group", {})), progress=progress, columns=cols,
+            )  # fmt: skip
+        except ValueError as err:
+            raise InputError(f"{kmax}: settings key {err}") from None
     means, feats = step.means, to_numpy(step.features)
     if att.kind == "knn":
         rows = step.neighbours.indices[cols.start : cols.stop]
@@ -151,15 +168,17 @@ def gather(
         missing = sorted(set(range(n)) - set(cols.tolist()))
         what = f"column {missing[0]} missing" if missing else "a column appears twice"
         raise InputError(f"{out}: invariant-mean blocks do not cover 0..{n - 1} ({what})")
-    km = _read_kmax(kmax, n)
+    km = _kappa(kmax, n)
     att = attention_of(settings, n)
-    if att.kind == "knn":
-        res = KappaMaxResult(*(km[k].values for k in ("value", "params", "sqdist")))
-        beta = 1.0 if settings.get("beta") is None else settings["beta"]
-        W = dense_weights(*sparse_neighbours(res, att, beta))
+    beta = 1.0 if settings.get("beta") is None else settings["beta"]
+    if isinstance(km, KnnResult):  # the kNN path: W's columns stay sparse
+        knn, w = sparse_neighbours(km, att, beta)
+        ds["weights_index"] = (("sample", "slot"), knn.indices)
+        ds["weights_knn"] = (("sample", "slot"), w)
+    elif att.kind == "knn":
+        ds["weights"] = (("sample_i", "sample_j"), dense_weights(*sparse_neighbours(km, att, beta)))
     else:
-        W = column_normalize(km["value"].values)
-    ds["weights"] = (("sample_i", "sample_j"), W)
+        ds["weights"] = (("sample_i", "sample_j"), column_normalize(km.value))
     ds.attrs = provenance(
         "means-gather",
         settings,

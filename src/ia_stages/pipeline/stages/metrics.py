@@ -13,7 +13,8 @@ from ia_stages.ia.attention import column_normalize
 from ia_stages.ia.loop import read_iterations
 from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.pipeline.stages.common import InputError, load_features
-from ia_stages.pipeline.store import read_store, write_text_atomic
+from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
+from ia_stages.pipeline.store import read_store, store_attrs, write_text_atomic
 from ia_stages.readout.linkage import cluster_by_distance
 
 COLUMNS = [
@@ -43,7 +44,7 @@ def _row(dataset, method, it, labels, pred, W, rmax, seconds) -> dict:
         "ari": M.ari(labels, pred) if known else np.nan,
         "clusters_found": int(np.unique(pred).size),
         "classes": int(np.unique(labels).size) if known else np.nan,
-        "block_diagonality": M.block_diagonality(W, labels) if known else np.nan,
+        "block_diagonality": M.block_diagonality(W, labels) if known and W is not None else np.nan,
         "max_within_class_manifold_distance": rmax,
         "wall_seconds": seconds,
     }
@@ -53,40 +54,49 @@ def _max_within(dist: np.ndarray, labels: np.ndarray | None) -> float:
     return M.max_within_class(dist, labels) if labels is not None else np.nan
 
 
+def _knn_block_diagonality(knn, labels: np.ndarray) -> float:
+    """Share of the kNN lists' kernel mass (each column normalised over its list) between
+    samples of one class: the kNN path's block diagonality (no n x n W exists)."""
+    W = knn.value / knn.value.sum(1, keepdims=True)
+    return float(W[labels[knn.indices] == labels[:, None]].sum() / W.sum())
+
+
 def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> list[dict]:
     """Rows for IA iterations 0..T from features stores (dataset first) and kappa^max stores;
     IA's read-out of every iteration is :func:`ia_stages.ia.loop.read_iterations`'s, as in
-    ``clusters.csv`` and the estimator."""
+    ``clusters.csv`` and the estimator. On the kNN path (kNN stores) the block diagonality is
+    that of the lists' kernel and the largest within-class distance is the sample's."""
     rows, seconds = [], 0.0
-    kms = [read_store(p, required=("value", "sqdist")) for p in kmax]
-    n = kms[0]["sqdist"].shape[0]
+    knn = is_knn_store(kmax[0])
+    kms = [read_knn(p) if knn else read_store(p, required=("value", "sqdist")) for p in kmax]
+    n = kms[0].n if knn else kms[0]["sqdist"].shape[0]
     try:
         ia = sized(ia_settings(**settings["ia"]), n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
-    parts, _, _ = read_iterations(
-        [k["sqdist"].values for k in kms], ia, None, int(settings["seed"]),
-        [k["value"].values for k in kms],
-    )  # fmt: skip
+    if knn:
+        sqs, values = kms, None
+    else:
+        sqs, values = [k["sqdist"].values for k in kms], [k["value"].values for k in kms]
+    parts, _, _ = read_iterations(sqs, ia, None, int(settings["seed"]), values)
     for t, (fpath, km, pred) in enumerate(zip(features, kms, parts, strict=True)):
         f = load_features(fpath)
-        sq = km["sqdist"].values
-        dist = M.manifold_distances(sq, M.feature_norms(f["features"].values))
+        norms = M.feature_norms(f["features"].values)
+        if knn:
+            dist = M.manifold_distances(km.sample_sqdist, norms[km.sample])
+            rmax = _max_within(dist, None if labels is None else labels[km.sample])
+            W = None
+            diag = _knn_block_diagonality(km.knn, labels) if labels is not None else np.nan
+        else:
+            dist = M.manifold_distances(km["sqdist"].values, norms)
+            rmax, W, diag = _max_within(dist, labels), column_normalize(km["value"].values), None
         if t > 0:
             seconds += float(f.attrs.get("wall_seconds", 0.0))
-        rows.append(
-            _row(
-                settings["dataset"],
-                "IA",
-                t,
-                labels,
-                pred,
-                column_normalize(km["value"].values),
-                _max_within(dist, labels),
-                seconds,
-            )
-        )
-        seconds += float(km.attrs.get("wall_seconds", 0.0))
+        row = _row(settings["dataset"], "IA", t, labels, pred, W, rmax, seconds)
+        if diag is not None:
+            row["block_diagonality"] = diag
+        rows.append(row)
+        seconds += float(store_attrs(kmax[t]).get("wall_seconds", 0.0))
     return rows
 
 

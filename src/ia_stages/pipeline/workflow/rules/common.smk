@@ -1,13 +1,21 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
 import shlex
 
-from ia_stages.pipeline.config import column_blocks, data_of, kmax_blocks, stage_settings_json
+from ia_stages.pipeline.config import (
+    column_blocks,
+    data_of,
+    kmax_blocks,
+    knn_path,
+    knn_row_blocks,
+    stage_settings_json,
+)
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
 GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
 IA_DATASETS = config["ia"]["datasets"]
 KA_DATASETS = config["ka"]["datasets"]
 IA_ITERS = config["ia"]["iterations"]
+KNN_DATASETS = [d for d in IA_DATASETS if knn_path(config, d)]  # kmax: {mode: candidates}
 FIGS = config["figures"]
 FIGURE_FILES = {
     "fig2": "results/figures/fig2_ka_blobs.png",
@@ -67,6 +75,18 @@ def kmax_block_stores(w):
     ]
 
 
+def kmax_store(d, t):
+    """Iteration t's kappa^max of dataset d: the n x n store, or the kNN store (kNN path)."""
+    return f"results/{d}/ia/iter{t}/{'knn' if d in KNN_DATASETS else 'kmax'}.zarr"
+
+
+def knn_block_stores(w):
+    return [
+        f"results/{w.dataset}/ia/iter{w.t}/knn/{bi}.zarr"
+        for bi in knn_row_blocks(config, w.dataset)
+    ]
+
+
 def means_block_stores(w):
     return [f"results/{w.dataset}/ia/iter{w.t}/means/{cb}.zarr" for cb in column_blocks(config, w.dataset)]
 
@@ -80,7 +100,7 @@ def previous_features(w):
 
 
 def previous_kmax(w):
-    return f"results/{w.dataset}/ia/iter{int(w.t) - 1}/kmax.zarr"
+    return kmax_store(w.dataset, int(w.t) - 1)
 
 
 def metrics_inputs(w):
@@ -91,7 +111,7 @@ def metrics_inputs(w):
         ins["ka"] = f"results/{d}/ka/iterations.zarr"
     if d in IA_DATASETS:
         ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
-        ins["ia_kmax"] = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(IA_ITERS + 1)]
+        ins["ia_kmax"] = [kmax_store(d, t) for t in range(IA_ITERS + 1)]
     return ins
 
 

@@ -35,6 +35,62 @@ rule kmax_gather:
         " 2> {log}"
 
 
+# The kNN path (a dataset's kmax: {mode: candidates}): no n x n store. Global features once,
+# row-block jobs refine their rows' candidates, the gather merges them into the kNN store.
+rule knn_features:
+    conda:
+        CONDA_ENV
+    input:
+        features_of,
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn_features.zarr"),
+    params:
+        settings=settings("knn"),
+    threads: config["threads"]
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn_features.log",
+    shell:
+        "ia-stages knn-features --images {input} --threads {threads}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
+rule knn_block:
+    conda:
+        CONDA_ENV
+    input:
+        images=features_of,
+        features="results/{dataset}/ia/iter{t}/knn_features.zarr",
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn/{bi}.zarr"),
+    params:
+        settings=settings("knn"),
+        rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+    threads: config["threads"]
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn_{bi}.log",
+    shell:
+        "ia-stages knn-block --images {input.images} --features {input.features}"
+        " --block {wildcards.bi} --rows {params.rows} --threads {threads}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
+rule knn_gather:
+    conda:
+        CONDA_ENV
+    input:
+        blocks=knn_block_stores,
+        features="results/{dataset}/ia/iter{t}/knn_features.zarr",
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn.zarr"),
+    params:
+        settings=settings("knn"),
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn_gather.log",
+    shell:
+        "ia-stages knn-gather --blocks {input.blocks} --features {input.features}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
 rule means_block:
     conda:
         CONDA_ENV

@@ -1,0 +1,235 @@
+"""Stages ``knn-features``, ``knn-block`` and ``knn-gather``: the kNN path of kappa^max.
+
+With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA iteration:
+
+- ``knn-features`` (one job): what every row block needs from all images, computed once:
+  the rotation- and translation-invariant features (:func:`ia_stages.kmax.features.
+  invariant_features`, whose PCA is fitted on all images), the prepared images' squared norms,
+  and the exact all-pairs kappa^max among a seeded random sample of images (what the
+  read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
+  KnnDistances`);
+- ``knn-block`` (row blocks, one job each): its rows' candidates in feature space and their
+  exact refinement (:func:`ia_stages.kmax.candidates.refine_rows`), as refined pairs;
+- ``knn-gather``: every sample's k nearest from all blocks' pairs
+  (:func:`ia_stages.kmax.candidates.knn_from_pairs`): the kNN store, equal to one unsharded
+  ``kappa_max(X, k=k, mode="candidates")``.
+
+The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` and ``params``
+``(sample, neighbour, param)`` of a :class:`ia_stages.kmax.KnnResult`, and the sample's
+``sample_index`` and ``sample_sqdist``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ia_stages.core.groups import SE2
+from ia_stages.kmax import SearchSettings, kappa_max
+from ia_stages.kmax.candidates import (
+    CandidatePairs,
+    knn_from_pairs,
+    prepared_images,
+    refine_rows,
+)
+from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.neighbours import KnnResult
+from ia_stages.pipeline.config import stage_seed
+from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
+from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
+from ia_stages.readout.graph import KnnDistances
+
+KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
+
+
+def _parts(settings: dict) -> tuple[FeatureSettings, SearchSettings, int]:
+    try:
+        return (
+            FeatureSettings(**settings["features"]),
+            SearchSettings(**settings["search"]),
+            int(settings["k"]),
+        )
+    except (TypeError, ValueError) as err:
+        raise InputError(f"settings key 'kmax': {err}") from None
+
+
+def _prepared(path: str | Path, settings: dict) -> np.ndarray:
+    """The images of ``path`` as the candidates mode compares them; bad input names the key."""
+    V = require_images(load_features(path), path)
+    fs, search, k = _parts(settings)
+    try:
+        return prepared_images(V, k, settings["sigma"], settings["normalization"], search, fs)
+    except ValueError as err:
+        raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
+
+
+def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
+    """The global part of one iteration's kNN path, computed once (see the module docstring).
+
+    Example
+    -------
+    >>> features("results/data/d.zarr", "knn_features.zarr", settings)  # doctest: +SKIP
+    """
+    V = require_images(load_features(images), images)
+    Un = _prepared(images, settings)
+    n = Un.shape[0]
+    fs, search, _ = _parts(settings)
+    rng = np.random.default_rng(stage_seed(int(settings["seed"]), "knn-sample"))
+    pick = np.sort(rng.permutation(n)[: min(int(settings["sample"]), n)])
+    with timer() as t:
+        F = invariant_features(Un, fs)
+        km = kappa_max(
+            V[pick], beta=settings["beta"], normalization=settings["normalization"],
+            settings=search, sigma=settings["sigma"],
+        )  # fmt: skip
+    ds = xr.Dataset(
+        {
+            "embedding": (("sample", "dim"), np.asarray(F, dtype=np.float32)),
+            "norm2": (("sample",), (Un**2).reshape(n, -1).sum(1)),
+            "sample_index": (("pick",), pick),
+            "sample_sqdist": (("pick", "pick_j"), np.asarray(km.sqdist, dtype=float)),
+        },
+        coords={"sample": np.arange(n)},
+    )
+    ds.attrs = provenance(
+        "knn-features", settings, settings["seed"], "numpy", n=n, wall_seconds=t["seconds"]
+    )
+    write_store(ds, out)
+    return ds
+
+
+def row_blocks(n: int, rows_per_job: int) -> list[range]:
+    """The row blocks of the ``knn-block`` jobs: ``rows_per_job`` rows each.
+
+    Example
+    -------
+    >>> row_blocks(5, 2)
+    [range(0, 2), range(2, 4), range(4, 5)]
+    """
+    return [range(a, min(a + rows_per_job, n)) for a in range(0, n, rows_per_job)]
+
+
+def block(
+    images: str | Path,
+    feats: str | Path,
+    out: str | Path,
+    bi: int,
+    rows_per_job: int,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Refine the candidate pairs of row block ``bi`` and write them (``a``, ``b``,
+    ``sqdist``, ``params``, ``scanned`` along ``pair``)."""
+    Un = _prepared(images, settings)
+    n = Un.shape[0]
+    F = read_store(feats, required=("embedding",))["embedding"].values
+    if F.shape[0] != n:
+        raise InputError(f"{feats}: features of {F.shape[0]} samples, images have n={n}")
+    blocks = row_blocks(n, rows_per_job)
+    if not 0 <= bi < len(blocks):
+        raise InputError(f"{images}: row block {bi} outside 0..{len(blocks) - 1} for n={n}")
+    fs, search, k = _parts(settings)
+    with timer() as t:
+        pairs = refine_rows(
+            Un, F, blocks[bi], k, settings["beta"], SE2(), search, settings["sigma"], fs,
+            progress,
+        )  # fmt: skip
+    ds = xr.Dataset(
+        {
+            "a": (("pair",), pairs.a),
+            "b": (("pair",), pairs.b),
+            "sqdist": (("pair",), pairs.sqdist),
+            "params": (("pair", "param"), pairs.params),
+            "scanned": (("pair",), pairs.scanned),
+        },
+        coords={"param": strings(SE2().param_names)},
+    )
+    ds.attrs = provenance(
+        "knn-block",
+        settings,
+        settings["seed"],
+        "numpy",
+        block=bi,
+        n=n,
+        rows=[blocks[bi].start, blocks[bi].stop],
+        wall_seconds=t["seconds"],
+    )
+    write_store(ds, out)
+    return ds
+
+
+def gather(
+    blocks: list[str | Path], feats: str | Path, out: str | Path, settings: dict
+) -> xr.Dataset:
+    """Merge the row blocks' pairs into the kNN store (see the module docstring)."""
+    if not blocks:
+        raise InputError(f"{out}: no kNN row blocks to gather")
+    f = read_store(feats, required=("norm2", "sample_index", "sample_sqdist"))
+    n = int(f.sizes["sample"])
+    parts = [(p, read_store(p, required=("a", "b", "sqdist", "params", "scanned"))) for p in blocks]
+    covered = np.zeros(n, dtype=bool)
+    for path, b in parts:
+        if int(b.attrs.get("n", -1)) != n:
+            raise InputError(f"{path}: block is for n={b.attrs.get('n')}, the features for n={n}")
+        lo, hi = b.attrs["rows"]
+        covered[lo:hi] = True
+    if not covered.all():
+        raise InputError(f"{out}: kNN row blocks do not cover row {int(np.argmin(covered))}")
+    _, _, k = _parts(settings)
+    pairs = CandidatePairs.concat(
+        [
+            CandidatePairs(*(b[v].values for v in ("a", "b", "sqdist", "params", "scanned")))
+            for _, b in parts
+        ]
+    )
+    with timer() as t:
+        knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values)
+    ds = xr.Dataset(
+        {
+            "indices": (("sample", "neighbour"), knn.indices),
+            "sqdist": (("sample", "neighbour"), knn.sqdist),
+            "value": (("sample", "neighbour"), knn.value),
+            "params": (("sample", "neighbour", "param"), knn.params),
+            "sample_index": (("pick",), f["sample_index"].values),
+            "sample_sqdist": (("pick", "pick_j"), f["sample_sqdist"].values),
+        },
+        coords={"sample": np.arange(n), "param": strings(SE2().param_names)},
+    )
+    seconds = float(f.attrs["wall_seconds"]) + t["seconds"]
+    ds.attrs = provenance(
+        "knn-gather",
+        settings,
+        settings["seed"],
+        "numpy",
+        n=n,
+        k=k,
+        blocks=len(parts),
+        pairs_refined=knn.pairs_refined,
+        margin_used=knn.margin_used,
+        wall_seconds=seconds + sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+    )
+    write_store(ds, out)
+    return ds
+
+
+def is_knn_store(path: str | Path) -> bool:
+    """True for a kNN store (``knn-gather``'s), False for a dense kappa^max store."""
+    return "neighbour" in store_sizes(path)
+
+
+def read_knn(path: str | Path, n: int | None = None) -> KnnDistances:
+    """A kNN store as :class:`~ia_stages.readout.graph.KnnDistances` (lists and sample),
+    checked against ``n`` samples when given."""
+    ds = read_store(path, required=KNN_VARIABLES)
+    if n is not None and ds.sizes["sample"] != n:
+        raise InputError(f"{path}: kNN lists of {ds.sizes['sample']} samples, expected n={n}")
+    knn = KnnResult(
+        ds["indices"].values.astype(np.int64),
+        ds["sqdist"].values,
+        ds["params"].values,
+        ds["value"].values,
+    )
+    return KnnDistances(knn, ds["sample_index"].values, ds["sample_sqdist"].values)

@@ -1,0 +1,153 @@
+"""The kNN path's library pieces and config: read-outs, attention and class averages on kNN
+lists, and the config key ``kmax`` (the workflow itself: tests/test_workflow_knn.py)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ia_stages.ia.attention import sparse_neighbours
+from ia_stages.ia.class_averages import knn_medoids
+from ia_stages.ia.loop import read_out
+from ia_stages.ia.settings import ReadoutSettings
+from ia_stages.ia.weights import AttentionSettings
+from ia_stages.kmax import KappaMaxResult
+from ia_stages.kmax.features import FeatureSettings
+from ia_stages.kmax.neighbours import knn_from_dense
+from ia_stages.pipeline.config import (
+    SCHEMA,
+    ConfigError,
+    knn_row_blocks,
+    knn_width,
+    stage_settings_json,
+    validate_config,
+)
+from ia_stages.readout.graph import KnnDistances, graph_partition
+from ia_stages.readout.stopping import community_stability, contraction_ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+KNN_TINY = yaml.safe_load((ROOT / ".test" / "config" / "knn_tiny.yaml").read_text())
+
+
+def _three_groups(seed: int = 0, n: int = 36) -> np.ndarray:
+    """Squared distances of points in three separated groups."""
+    rng = np.random.default_rng(seed)
+    P = rng.normal(size=(n, 2)) * 0.3 + np.repeat([[0, 0], [4, 0], [0, 4]], n // 3, 0)
+    return ((P[:, None] - P[None]) ** 2).sum(-1)
+
+
+GRAPH = {"k": 5, "community": "silhouette", "resolutions": [0.2, 0.5, 1.0, 2.0, 4.0],
+         "resolution": 1.0, "with_k": "spectral"}  # fmt: skip
+
+
+def test_knn_read_out_with_everyone_sampled_is_the_dense_one():
+    sq = _three_groups()
+    n = sq.shape[0]
+    kd = KnnDistances(knn_from_dense(sq, 8), np.arange(n), sq)
+    for K in (None, 3):
+        dense = graph_partition(sq, GRAPH, K, seed=1)
+        assert np.array_equal(graph_partition(kd, GRAPH, K, seed=1), dense)
+    labels = graph_partition(sq, GRAPH, None, seed=1)
+    assert np.unique(labels).size == 3
+    assert community_stability(kd, GRAPH | {"resolution": 1.0}, 3) == community_stability(
+        sq, GRAPH | {"resolution": 1.0}, 3
+    )
+    assert contraction_ratio(kd, labels) == contraction_ratio(sq, labels)
+
+
+def test_knn_read_out_on_a_sample_and_its_errors():
+    sq = _three_groups(1, 60)
+    pick = np.arange(0, 60, 3)  # a third of the samples
+    kd = KnnDistances(knn_from_dense(sq, 8), pick, sq[np.ix_(pick, pick)])
+    labels = graph_partition(kd, GRAPH, None, seed=0)
+    truth = np.repeat(np.arange(3), 20)
+    assert all(np.unique(labels[truth == c]).size == 1 for c in range(3))
+    with pytest.raises(ValueError, match=r"readout.graph.k: .* needs 10 .* holds 8"):
+        graph_partition(kd, GRAPH | {"k": 9}, None, seed=0)
+    with pytest.raises(ValueError, match=r"readout.kind: 'linkage' needs the dense"):
+        read_out(kd, ReadoutSettings(kind="linkage", k=5))
+    with pytest.raises(ValueError, match="'hdbscan' needs the dense"):
+        graph_partition(kd, GRAPH | {"community": "hdbscan"}, None, seed=0)
+
+
+def test_attention_on_knn_lists_equals_attention_on_the_dense_result():
+    rng = np.random.default_rng(2)
+    sq = _three_groups(2)
+    n = sq.shape[0]
+    P = rng.normal(size=(n, n, 3))
+    dense = KappaMaxResult(np.exp(-sq), P, sq)
+    lists = knn_from_dense(sq, 7, P)  # wider than the attention's k
+    att = AttentionSettings("knn", 4, symmetry="mutual")
+    a, wa = sparse_neighbours(dense, att, 1.0)
+    b, wb = sparse_neighbours(lists, att, 1.0)
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(wa, wb)
+    assert np.array_equal(a.params, b.params)
+    with pytest.raises(ValueError, match=r"attention.k: 8 neighbours per column, .* hold 7"):
+        sparse_neighbours(lists, AttentionSettings("knn", 8), 1.0)
+
+
+def test_knn_medoid_is_the_member_with_most_members_listed():
+    sq = _three_groups(3)
+    labels = np.repeat(np.arange(3), 12)
+    knn = knn_from_dense(sq, 6)
+    meds = knn_medoids(knn, labels)
+    assert [labels[m] for m in meds] == [0, 1, 2]
+    # a member whose list holds other clusters' samples is not chosen
+    mixed = labels.copy()
+    mixed[meds[0]] = 1
+    assert knn_medoids(knn, mixed)[1] != meds[0]
+
+
+def test_kmax_schema_defaults_equal_the_feature_settings():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    props = schema["$defs"]["kmax"]["properties"]["features"]["properties"]
+    assert {k: v["default"] for k, v in props.items()} == asdict(FeatureSettings())
+
+
+def test_knn_config_sizes_and_blocks():
+    cfg = validate_config(KNN_TINY)
+    assert knn_row_blocks(cfg, "mnist_rot") == [0, 1, 2]  # 30 rows, 12 per job
+    assert knn_width(cfg, "mnist_rot") == 5  # read-out graph k_ia 4 + itself > attention k 4
+    other = copy.deepcopy(KNN_TINY)
+    other["datasets"]["mnist_rot"]["kmax"]["rows_per_job"] = 7  # sharding: same settings
+    assert stage_settings_json(validate_config(other), "knn", "mnist_rot") == (
+        stage_settings_json(cfg, "knn", "mnist_rot")
+    )
+
+
+def test_dense_datasets_keep_their_settings(default_config):
+    """A dense dataset's stage settings (hence its stores) do not change with kmax: dense."""
+    cfg = validate_config(default_config)
+    marked = copy.deepcopy(default_config)
+    for ds in marked["datasets"].values():
+        if ds["kind"] != "blobs":
+            ds["kmax"] = {"mode": "dense"}
+    cfg2 = validate_config(marked)
+    for name in cfg["ia"]["datasets"]:
+        for stage in ("dataset", "kmax", "means", "classes", "metrics"):
+            assert stage_settings_json(cfg, stage, name) == stage_settings_json(cfg2, stage, name)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (lambda d: d["attention"].update(kind="dense"), "datasets.mnist_rot.kmax.mode"),
+        (lambda d: d["kmax"]["features"].update(n_candidates=30),
+         "datasets.mnist_rot.kmax.features.n_candidates"),
+        (lambda d: d["kmax"]["features"].update(n_candidates=3),
+         "datasets.mnist_rot.kmax.features.n_candidates"),
+        (lambda d: d["kmax"].update(k=30), "datasets.mnist_rot.kmax.k"),
+        (lambda d: d.update(group={"name": "similarity"}), "datasets.mnist_rot.kmax.mode"),
+        (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
+    ],
+)  # fmt: skip
+def test_bad_knn_config_names_the_key(change, key):
+    cfg = copy.deepcopy(KNN_TINY)
+    change(cfg["datasets"]["mnist_rot"])
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        validate_config(cfg)

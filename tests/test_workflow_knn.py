@@ -1,0 +1,82 @@
+"""End to end: the kNN path of the workflow (kmax: {mode: candidates}) on a tiny config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from ia_stages.kmax import kappa_max
+from ia_stages.kmax.features import FeatureSettings
+from ia_stages.kmax.search import SearchSettings
+from ia_stages.pipeline.cluster_command import snakemake
+from ia_stages.pipeline.stages import knn
+from ia_stages.pipeline.store import read_store
+
+pytestmark = pytest.mark.slow  # runs the workflow end to end
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / ".test" / "config" / "knn_tiny.yaml"
+N = yaml.safe_load(CONFIG.read_text())["datasets"]["mnist_rot"]["n"]
+
+
+@pytest.fixture(scope="module")
+def knn_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("knn_workflow")
+    snakemake(ROOT / "Snakefile", work, CONFIG, [], cores=2)
+    return work
+
+
+def test_no_n_by_n_store_is_written(knn_run):
+    res = knn_run / "results"
+    assert not list(res.rglob("kmax.zarr")) and not list(res.rglob("kmax"))
+    stores = [p for p in res.rglob("*.zarr") if (p / "zarr.json").exists()]
+    assert len(stores) >= 7
+    for path in stores:
+        ds = read_store(path)
+        for name, var in ds.data_vars.items():
+            assert var.shape[:2] != (N, N), f"{path}: {name} is n x n"
+
+
+def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
+    """The store of 3 row-block jobs equals that of one job, and the library's one call."""
+    it0 = knn_run / "results/mnist_rot/ia/iter0"
+    sharded = read_store(it0 / "knn.zarr")
+    assert sharded.attrs["blocks"] == 3
+    settings = json.loads(sharded.attrs["settings"])  # exactly what the jobs used
+    images = knn_run / "results/data/mnist_rot.zarr"
+    one = knn.block(images, it0 / "knn_features.zarr", tmp_path / "b.zarr", 0, N, settings)
+    assert one.attrs["rows"] == [0, N]
+    single = knn.gather([tmp_path / "b.zarr"], it0 / "knn_features.zarr", tmp_path / "k.zarr",
+                        settings)  # fmt: skip
+    for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
+        np.testing.assert_array_equal(sharded[name].values, single[name].values, err_msg=name)
+    X = read_store(images)["features"].values
+    lib = kappa_max(
+        X, beta=settings["beta"], normalization=settings["normalization"],
+        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
+        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
+    )  # fmt: skip
+    np.testing.assert_array_equal(sharded["indices"].values, lib.indices)
+    np.testing.assert_array_equal(sharded["sqdist"].values, lib.sqdist)
+
+
+def test_iteration_means_read_out_and_classes(knn_run):
+    res = knn_run / "results/mnist_rot"
+    f1 = read_store(res / "ia/iter1/features.zarr")
+    assert f1["features"].shape[0] == N
+    idx, w = f1["weights_index"].values, f1["weights_knn"].values
+    np.testing.assert_allclose(w.sum(1), 1.0)  # every column's weights over its neighbours
+    lists = read_store(res / "ia/iter0/knn.zarr")["indices"].values
+    np.testing.assert_array_equal(idx, lists[:, : idx.shape[1]])  # attention.k of the lists
+    table = pd.read_csv(res / "clusters.csv")
+    assert len(table) == N and table["cluster"].min() == 0
+    classes = read_store(res / "classes.zarr")
+    assert int(classes["size"].sum()) == N
+    metrics = pd.read_csv(res / "metrics.csv")
+    assert list(metrics["iteration"]) == [0, 1]
+    assert metrics["acc"].notna().all() and (metrics["block_diagonality"] > 0).all()
