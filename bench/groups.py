@@ -2,7 +2,8 @@
 outlines under random maps of the group (never warped by our code), and the cost per pair.
 
 Usage: python bench/groups.py [--renderings 6] [--beta 2] [--size 48] [--height 24] [--psf 1]
-       [--fraction 0.25] [--cost-n 40] [--skip-invariance] [--skip-cost]
+       [--fraction 0.25] [--cost-n 40] [--iters 8] [--half-iters 0] [--skip-invariance]
+       [--skip-cost]
 
 Invariance (Table 2). For each group and each pair of different shapes (letters of DejaVu
 Sans, a star), both shapes are rendered ``--renderings`` times by :mod:`ia_stages.data.render`
@@ -17,7 +18,8 @@ invariant by construction: such pairs are counted. Also the SE(2) kappa^max on t
 renderings, which does not factor the extra maps out.
 
 Cost (Table 3). CPU seconds (``time.process_time``, all threads) of the all-pairs kappa^max
-of ``--cost-n`` rendered letters per group, as microseconds per pair and as a ratio to SE(2)
+of ``--cost-n`` rendered letters per group (refinement budget ``--iters`` evaluations, after
+``--half-iters`` on 2 x 2 block means), as microseconds per pair and as a ratio to SE(2)
 in the same run.
 """
 
@@ -142,8 +144,9 @@ def cost(args) -> None:
     print(f"Table 3: cost, {n} rendered letters {args.size} px ({pairs} pairs), CPU time of all "
           "threads (machine shared with other jobs)")  # fmt: skip
     ref = None
-    rows = [(g, make_group(g)) for g in GROUPS] + [
-        ("similarity+m", make_group("similarity", mirror=True))
+    budget = {"iters": args.iters, "half_iters": args.half_iters}
+    rows = [(g, make_group(g, **budget)) for g in GROUPS] + [
+        ("similarity+m", make_group("similarity", mirror=True, **budget))
     ]
     for name, g in rows:
         t0, w0 = time.process_time(), time.perf_counter()
@@ -164,6 +167,8 @@ def main() -> None:
     ap.add_argument("--psf", type=float, default=1.0)
     ap.add_argument("--fraction", type=float, default=0.25)
     ap.add_argument("--cost-n", type=int, default=40)
+    ap.add_argument("--iters", type=int, default=8, help="cost: the groups' iters")
+    ap.add_argument("--half-iters", type=int, default=0, help="cost: the groups' half_iters")
     ap.add_argument("--skip-invariance", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
     args = ap.parse_args()

@@ -5,9 +5,10 @@ Usage: python bench/groups_accuracy.py N {affnist,scirot} GROUP [GROUP ...] [--n
 
 GROUP is one of se2, similarity, affine (the default bounds of ``make_group``),
 similarity_wide, affine_wide (bounds that cover affNIST's maps: scale (0.67, 1.5),
-anisotropy 2.25, shear 0.4). Prints ACC (Hungarian accuracy, K = 10 given; ``--no-k``: K
-not given, the read-out finds it), wall and CPU
-seconds (``time.process_time``, all threads) per group.
+anisotropy 2.25, shear 0.4), affine_half, affine_wide_half (the same bounds, the refinement's
+first 6 evaluations on 2 x 2 block means, then 3 at full resolution). Prints ACC (Hungarian
+accuracy, K = 10 given; ``--no-k``: K not given, the read-out finds it), wall and CPU seconds
+(``time.process_time``, all threads) per group.
 
 - affnist: ``ia_stages.data.datasets.affnist(N)`` (regenerated: rotation +-20 degrees, shear
   +-0.2, scale 0.8-1.2 per axis, shifts), seed 0.
@@ -34,6 +35,11 @@ GROUPS = {
     "affine": make_group("affine"),
     "similarity_wide": make_group("similarity", scale=(0.67, 1.5)),
     "affine_wide": make_group("affine", scale=(0.67, 1.5), anisotropy=2.25, shear=0.4),
+    # the refinement's first 6 evaluations on 2 x 2 block means, then 3 at full resolution
+    "affine_half": make_group("affine", iters=3, half_iters=6),
+    "affine_wide_half": make_group(
+        "affine", scale=(0.67, 1.5), anisotropy=2.25, shear=0.4, iters=3, half_iters=6
+    ),
 }
 
 

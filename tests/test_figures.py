@@ -101,3 +101,23 @@ def test_gallery_puts_singletons_in_one_row_below_a_title_that_overlaps_nothing(
     last = [ax for ax in grid if ax.get_subplotspec().rowspan.start == 2]
     assert any("unassigned" in t.get_text() for ax in last for t in ax.texts)
     assert sum(bool(ax.images) for ax in last) == 3  # the three single images
+
+
+def test_benchmark_figure_draws_one_bar_per_method_and_group(tmp_path, captured):
+    rows = [
+        {"dataset": "affnist", "n": 100, "method": m, "group": g, "method_label": m,
+         "acc_mean": 0.5, "acc_std": 0.01, "origin": "run here"}
+        for m, g in (("kmeans", "-"), ("ia_k", "se2"), ("ia_k", "similarity"), ("ia_k", "affine"))
+    ]  # fmt: skip
+    path = tmp_path / "clustering.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    figures.benchmark([str(path)], tmp_path / "b.png")
+    from matplotlib.container import BarContainer
+
+    ax = captured["fig"].axes[0]
+    bars = {c.get_label(): c.patches[0] for c in ax.containers if isinstance(c, BarContainer)}
+    label = METHODS["ia_k"].label
+    assert set(bars) == {METHODS["kmeans"].label, label, f"{label} [similarity]",
+                         f"{label} [affine]"}  # fmt: skip
+    assert bars[label].get_hatch() is None and bars[f"{label} [affine]"].get_hatch()
+    assert bars[f"{label} [affine]"].get_facecolor() == bars[label].get_facecolor()

@@ -42,6 +42,23 @@ def test_refinement_objective_is_the_norm_preserving_distance():
     assert np.isclose(d2[0], direct, rtol=1e-5)
 
 
+def test_half_resolution_evaluations_first_find_the_affine_copy_for_fewer_full_ones():
+    """half_iters: the first evaluations on 2 x 2 block means (translation halved about the
+    centre: a wrong conversion would start the full-resolution stage off the copy); then 2
+    full-resolution evaluations find the affine copy, within the bounds."""
+    X = _renders()
+    se2 = kappa_max(X[:2], beta=2.0)
+    plain = kappa_max(X[:2], beta=2.0, group=make_group("affine", iters=2))
+    g = make_group("affine", iters=2, half_iters=6)
+    half = kappa_max(X[:2], beta=2.0, group=g)
+    assert half.sqdist[0, 1] < 0.25 * se2.sqdist[0, 1]
+    assert half.sqdist[0, 1] <= 1.01 * plain.sqdist[0, 1]
+    np.testing.assert_array_equal(g.clip(half.params[0, 1]), half.params[0, 1])
+    assert g.settings()["group_half_iters"] == 6
+    with pytest.raises(ValueError, match=r"^group_half_iters: "):
+        make_group("affine", half_iters=-1)
+
+
 @pytest.mark.slow
 def test_affine_kappa_finds_the_affine_copy_and_is_symmetric():
     X = _renders()

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 NEEDS = ("none", "kmax0", "kmax_all")
+TRANSFORMS = ("group", "se2", "none")
 ATTRS = "attrs"  # key of a predict function's extra dict holding store attributes, not arrays
 
 
@@ -59,7 +60,11 @@ class Method:
     heavy : searches kappa^max or computes invariant means (threads, a GPU);
     settings : (config, dataset) -> the settings it reads besides the common ones;
     predict : Job -> (labels ``(n,)``, extra arrays to store: name -> (dims, values), and
-        under :data:`ATTRS` a dict of store attributes)."""
+        under :data:`ATTRS` a dict of store attributes);
+    transforms : what it factors out (:data:`TRANSFORMS`): 'group' the dataset's group (it
+        reads the kappa^max stores, made under that group), 'se2' rotations and translations
+        only (its own SE(2) search or grid: a dataset with another group is a config error),
+        'none' nothing (pixel-space baselines: their rows hold whatever the group)."""
 
     label: str
     randomized: bool
@@ -68,6 +73,7 @@ class Method:
     heavy: bool
     settings: Callable[[dict, str], dict]
     predict: Callable[[Job], Prediction]
+    transforms: str = "group"
 
 
 # --- settings each method reads -------------------------------------------------------------
@@ -212,12 +218,15 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
+        from ia_stages.core.groups import make_group
         from ia_stages.ia.loop import read_iterations
         from ia_stages.ia.settings import ia_settings, sized
 
         K = job.n_clusters if k_given else None
         n = job.kmax[0].sqdist.shape[0]
-        s = sized(ia_settings(**job.settings["ia"]), n, K)
+        group = job.settings.get("group")  # the kappa^max stores' group (absent: SE(2))
+        group = None if group is None else make_group(**group)
+        s = sized(ia_settings(**job.settings["ia"], group=group), n, K)
         parts, chosen, reason = read_iterations(
             [km.sqdist for km in job.kmax], s, K, job.seed, [km.value for km in job.kmax]
         )
@@ -304,10 +313,10 @@ def _ablation(pooling: str) -> Callable[[Job], Prediction]:
 
 
 METHODS: dict[str, Method] = {
-    "kmeans": Method("K-means (pixels)", True, "none", True, False, _none, _kmeans),
-    "gmm": Method("GMM, diagonal (pixels)", True, "none", True, False, _none, _gmm),
-    "ka": Method("KA + read-out", False, "none", False, False, _ka_settings, _ka(False)),
-    "ka_k": Method("KA, K given", False, "none", True, False, _ka_settings, _ka(True)),
+    "kmeans": Method("K-means (pixels)", True, "none", True, False, _none, _kmeans, "none"),
+    "gmm": Method("GMM, diagonal (pixels)", True, "none", True, False, _none, _gmm, "none"),
+    "ka": Method("KA + read-out", False, "none", False, False, _ka_settings, _ka(False), "none"),
+    "ka_k": Method("KA, K given", False, "none", True, False, _ka_settings, _ka(True), "none"),
     "spectral_kmax": Method(
         "spectral on kappa^max", True, "kmax0", True, False, _readout_settings, _spectral_kmax
     ),
@@ -341,7 +350,9 @@ METHODS: dict[str, Method] = {
         _graph_settings,
         _graph_readout(None),
     ),
-    "ti_kmeans": Method("TI K-means (SE(2))", True, "kmax0", True, True, _ti_settings, _ti_kmeans),
+    "ti_kmeans": Method(
+        "TI K-means (SE(2))", True, "kmax0", True, True, _ti_settings, _ti_kmeans, "se2"
+    ),
     "ia": Method("IA + read-out", True, "kmax_all", False, False, _ia_settings, _ia(False)),
     "ia_k": Method(
         "IA (kappa^max), K given", True, "kmax_all", True, False, _ia_settings, _ia(True)
@@ -354,6 +365,7 @@ METHODS: dict[str, Method] = {
         True,
         _ablation_settings("avg"),
         _ablation("avg"),
+        "se2",
     ),
     "ia_ksoft_k": Method(
         "IA (kappa^soft), K given",
@@ -363,6 +375,7 @@ METHODS: dict[str, Method] = {
         True,
         _ablation_settings("soft"),
         _ablation("soft"),
+        "se2",
     ),
 }
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
 from ia_stages.kmax import KappaMaxResult
 
@@ -35,6 +35,45 @@ def random_transforms(
     return group.sample(rng, n, (0.0, 360.0), (max_shift, max_shift))
 
 
+def random_group_params(
+    rng: np.random.Generator,
+    n: int,
+    group: SE2 | AffineFamily = SE2(),
+    max_shift: float = 2.0,
+    fraction: float = 0.25,
+) -> np.ndarray:
+    """``(n, group.n_params)`` random elements of ``group``, no mirror.
+
+    The SE(2) part as :func:`random_transforms` (the same draws: for SE(2) the two agree);
+    then, for a similarity or affine group, log-scale, anisotropy and shear each uniform within
+    ``fraction`` of the group's bounds (so that the optimum of a pair lies inside them).
+    """
+    p = random_transforms(rng, n, max_shift)
+    if group.name == "se2" and group.n_params == 3:
+        return p
+    out = group.embed(p)
+    if group.n_extra:
+        lo, hi, a_max, h_max = group.bounds.limits()
+        out[:, 3] = rng.uniform(fraction * lo, fraction * hi, n)
+        if group.n_extra == 3:
+            out[:, 4] = rng.uniform(-fraction * a_max, fraction * a_max, n)
+            out[:, 5] = rng.uniform(-fraction * h_max, fraction * h_max, n)
+    return out
+
+
+def exact_warp(v: np.ndarray, params: np.ndarray, group: SE2 | AffineFamily) -> np.ndarray:
+    """s v o tau for one image ``(H, W)`` by quintic-spline interpolation (scipy), s =
+    sqrt|det A| (norm preserving): a reference warp independent of the library's."""
+    from scipy import ndimage
+
+    from ia_stages.core.warp import sampling_field
+
+    A = group.matrix(params)
+    f = sampling_field(A[None], group.translation(params)[None], v.shape)[0]
+    s = np.sqrt(abs(np.linalg.det(A)))
+    return s * ndimage.map_coordinates(v, f, order=5, mode="constant", prefilter=True)
+
+
 @dataclass
 class InvarianceError:
     """max_abs_value : max over pairs |k(u_i, u_j) - k(u_i o tau_i, u_j o tau_j)|
@@ -46,11 +85,12 @@ class InvarianceError:
 
 
 def invariance_error(
-    V: Any, kernel: Kernel, params: np.ndarray, group: SE2 = SE2()
+    V: Any, kernel: Kernel, params: np.ndarray, group: SE2 | AffineFamily = SE2()
 ) -> InvarianceError:
     """Change of ``kernel`` over all pairs of ``V`` ``(m, H, W)`` when V[i] -> V[i] o tau_i.
 
-    ``params`` ``(m, 3)`` are the tau_i (e.g. from :func:`random_transforms`). Images should
+    ``params`` ``(m, n_params)`` are the tau_i of ``group`` (e.g. from
+    :func:`random_group_params`). Images should
     have room on the canvas for the transform (content moved off the canvas is lost).
     """
     from ia_stages.core.warp import warp
@@ -71,10 +111,15 @@ RENDERED_PAIRS = (("F", "G"), ("R", "K"), ("a", "e"), ("S", "Z"))
 class RenderedInvariance:
     """max_rel_value : max over renderings |k(rendered) - k(upright)| / k(upright)
     max_abs_sqdist : the same for the kernel's squared distance, not relative
+    floor : the data's own floor, max over rendered images of ||g * r_tau - s (g * r) o tau||
+        for unit-norm images (g the kernel's smoothing, r the upright rendering, s (.) o tau
+        its exact quintic-spline warp, :func:`exact_warp`): how far the renderings are from
+        being transformed copies of one another after smoothing; NaN when not measured
     """
 
     max_rel_value: float
     max_abs_sqdist: float
+    floor: float = float("nan")
 
 
 def rendered_invariance_error(
@@ -85,46 +130,72 @@ def rendered_invariance_error(
     renderings: int = 2,
     psf: float = 0.5,
     supersample: int = 8,
+    group: SE2 | AffineFamily = SE2(),
+    fraction: float = 0.25,
+    sigma: float | None = None,
 ) -> RenderedInvariance:
-    """Change of ``kernel`` between two different letters when each is drawn at its own angle.
+    """Change of ``kernel`` between two different letters when each is drawn under its own
+    random map of ``group``.
 
     For each of the first ``pairs`` of :data:`RENDERED_PAIRS`, both letters are rendered
     (DejaVu Sans, half the canvas tall, :func:`ia_stages.data.render.render`) upright and centred,
-    and ``renderings`` times at a rotation uniform on the circle and a shift U(-0.5, 0.5) px per
-    axis, each letter its own; the kernel of every rendered pair is compared with the upright
-    pair's.
+    and ``renderings`` times under a map of the group: a rotation uniform on the circle and a
+    shift U(-0.5, 0.5) px per axis, each letter its own; for a similarity or affine group also
+    a scale, stretch and shear within ``fraction`` of its bounds (:func:`random_group_params`).
+    The outlines are transformed before they are drawn: no warp of ours made the images. The
+    kernel of every rendered pair is compared with the upright pair's.
 
     Parameters
     ----------
     kernel : images ``(2, H, W)`` -> all-pairs result (e.g. a partial :func:`kappa_max`)
     shape : (H, W) of the canvas
-    rng : draws the angles and shifts
+    rng : draws the maps
     pairs, renderings : how many letter pairs, and renderings of each
     psf, supersample : the camera (see :func:`ia_stages.data.render.render`)
+    group : the maps drawn (the kernel should factor out the same group)
+    fraction : the extra parameters' share of the group's bounds
+    sigma : the kernel's smoothing (px), for the data's floor; None = no floor
 
     Returns
     -------
     The largest change over all renderings of the kernel value (relative to the upright
-    pair's) and of its squared distance.
+    pair's) and of its squared distance, and the data's floor.
     """
+    from ia_stages.core.smoothing import normalize, smooth
     from ia_stages.data.render import letter, render
 
     if not 1 <= pairs <= len(RENDERED_PAIRS):
         raise ValueError(f"pairs must be in 1..{len(RENDERED_PAIRS)}, got {pairs}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must lie in [0, 1], got {fraction}")
     height = 0.5 * min(shape)
     kw = {"supersample": supersample, "psf": psf}
-    dv, dd = [], []
+    dv, dd, floor = [], [], []
     for a, b in RENDERED_PAIRS[:pairs]:
-        oa, ob = letter(a, height), letter(b, height)
-        ref = kernel(np.concatenate([render(oa, shape, **kw), render(ob, shape, **kw)]))
+        outlines = (letter(a, height), letter(b, height))
+        up = np.concatenate([render(o, shape, **kw) for o in outlines])
+        ref = kernel(up)
         v0, d0 = float(to_numpy(ref.value)[0, 1]), float(to_numpy(ref.sqdist)[0, 1])
         for _ in range(renderings):
-            p = SE2().sample(rng, 2, (0.0, 360.0), (0.5, 0.5))
-            X = np.concatenate([render(oa, shape, p[0], **kw), render(ob, shape, p[1], **kw)])
+            p = random_group_params(rng, 2, group, 0.5, fraction)
+            plain = group.n_params == 3  # SE(2): the renderer's own rotation
+            X = np.concatenate(
+                [
+                    render(o, shape, p[i, :3], linear=None if plain else group.matrix(p[i]), **kw)
+                    for i, o in enumerate(outlines)
+                ]
+            )
             got = kernel(X)
             dv.append(abs(float(to_numpy(got.value)[0, 1]) - v0) / v0)
             dd.append(abs(float(to_numpy(got.sqdist)[0, 1]) - d0))
-    return RenderedInvariance(float(max(dv)), float(max(dd)))
+            if sigma is not None:
+                # the rendering shows the outline's point x at A (p - c) + c + b = c + x, so
+                # r_tau = r o tau: compare with the exact warp of the upright rendering
+                u, g = normalize(smooth(up, sigma)), normalize(smooth(X, sigma))
+                floor += [np.linalg.norm(g[i] - exact_warp(u[i], p[i], group)) for i in (0, 1)]
+    return RenderedInvariance(
+        float(max(dv)), float(max(dd)), float(max(floor)) if floor else float("nan")
+    )
 
 
 @dataclass
@@ -149,9 +220,9 @@ def restart_inits(
     rng: np.random.Generator,
     jitter_deg: float = 10.0,
     jitter_px: float = 1.0,
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
 ) -> np.ndarray:
-    """Initial transforms ``(restarts, n, 3)`` for the invariant mean of column j.
+    """Initial transforms ``(restarts, n, n_params)`` for the invariant mean of column j.
 
     Restart 0 aligns every image onto image j (``kmax_params[j]``, as IA does); restart r >= 1
     aligns every image onto the r-th heaviest other image of the column instead, composed with
@@ -165,8 +236,8 @@ def restart_inits(
     for r, ref in enumerate(refs):
         p = np.asarray(kmax_params[ref], dtype=float)
         if r > 0:
-            jit = group.sample(rng, n, (-jitter_deg, jitter_deg), (jitter_px, jitter_px))
-            p = group.compose(p, jit)
+            jit = SE2().sample(rng, n, (-jitter_deg, jitter_deg), (jitter_px, jitter_px))
+            p = group.compose(p, jit if group.n_params == 3 else group.embed(jit))
         inits.append(p)
     return np.stack(inits)
 
@@ -177,9 +248,9 @@ def restart_spread(
     inits: np.ndarray,
     distance: Kernel,
     mean_settings: MeanSettings = MeanSettings(),
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
 ) -> RestartSpread:
-    """Run Algorithm 1 from every start in ``inits`` ``(r, n, 3)`` and compare the means.
+    """Run Algorithm 1 from every start in ``inits`` ``(r, n, n_params)`` and compare the means.
 
     ``distance`` maps images ``(r, H, W)`` to a result whose ``sqdist`` is the kappa^max
     squared distance of the unit-norm images (e.g. a partial :func:`kappa_max`).

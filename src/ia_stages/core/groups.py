@@ -165,6 +165,8 @@ class AffineFamily:
     iters : default 8: the refinement's most evaluations per pair
     tol : default 1e-9: it stops at a drop of d2 below this
     lam0 : default 1e-3: its initial Levenberg-Marquardt damping
+    half_iters : default 0: evaluations per pair on 2 x 2 block means of the images before the
+        ``iters`` at full resolution (a quarter of the pixels each; 0 = none)
 
     Example
     -------
@@ -180,12 +182,15 @@ class AffineFamily:
     iters: int = 8
     tol: float = 1e-9
     lam0: float = 1e-3
+    half_iters: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in GROUP_NAMES:
             raise ValueError(f"group: unknown group {self.name!r}; choose one of {GROUP_NAMES}")
         if int(self.iters) < 0:
             raise ValueError(f"group_iters: must be >= 0, got {self.iters}")
+        if int(self.half_iters) < 0:
+            raise ValueError(f"group_half_iters: must be >= 0, got {self.half_iters}")
         if not self.tol >= 0.0:
             raise ValueError(f"group_tol: must be >= 0, got {self.tol}")
         if not self.lam0 > 0.0:
@@ -218,6 +223,7 @@ class AffineFamily:
             "anisotropy": float(self.bounds.anisotropy),
             "shear": float(self.bounds.shear),
             "group_iters": int(self.iters),
+            "group_half_iters": int(self.half_iters),
             "group_tol": float(self.tol),
             "group_lam0": float(self.lam0),
         }
@@ -349,6 +355,7 @@ def make_group(
     iters: int = 8,
     tol: float = 1e-9,
     lam0: float = 1e-3,
+    half_iters: int = 0,
 ) -> SE2 | AffineFamily:
     """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
 
@@ -357,7 +364,8 @@ def make_group(
     (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
     1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
     (default 8), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
-    (default 1e-3). Bad values raise a one-line ValueError
+    (default 1e-3), after ``half_iters`` evaluations on 2 x 2 block means (default 0: none).
+    Bad values raise a one-line ValueError
     naming the key.
 
     Example
@@ -371,6 +379,6 @@ def make_group(
         raise ValueError(f"mirror: must be true or false, got {mirror!r}")
     bounds = GroupBounds(tuple(scale), float(anisotropy), float(shear))
     if name == "se2" and not mirror:
-        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))  # checks them
+        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters))
         return SE2()
-    return AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0))
+    return AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters))

@@ -77,7 +77,70 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
         if "preset" in ds:
             _apply_preset(ds, given[name])
     _check_semantics(cfg)
+    _add_group_variants(cfg)
     return cfg
+
+
+VARIANT_SEP = "@"
+"""Separates a benchmark dataset and a group in the name of a group variant (``affnist@affine``);
+reserved: no dataset of the config may use it otherwise."""
+
+
+def plain_group(group: dict | None) -> bool:
+    """Whether a dataset's ``group`` block is plain SE(2) (no extra parameters, no mirror)."""
+    group = group or {}
+    return group.get("name", "se2") == "se2" and not group.get("mirror", False)
+
+
+def group_label(group: dict | None) -> str:
+    """'se2', 'similarity', 'affine', with '+mirror' where the block searches mirror images."""
+    group = group or {}
+    return group.get("name", "se2") + ("+mirror" if group.get("mirror") else "")
+
+
+def data_of(name: str) -> str:
+    """The dataset whose images a dataset reads: itself, or a group variant's base dataset."""
+    return name.split(VARIANT_SEP, 1)[0]
+
+
+def group_variants(cfg: dict) -> dict[str, str]:
+    """Group variants of the benchmark datasets, name -> base dataset (``benchmark.groups``).
+
+    For every benchmark dataset and every group of ``benchmark.groups`` other than the
+    dataset's own, ``{dataset}@{group}``: the dataset's images under that group (its own
+    ``group`` block with the name replaced: bounds, mirror and refinement kept).
+    """
+    out = {}
+    for base in cfg["benchmark"]["datasets"]:
+        own = cfg["datasets"][base].get("group", {}).get("name", "se2")
+        for g in cfg["benchmark"]["groups"]:
+            if g != own:
+                out[f"{base}{VARIANT_SEP}{g}"] = base
+    return out
+
+
+def _add_group_variants(cfg: dict) -> None:
+    """Add the group variants (:func:`group_variants`) to ``cfg['datasets']``: copies of their
+    base dataset's entry with the group's name. Idempotent (a validated config validates to
+    itself); any other name with the separator is refused."""
+    variants = group_variants(cfg)
+    for name in list(cfg["datasets"]):
+        if VARIANT_SEP in name and name not in variants:
+            raise ConfigError(
+                f"config key 'datasets.{name}': names with {VARIANT_SEP!r} are reserved for "
+                "the group variants of benchmark.groups"
+            )
+    for name, base in variants.items():
+        entry = copy.deepcopy(cfg["datasets"][base])
+        g = name.split(VARIANT_SEP, 1)[1]
+        entry["group"] = {**entry.get("group", {}), "name": g}
+        if name in cfg["datasets"] and cfg["datasets"][name] != entry:
+            raise ConfigError(
+                f"config key 'datasets.{name}': names with {VARIANT_SEP!r} are reserved for "
+                f"the group variants of benchmark.groups (this one is made from {base!r})"
+            )
+        _check_group(entry["group"], f"datasets.{base}.group")
+        cfg["datasets"][name] = entry
 
 
 def _apply_preset(ds: dict, given: set) -> None:
@@ -208,7 +271,7 @@ def _check_group(group: dict, key: str) -> None:
     except ValueError as err:
         field, _, detail = str(err).partition(": ")
         field = {"group": "name", "group_iters": "iters", "group_tol": "tol"}.get(field, field)
-        field = {"group_lam0": "lam0"}.get(field, field)
+        field = {"group_lam0": "lam0", "group_half_iters": "half_iters"}.get(field, field)
         raise ConfigError(f"config key '{key}.{field}': {detail}") from None
 
 
@@ -226,6 +289,15 @@ def _check_benchmark(cfg: dict) -> None:
         key = f"benchmark.datasets.{k}"
         if name not in cfg["datasets"]:
             raise ConfigError(f"config key '{key}': unknown dataset {name!r}")
+        group = cfg["datasets"][name].get("group")
+        for j, method in enumerate(bench["methods"]):
+            if METHODS[method].transforms == "se2" and not plain_group(group):
+                raise ConfigError(
+                    f"config key 'benchmark.methods.{j}': method {method!r} factors out "
+                    f"rotations and translations only, but dataset {name!r} has group "
+                    f"{group_label(group)!r} (datasets.{name}.group); drop the method, or keep "
+                    "the dataset se2 and list the group in benchmark.groups"
+                )
         if name not in cfg["ia"]["datasets"]:
             raise ConfigError(
                 f"config key '{key}': {name!r} must also be in ia.datasets "
@@ -469,15 +541,22 @@ def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> d
     """
     from ia_stages.benchmark.methods import METHODS
 
-    return {
+    meth = METHODS[method]
+    out = {
         "seed": cfg["seed"],
         "backend": cfg["backend"],
         "dataset": dataset,
         "method": method,
         "seed_index": seed_index,
-        "n_clusters": cfg["benchmark"]["n_clusters"] if METHODS[method].k_given else None,
-        **METHODS[method].settings(cfg, dataset),
+        "n_clusters": cfg["benchmark"]["n_clusters"] if meth.k_given else None,
+        **meth.settings(cfg, dataset),
     }
+    if data_of(dataset) != dataset:  # a group variant labels its base dataset's images
+        out["data"] = data_of(dataset)
+    group = cfg["datasets"][dataset].get("group")
+    if meth.transforms == "group" and not plain_group(group):
+        out["group"] = group  # absent for plain SE(2): those jobs keep their hash
+    return out
 
 
 def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ia_stages.benchmark import metrics as M
 from ia_stages.benchmark.methods import METHODS
+from ia_stages.pipeline.config import data_of, group_label
 from ia_stages.pipeline.stages.tables import read_csvs
 from ia_stages.pipeline.store import read_store, store_attrs, write_text_atomic
 
@@ -42,6 +43,7 @@ CLUSTERING_COLUMNS = [
     "source",
     "n",
     "method",
+    "group",
     "method_label",
     "runs",
     "n_clusters",
@@ -80,21 +82,23 @@ def clustering(
         ds = read_store(path, required=("label",))
         name = json.loads(ds.attrs["settings"])["dataset"]
         info[name] = (ds["label"].values, ds.attrs.get("source", "generated"))
-    groups: dict[tuple[str, str], list] = defaultdict(list)
+    groups: dict[tuple[str, str, str, int], list] = defaultdict(list)
     for path in runs:
         st = read_store(path, required=("pred",))
         s = json.loads(st.attrs["settings"])
-        if s["dataset"] not in info:
-            raise ValueError(f"{path}: dataset {s['dataset']!r} not among the dataset stores")
-        labels = info[s["dataset"]][0]
+        dname = s.get("data", s["dataset"])  # a group variant labels its base's images
+        if dname not in info:
+            raise ValueError(f"{path}: dataset {dname!r} not among the dataset stores")
+        labels = info[dname][0]
         pred = st["pred"].values
         if pred.shape != labels.shape:
             raise ValueError(f"{path}: {pred.size} labels for {labels.size} samples")
         scored = [(-1, pred)]  # -1: the reported (stopped) iteration
         if "pred_iter" in st:  # IA's read-out at every iteration 0..T
             scored += list(enumerate(st["pred_iter"].values))
+        group = method_group(s["method"], s.get("group"))
         for it, p in scored:
-            groups[(s["dataset"], s["method"], it)].append(
+            groups[(dname, s["method"], group, it)].append(
                 {
                     "acc": M.accuracy(labels, p),
                     "nmi": M.nmi(labels, p),
@@ -108,11 +112,13 @@ def clustering(
             )
     order = {m: k for k, m in enumerate(METHODS)}
     rows, walls = [], []
-    for (dname, method, it), rs in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], order[kv[0][1]], kv[0][2])
+    for (dname, method, group, it), rs in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], order[kv[0][1]], _group_order(kv[0][2]), kv[0][3])
     ):
         labels, source = info[dname]
         label = METHODS[method].label
+        if group not in ("se2", "-"):
+            label = f"{label} [{group}]"
         if it >= 0:
             label = f"{label}, iteration {it}"
         elif rs[0]["stopped_at"] is not None:
@@ -128,6 +134,7 @@ def clustering(
             "source": source,
             "n": int(labels.size),
             "method": method if it < 0 else f"{method}@iter{it}",
+            "group": group,
             "method_label": label,
             "runs": len(rs),
             "n_clusters": rs[0]["K"] if METHODS[method].k_given else np.nan,
@@ -145,6 +152,7 @@ def clustering(
                 "source": f"{DTI}, {where}",
                 "n": np.nan,
                 "method": "",
+                "group": "",
                 "method_label": method,
                 "runs": runs_eval,
                 "n_clusters": 10,
@@ -167,6 +175,7 @@ def clustering(
                 for d, s, n, o in zip(df.dataset, df.source, df.n, df.origin, strict=True)
             ],
             "method": df.method_label,
+            "group": df.group,
             "runs": df.runs,
             "K": ["-" if np.isnan(k) else str(int(k)) for k in df.n_clusters],
             "ACC %": [_pm(m, s) for m, s in zip(df.acc_mean, df.acc_std, strict=True)],
@@ -183,7 +192,10 @@ def clustering(
         "",
         "ACC (Hungarian matching; extra clusters count as errors), NMI and ARI in %, mean ± std",
         "over `runs` seeds (methods without randomness run once). K: the number of clusters the",
-        "method is given ('-': it finds them). 'wall s' is the method's own job; the kappa^max",
+        "method is given ('-': it finds them). Group: the transformations the method factors",
+        "out (se2, similarity, affine: the kappa^max stores it reads were made under that group,",
+        "one row per group of benchmark.groups; '-': a pixel-space method, none). 'wall s' is",
+        "the method's own job; the kappa^max",
         "based methods also build on the stored kappa^max (and IA on its invariant means), whose",
         "compute time is the next column. Rows marked as reported are the DTI paper's figures on",
         "the full MNIST (70,000 digits) and on affNIST-test; they were not run here, and our",
@@ -202,9 +214,32 @@ def clustering(
     return df
 
 
+GROUP_ORDER = ("se2", "similarity", "affine")
+IA_STAGES = ("kmax-block", "kmax-gather", "means", "means-gather")  # one IA iteration's stages
+
+
+def method_group(method: str, group: dict | None) -> str:
+    """The group a benchmark row factors out: the job's group block for the methods that use
+    the dataset's group (absent: se2), 'se2' for the SE(2)-only methods, '-' for the
+    pixel-space ones."""
+    transforms = METHODS[method].transforms
+    if transforms == "group":
+        return group_label(group)
+    return "se2" if transforms == "se2" else "-"
+
+
+def _group_order(group: str) -> tuple[int, str]:
+    name = group.split("+")[0]
+    return (GROUP_ORDER.index(name) if name in GROUP_ORDER else -1, group)
+
+
 def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
     """Table 2: concatenate the per-dataset theory rows."""
     df = read_csvs(csvs, "theory")
+    if "group" in df:  # one dataset's groups together, se2 first
+        rows = zip(df.dataset, df.group, df.iteration, strict=True)
+        key = [(d, _group_order(str(g)), t) for d, g, t in rows]
+        df = df.iloc[sorted(range(len(df)), key=key.__getitem__)].reset_index(drop=True)
     shown = df.assign(
         restart_same=[
             "-" if pd.isna(v) else ("yes" if str(v) in ("True", "1", "1.0") else "no")
@@ -221,6 +256,7 @@ def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
             "ksoft_inv_err": "κ^soft inv. err (d²)",
             "kmax_inv_err_rendered": "κ^max inv. err, rendered (d²)",
             "kmax_inv_err_rendered_value": "κ^max inv. err, rendered (rel. value)",
+            "rendered_floor": "rendered data floor",
             "restart_max_distance": "restart spread",
             "restart_same": "same manifold",
             "within_mean": "within-class d",
@@ -239,7 +275,14 @@ def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
         "rotated and shifted at random (κ^max should be ~0; the grid-pooled κ^avg and κ^soft",
         "only approximately invariant). 'Rendered': the same for two different letters drawn",
         "from their vector outlines at random angles and sub-pixel shifts (no warp of ours),",
-        "against the upright pair (row t = 0; the kernel value's change relative).",
+        "against the upright pair (row t = 0; the kernel value's change relative); under a",
+        "similarity or affine group the outlines are also scaled, stretched and sheared within",
+        "theory.rendered_fraction of the group's bounds. 'Rendered data floor': the renderings'",
+        "own distance from exact transformed copies of the upright ones after the kernel's",
+        "smoothing (unit-norm images, ||g∗r_τ − s (g∗r)∘τ||; the smoothing does not commute with",
+        "scaling and shear), the floor of what any kernel could reach on these data.",
+        "Group: the transformations κ^max factors out (one row set per group of",
+        "benchmark.groups).",
         "Restart spread: the largest κ^max distance between",
         "invariant means of one weight column restarted from different initial transforms",
         "(unit-norm means); 'same manifold' if below the configured tolerance (Theorem 3.1).",
@@ -256,7 +299,9 @@ def theory(csvs: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
 
 
 def cost(stores: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
-    """Table 3 from the provenance of every store the pipeline wrote (wall time, peak RSS)."""
+    """Table 3 from the provenance of every store the pipeline wrote (wall and CPU time, peak
+    RSS), per dataset, group, stage and detail; for the kappa^max blocks microseconds per pair
+    and, where the dataset also ran under SE(2), the ratio of CPU per pair to SE(2)'s."""
     agg: dict[tuple, dict] = {}
     for path in stores:
         a = store_attrs(path)
@@ -265,37 +310,66 @@ def cost(stores: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
         detail = s.get("method", "")
         p = Path(path)
         for part in p.parts:
-            if part.startswith("iter") and stage in ("kmax-block", "kmax-gather", "means"):
+            if part.startswith("iter") and stage in IA_STAGES:
                 detail = part
-        key = (s.get("dataset", ""), stage, detail)
-        e = agg.setdefault(key, {"jobs": 0, "wall": 0.0, "rss": 0.0, "pairs": 0, "has_wall": 0})
+        if stage == "cluster" and detail in METHODS:
+            group = method_group(detail, s.get("group"))
+        elif stage in IA_STAGES:
+            group = group_label(s.get("group"))
+        else:
+            group = "-"
+        key = (data_of(s.get("dataset", "")), _group_order(group), group, stage, detail)
+        e = agg.setdefault(
+            key, {"jobs": 0, "wall": 0.0, "cpu": 0.0, "rss": 0.0, "pairs": 0, "has": set()}
+        )
         e["jobs"] += 1
-        if "wall_seconds" in a:
-            e["wall"] += float(a["wall_seconds"])
-            e["has_wall"] += 1
+        for name, attr in (("wall", "wall_seconds"), ("cpu", "cpu_seconds")):
+            if attr in a:
+                e[name] += float(a[attr])
+                e["has"].add(name)
         e["rss"] = max(e["rss"], float(a.get("peak_rss_mb", np.nan)))
         e["pairs"] += int(a.get("pairs", 0))
     rows = []
-    for (dname, stage, detail), e in sorted(agg.items()):
+    for (dname, _, group, stage, detail), e in sorted(agg.items()):
+        pairs = e["pairs"]
         rows.append(
             {
                 "dataset": dname,
+                "group": group,
                 "stage": stage,
                 "detail": detail,
                 "jobs": e["jobs"],
-                "wall_seconds": e["wall"] if e["has_wall"] else np.nan,
+                "wall_seconds": e["wall"] if "wall" in e["has"] else np.nan,
+                "cpu_seconds": e["cpu"] if "cpu" in e["has"] else np.nan,
                 "peak_rss_mb": e["rss"],
-                "pairs": e["pairs"] or np.nan,
-                "us_per_pair": 1e6 * e["wall"] / e["pairs"] if e["pairs"] else np.nan,
+                "pairs": pairs or np.nan,
+                "us_per_pair": 1e6 * e["wall"] / pairs if pairs else np.nan,
+                "cpu_us_per_pair": (
+                    1e6 * e["cpu"] / pairs if pairs and "cpu" in e["has"] else np.nan
+                ),
             }
         )
     df = pd.DataFrame(rows)
+    se2 = {
+        (r.dataset, r.stage, r.detail): r.cpu_us_per_pair
+        for r in df.itertuples()
+        if r.group == "se2" and r.pairs == r.pairs
+    }
+    df["cpu_ratio_to_se2"] = [
+        r.cpu_us_per_pair / se2[(r.dataset, r.stage, r.detail)]
+        if r.pairs == r.pairs and (r.dataset, r.stage, r.detail) in se2
+        else np.nan
+        for r in df.itertuples()
+    ]
     md = [
         "# Table 3: cost",
         "",
-        "Per dataset, stage and detail (IA iteration or benchmark method): jobs, summed wall",
-        "time of the computation (s), largest peak resident memory of one job (MiB, getrusage),",
-        "and for the kappa^max blocks the pairs searched and microseconds per pair. Timings vary",
+        "Per dataset, group, stage and detail (IA iteration or benchmark method): jobs, summed",
+        "wall and CPU time (all threads, time.process_time) of the computation (s), largest peak",
+        "resident memory of one job (MiB, getrusage), and for the kappa^max blocks the pairs",
+        "searched, microseconds per pair (wall and CPU) and the CPU per pair relative to the",
+        "same dataset and iteration under SE(2) (the cost of the group's refinement). Group: the",
+        "transformations factored out ('-': none, or a stage without kappa^max). Timings vary",
         "between runs and with the machine's load; this table is not part of the",
         "reproducibility check.",
         "",

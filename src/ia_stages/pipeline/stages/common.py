@@ -42,13 +42,15 @@ def require_images(ds: xr.Dataset, path: str | Path) -> np.ndarray:
 
 @contextmanager
 def timer() -> Iterator[dict[str, float]]:
-    """``with timer() as t: ...`` leaves the elapsed wall time in ``t['seconds']``."""
+    """``with timer() as t: ...`` leaves the elapsed wall time in ``t['seconds']`` and the
+    process's CPU time (all threads, ``time.process_time``) in ``t['cpu_seconds']``."""
     out: dict[str, float] = {}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         yield out
     finally:
         out["seconds"] = time.perf_counter() - start
+        out["cpu_seconds"] = time.process_time() - cpu
 
 
 _pinned: list[int] = []

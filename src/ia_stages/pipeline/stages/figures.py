@@ -199,19 +199,25 @@ def benchmark(inputs: list[str], out: str | Path) -> None:
 
     t = pd.read_csv(inputs[0])
     t = t[(t.origin == "run here") & ~t.method.astype(str).str.contains("@iter")]
+    if "group" not in t:  # tables written before the group column
+        t = t.assign(group="se2")
     datasets = list(dict.fromkeys(t.dataset))
     methods = sorted(dict.fromkeys(t.method), key=list(METHODS).index)
+    bars = [(m, g) for m in methods for g in dict.fromkeys(t[t.method == m].group)]
     colours = method_colours(methods)
-    width_in = min(14.0, max(8.0, 0.3 * len(methods) * len(datasets)))
+    hatches = {"similarity": "//", "affine": "xx"}  # SE(2) and pixel rows plain
+    width_in = min(14.0, max(8.0, 0.3 * len(bars) * len(datasets)))
     fig, ax = plt.subplots(figsize=(width_in, 6.0))
-    width = 0.84 / len(methods)
-    for k, m in enumerate(methods):
-        rows = [t[(t.dataset == d) & (t.method == m)] for d in datasets]
+    width = 0.84 / len(bars)
+    for k, (m, g) in enumerate(bars):
+        rows = [t[(t.dataset == d) & (t.method == m) & (t.group == g)] for d in datasets]
         acc = [100 * r.acc_mean.iloc[0] if len(r) else np.nan for r in rows]
         err = [100 * np.nan_to_num(r.acc_std.iloc[0]) if len(r) else 0 for r in rows]
-        x = np.arange(len(datasets)) + (k - (len(methods) - 1) / 2) * width
+        x = np.arange(len(datasets)) + (k - (len(bars) - 1) / 2) * width
         ia = m.startswith("ia")
-        ax.bar(x, acc, width, yerr=err, label=METHODS[m].label, color=colours[m], capsize=2,
+        label = METHODS[m].label + (f" [{g}]" if g not in ("se2", "-") else "")  # as Table 1
+        ax.bar(x, acc, width, yerr=err, label=label, color=colours[m], capsize=2,
+               hatch=hatches.get(str(g).split("+")[0]),
                edgecolor="black" if ia else "none", linewidth=1.2 if ia else 0)  # fmt: skip
     sizes = {d: int(t[t.dataset == d].n.iloc[0]) for d in datasets}
     ax.set_xticks(np.arange(len(datasets)), [f"{d} (n={sizes[d]})" for d in datasets])

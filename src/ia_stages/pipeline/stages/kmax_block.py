@@ -86,6 +86,7 @@ def run(
         block=[bi, bj],
         n=n,
         wall_seconds=t["seconds"],
+        cpu_seconds=t["cpu_seconds"],
         pairs=n_pairs(bi, bj, block_size, n),
     )
     write_store(ds, out)

@@ -3,18 +3,27 @@
 - ``R``: R^(t), the largest within-class manifold distance d(S_i, S_j) of the iteration-t
   features (from the stored kappa^max and the features' norms); ``R_ratio`` = R^(t+1) / R^(t)
   (Theorem 4.1 predicts < 1).
+- ``group``: the group kappa^max factors out (the dataset's ``group`` block; a group variant
+  ``{dataset}@{group}`` of ``benchmark.groups`` reports its base dataset and its group).
 - ``kmax_inv_err`` / ``kavg_inv_err`` / ``ksoft_inv_err``: the largest change of the kernel's
   squared distance -log(kernel) / beta between ``samples`` iteration-t features when each is
-  rotated (uniformly on the circle) and shifted at random; 0 for an exactly invariant kernel
+  rotated (uniformly on the circle) and shifted at random (kappa^max: also scaled, stretched
+  and sheared within ``rendered_fraction`` of the group's bounds, by our warp; kappa^avg and
+  kappa^soft pool over SE(2) grids and see the SE(2) part only); 0 for an exactly invariant kernel
   (unit-norm images: distances lie in [0, 4]). ``kmax_inv_err_value``: the change of the
   kappa^max value itself. The kappa^max of this check refines every candidate (prune_kappa 0):
   a pruned pair reports its start's distance, which is not invariant (its value is < prune_kappa
   either way).
 - ``kmax_inv_err_rendered`` / ``kmax_inv_err_rendered_value`` (row t = 0 only; they do not
   depend on the data): the same for two different letters drawn from their vector outlines
-  (:func:`ia_stages.benchmark.theory.rendered_invariance_error`), each at its own random angle and
-  sub-pixel shift, against the upright pair: the largest change of the squared distance, and
-  of the kappa^max value relative to the upright pair's. Images that no warp of ours made.
+  (:func:`ia_stages.benchmark.theory.rendered_invariance_error`), each under its own random map
+  of the group (angle, sub-pixel shift, and within ``rendered_fraction`` of the bounds scale,
+  stretch and shear), against the upright pair: the largest change of the squared distance,
+  and of the kappa^max value relative to the upright pair's. Images that no warp of ours made.
+  ``rendered_floor``: the data's own floor beside it, the largest ||g * r_tau - s (g * r) o tau||
+  of the unit-norm smoothed renderings against the exact warp of the upright ones (the
+  smoothing g does not commute with scaling and shear: κ^max cannot be more invariant than
+  the renderings are copies of one another).
 - ``restart_max_distance``: for ``columns`` weight columns j of iteration t, the invariant mean
   is restarted from ``restarts`` different initial transforms (theory.restart_inits); the
   largest kappa^max distance between two restarts' unit-norm means. ``restart_same`` = it is
@@ -37,16 +46,18 @@ import pandas as pd
 
 from ia_stages.benchmark import metrics as M
 from ia_stages.benchmark import theory as Th
+from ia_stages.core.groups import SE2, AffineFamily, make_group
 from ia_stages.ia.attention import column_normalize
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.grid import GridSettings, group_kernel
-from ia_stages.pipeline.config import stage_seed
+from ia_stages.pipeline.config import data_of, group_label, stage_seed
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images
 from ia_stages.pipeline.store import read_store, write_text_atomic
 
 COLUMNS = [
     "dataset",
+    "group",
     "iteration",
     "R",
     "R_ratio",
@@ -56,6 +67,7 @@ COLUMNS = [
     "ksoft_inv_err",
     "kmax_inv_err_rendered",
     "kmax_inv_err_rendered_value",
+    "rendered_floor",
     "restart_max_distance",
     "restart_same",
     "attention",
@@ -85,7 +97,8 @@ def run(
         "sigma": settings["sigma"],
     }
     search = SearchSettings(**settings["search"])
-    kmax_fn = partial(kappa_max, settings=replace(search, prune_kappa=0.0), **kw)
+    group = make_group(**settings.get("group", {}))  # absent: SE(2)
+    kmax_fn = partial(kappa_max, settings=replace(search, prune_kappa=0.0), group=group, **kw)
     abl = settings["ablation"]
     grid = GridSettings(
         n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
@@ -97,7 +110,12 @@ def run(
     # the restarts compare unit-norm means by their kappa^max distance (with the kernel's
     # smoothing, which makes the comparison blind to interpolation blur)
     dist_fn = partial(
-        kappa_max, beta=1.0, normalization="unit", settings=search, sigma=settings["sigma"]
+        kappa_max,
+        beta=1.0,
+        normalization="unit",
+        settings=search,
+        sigma=settings["sigma"],
+        group=group,
     )
     mean = dict(settings["mean"])
     mean["sigmas"] = tuple(mean["sigmas"])
@@ -108,7 +126,7 @@ def run(
         fpath = dataset if t == 0 else features[t - 1]
         V = require_images(load_features(fpath), fpath)
         if t == 0:
-            rendered = _rendered(settings, kmax_fn, V.shape[1:])
+            rendered = _rendered(settings, kmax_fn, V.shape[1:], group)
         km = read_store(kpath, required=("value", "params", "sqdist"))
         if km["value"].shape != (V.shape[0],) * 2:
             raise InputError(f"{kpath}: kappa^max is {km['value'].shape}, n={V.shape[0]}")
@@ -117,11 +135,10 @@ def run(
         within, between = Th.class_separation(dist, labels)
         m = min(th["samples"], V.shape[0])
         pick = np.sort(rng.choice(V.shape[0], m, replace=False))
-        taus = Th.random_transforms(rng, m, th["max_shift"])
-        errs = {
-            name: Th.invariance_error(V[pick], fn, taus)
-            for name, fn in (("kmax", kmax_fn), ("kavg", kavg_fn), ("ksoft", ksoft_fn))
-        }
+        taus = Th.random_group_params(rng, m, group, th["max_shift"], th["rendered_fraction"])
+        errs = {"kmax": Th.invariance_error(V[pick], kmax_fn, taus, group)}
+        for name, fn in (("kavg", kavg_fn), ("ksoft", ksoft_fn)):  # SE(2) grids: SE(2) maps
+            errs[name] = Th.invariance_error(V[pick], fn, taus[:, :3])
         spread, same = np.nan, None
         if t < len(features):  # iteration t's weights produced iteration t + 1's features
             fw = read_store(features[t])
@@ -131,15 +148,16 @@ def run(
             for j in np.sort(cols):
                 inits = Th.restart_inits(
                     km["params"].values, W[:, j], int(j), th["restarts"], rng,
-                    th["jitter_deg"], th["jitter_px"],
+                    th["jitter_deg"], th["jitter_px"], group,
                 )  # fmt: skip
-                res = Th.restart_spread(V, W[:, j], inits, dist_fn, mean_settings)
+                res = Th.restart_spread(V, W[:, j], inits, dist_fn, mean_settings, group)
                 dists.append(res.max_distance)
             spread = float(max(dists))
             same = bool(spread < th["tolerance"])
         rows.append(
             {
-                "dataset": settings["dataset"],
+                "dataset": data_of(settings["dataset"]),
+                "group": group_label(settings.get("group")),
                 "iteration": t,
                 "R": R[-1],
                 "R_ratio": np.nan,
@@ -149,6 +167,7 @@ def run(
                 "ksoft_inv_err": errs["ksoft"].max_abs_sqdist,
                 "kmax_inv_err_rendered": rendered[0] if t == 0 else np.nan,
                 "kmax_inv_err_rendered_value": rendered[1] if t == 0 else np.nan,
+                "rendered_floor": rendered[2] if t == 0 else np.nan,
                 "restart_max_distance": spread,
                 "restart_same": same,
                 "attention": settings.get("attention", {"kind": "dense"})["kind"],
@@ -166,13 +185,16 @@ def run(
     return df
 
 
-def _rendered(settings: dict, kmax_fn: partial, shape: tuple[int, int]) -> tuple[float, float]:
-    """(max |Delta d2|, max relative |Delta kappa^max|) on letters rendered at an angle on a
-    canvas of the dataset's ``shape``, with the stage's kappa^max; NaN when switched off. Its
-    own random stream, so that the other columns do not depend on it."""
+def _rendered(
+    settings: dict, kmax_fn: partial, shape: tuple[int, int], group: SE2 | AffineFamily
+) -> tuple[float, float, float]:
+    """(max |Delta d2|, max relative |Delta kappa^max|, the data's floor) on letters rendered
+    under random maps of ``group`` on a canvas of the dataset's ``shape``, with the stage's
+    kappa^max; NaN when switched off. Its own random stream, so that the other columns do not
+    depend on it."""
     th = settings["theory"]
     if th["rendered_pairs"] == 0:
-        return np.nan, np.nan
+        return np.nan, np.nan, np.nan
     seed = stage_seed(settings["seed"], f"theory-rendered:{settings['dataset']}")
     rng = np.random.default_rng(seed)
     err = Th.rendered_invariance_error(
@@ -183,5 +205,8 @@ def _rendered(settings: dict, kmax_fn: partial, shape: tuple[int, int]) -> tuple
         renderings=th["rendered_renderings"],
         psf=th["rendered_psf"],
         supersample=th["rendered_supersample"],
+        group=group,
+        fraction=th["rendered_fraction"],
+        sigma=settings["sigma"],
     )
-    return err.max_abs_sqdist, err.max_rel_value
+    return err.max_abs_sqdist, err.max_rel_value, err.floor

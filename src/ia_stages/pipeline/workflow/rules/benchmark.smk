@@ -25,7 +25,7 @@ rule theory:
     conda:
         CONDA_ENV
     input:
-        dataset="results/data/{dataset}.zarr",
+        dataset=lambda w: data_store(w.dataset),
         kmax=lambda w: ia_stores(w.dataset)[0],
         features=lambda w: ia_stores(w.dataset)[1],
     output:
@@ -66,7 +66,7 @@ rule table_theory:
     conda:
         CONDA_ENV
     input:
-        expand("results/{dataset}/theory.csv", dataset=BENCH_DATASETS),
+        expand("results/{dataset}/theory.csv", dataset=BENCH_RUNS),
     output:
         csv=report(
             "results/tables/theory.csv",

@@ -1,12 +1,15 @@
 # Shared wiring of the clustering benchmark (benchmark.smk): job lists and input functions.
 import json
 
-from ia_stages.pipeline.config import cluster_settings
+from ia_stages.pipeline.config import cluster_settings, group_variants
 from ia_stages.benchmark.methods import HEAVY_METHODS, METHODS, method_seeds
 
 BENCH = config["benchmark"]
 BENCH_DATASETS = BENCH["datasets"]
 BENCH_METHODS = BENCH["methods"]
+BENCH_VARIANTS = group_variants(config)  # '{dataset}@{group}' -> dataset (benchmark.groups)
+# every benchmark dataset under its own group, then under each other group of benchmark.groups
+BENCH_RUNS = BENCH_DATASETS + list(BENCH_VARIANTS)
 BENCH_TABLES = [
     f"results/tables/{name}.{ext}"
     for name in ("clustering", "theory", "cost")
@@ -19,11 +22,14 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-def cluster_runs(datasets=BENCH_DATASETS):
+def cluster_runs():
+    """Every method on every benchmark dataset; the methods that use a group (IA and the
+    kappa^max baselines) also on every group variant."""
     return [
         f"results/{d}/cluster/{m}/seed{s}.zarr"
-        for d in datasets
+        for d in BENCH_RUNS
         for m in BENCH_METHODS
+        if d in BENCH_DATASETS or METHODS[m].transforms == "group"
         for s in method_seeds(m, BENCH["seeds"])
     ]
 
@@ -37,7 +43,7 @@ def ia_stores(d):
 
 def cluster_inputs(w):
     """The dataset, the kappa^max the method reads, and the stores whose compute it reuses."""
-    ins = {"dataset": f"results/data/{w.dataset}.zarr", "upstream": []}
+    ins = {"dataset": data_store(w.dataset), "upstream": []}
     kmax, feats = ia_stores(w.dataset)
     need = METHODS[w.method].needs
     if need == "kmax0":
@@ -60,9 +66,8 @@ def cluster_args(w, input):
 
 
 def cost_stores(w):
-    stores = []
-    for d in BENCH_DATASETS:
-        stores.append(f"results/data/{d}.zarr")
+    stores = [f"results/data/{d}.zarr" for d in BENCH_DATASETS]
+    for d in BENCH_RUNS:
         for t in range(IA_ITERS + 1):
             stores += [
                 f"results/{d}/ia/iter{t}/kmax/{bi}_{bj}.zarr" for bi, bj in kmax_blocks(config, d)

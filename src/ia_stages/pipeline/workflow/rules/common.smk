@@ -3,6 +3,7 @@ import shlex
 
 from ia_stages.pipeline.config import (
     column_blocks,
+    data_of,
     kmax_blocks,
     knn_path,
     knn_row_blocks,
@@ -54,11 +55,16 @@ def settings(stage):
     return lambda w: shlex.quote(stage_settings_json(config, stage, w.dataset))
 
 
+def data_store(d):
+    """The dataset store a dataset reads (a group variant reads its base dataset's)."""
+    return f"results/data/{data_of(d)}.zarr"
+
+
 def features_of(w):
     """Features of IA iteration t: the dataset for t = 0, else iteration t's invariant means."""
     t = int(w.t)
     if t == 0:
-        return f"results/data/{w.dataset}.zarr"
+        return data_store(w.dataset)
     return f"results/{w.dataset}/ia/iter{t}/features.zarr"
 
 
@@ -89,7 +95,7 @@ def previous_features(w):
     """Features entering the iteration that produces iteration t's features."""
     t = int(w.t) - 1
     if t == 0:
-        return f"results/data/{w.dataset}.zarr"
+        return data_store(w.dataset)
     return f"results/{w.dataset}/ia/iter{t}/features.zarr"
 
 
