@@ -48,10 +48,11 @@ class NoiseSettings:
         """The smoothing sigma (px) these settings choose for the images ``X`` ``(n, H, W)``:
         :func:`choose_sigma`, at most ``max_sigma`` and at most what the image size allows
         (:func:`~ia_stages.core.validation.min_side`), never below ``min_sigma``."""
-        fits = (min(X.shape[1:]) - 1) / 2.0
-        chosen = choose_sigma(X, min(self.border, max(1, (min(X.shape[1:]) - 1) // 2)),
-                              self.residual, self.min_sigma)  # fmt: skip
-        return max(self.min_sigma, min(chosen, self.max_sigma, fits)) if fits > 0 else 0.0
+        side = min(X.shape[1:])
+        border = min(self.border, max(1, (side - 1) // 2))  # the frame must fit the image
+        chosen = choose_sigma(X, border, self.residual, self.min_sigma)
+        fits = (side - 1) / 2.0  # the largest sigma min_side allows
+        return max(self.min_sigma, min(chosen, self.max_sigma, fits))
 
 
 def estimate_noise(X: Any, border: int = 3) -> float:

@@ -386,26 +386,9 @@ def ia_config(cfg: dict, dataset: str) -> dict:
         p = ia_settings(ds["preset"])
         readout = {**asdict(p.readout), "threshold": threshold}
         readout["resolutions"] = list(readout["resolutions"])
-        return {
-            "beta": ds["beta"],
-            "iterations": cfg["ia"]["iterations"],
-            "init": cfg["ia"]["init"],
-            "normalization": ds["normalization"],
-            "sigma": ds["kernel_sigma"],
-            "attention": attention,
-            "readout": readout,
-            "stop": asdict(p.stop),
-            "mean": dict(cfg["ia"]["mean"]),
-            "search": dict(cfg["ia"]["search"]),
-        }
-    return {
-        "beta": ds["beta"],
-        "iterations": cfg["ia"]["iterations"],
-        "init": cfg["ia"]["init"],
-        "normalization": ds["normalization"],
-        "sigma": ds["kernel_sigma"],
-        "attention": attention,
-        "readout": {
+        stop = asdict(p.stop)
+    else:
+        readout = {
             "kind": "graph" if r["ia"] == "graph" else "linkage",
             "k": g["k_ia"],
             "threshold": threshold,
@@ -416,8 +399,17 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "resolutions": g["resolutions"],
             "min_cluster_size": g["min_cluster_size"],
             "merge": g["merge"],
-        },
-        "stop": dict(cfg["ia"]["stop"]),
+        }
+        stop = dict(cfg["ia"]["stop"])
+    return {
+        "beta": ds["beta"],
+        "iterations": cfg["ia"]["iterations"],
+        "init": cfg["ia"]["init"],
+        "normalization": ds["normalization"],
+        "sigma": ds["kernel_sigma"],
+        "attention": attention,
+        "readout": readout,
+        "stop": stop,
         "mean": dict(cfg["ia"]["mean"]),
         "search": dict(cfg["ia"]["search"]),
     }
