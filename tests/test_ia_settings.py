@@ -228,3 +228,29 @@ def test_merge_joins_sub_styles_of_one_class_and_keeps_classes_apart():
     np.testing.assert_array_equal(cluster_averages(X, split, km, s, n_clusters=4)[0], split)
     # three letters, one cluster each: nothing to join
     np.testing.assert_array_equal(merge_clusters(y, cluster_averages(X, y, km, s)[1], s), y)
+
+
+def test_the_cluster_command_takes_the_knn_path_above_dense_max(tmp_path):
+    """``--kmax auto`` (the default): dense up to ``dense_max`` images, the kNN path above;
+    the schema's default is the code's, and a bad mode is one line naming the option."""
+    from ia_stages.pipeline import config as pipeline_config
+    from ia_stages.pipeline.config import knn_path
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((12, 24, 24)))
+    small = validate_config(images_config(tmp_path / "x.npy"))
+    assert small["datasets"][DATASET]["kmax"]["dense_max"] == pipeline_config.DENSE_MAX
+    assert not knn_path(small, DATASET)
+    large = validate_config(images_config(tmp_path / "x.npy", dense_max=11, n_candidates=8))
+    assert knn_path(large, DATASET)
+    forced = validate_config(images_config(tmp_path / "x.npy", kmax="candidates", n_candidates=8))
+    assert knn_path(forced, DATASET)
+    assert forced["datasets"][DATASET]["kmax"]["features"]["n_candidates"] == 8
+    assert not knn_path(validate_config(images_config(tmp_path / "x.npy", kmax="dense")), DATASET)
+    schema = yaml.safe_load(pipeline_config.SCHEMA.read_text())
+    assert (
+        schema["$defs"]["kmax"]["properties"]["dense_max"]["default"] == pipeline_config.DENSE_MAX
+    )
+    with pytest.raises(ConfigError, match="--kmax"):
+        images_config(tmp_path / "x.npy", kmax="sparse")
+    with pytest.raises(ConfigError, match="n_candidates"):  # c >= n on the kNN path
+        validate_config(images_config(tmp_path / "x.npy", kmax="candidates", n_candidates=12))

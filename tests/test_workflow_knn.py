@@ -46,12 +46,18 @@ def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
     """The store of 3 row-block jobs equals that of one job, and the library's one call."""
     it0 = knn_run / "results/mnist_rot/ia/iter0"
     sharded = read_store(it0 / "knn.zarr")
-    assert sharded.attrs["blocks"] == 3
+    assert sharded.attrs["blocks"] == 6  # 3 row blocks and their 3 expansion blocks
     settings = json.loads(sharded.attrs["settings"])  # exactly what the jobs used
     images = knn_run / "results/data/mnist_rot.zarr"
-    one = knn.block(images, it0 / "knn_features.zarr", tmp_path / "b.zarr", 0, N, settings)
+    assert settings["features"]["n_expand"] > 0  # the expansion pass is sharded too
+    feats = it0 / "knn_features.zarr"
+    one = knn.block(images, feats, tmp_path / "b.zarr", 0, N, settings)
     assert one.attrs["rows"] == [0, N]
-    single = knn.gather([tmp_path / "b.zarr"], it0 / "knn_features.zarr", tmp_path / "k.zarr",
+    knn.gather([tmp_path / "b.zarr"], feats, tmp_path / "first.zarr", settings)
+    more = knn.expand(images, tmp_path / "first.zarr", [tmp_path / "b.zarr"],
+                      tmp_path / "x.zarr", 0, N, settings)  # fmt: skip
+    assert more.sizes["pair"] > 0
+    single = knn.gather([tmp_path / "b.zarr", tmp_path / "x.zarr"], feats, tmp_path / "k.zarr",
                         settings)  # fmt: skip
     for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
         np.testing.assert_array_equal(sharded[name].values, single[name].values, err_msg=name)

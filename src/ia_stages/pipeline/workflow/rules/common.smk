@@ -87,6 +87,22 @@ def knn_block_stores(w):
     ]
 
 
+def knn_expands(d):
+    """True when dataset d's kNN path has an expansion pass (kmax.features.n_expand > 0)."""
+    return config["datasets"][d]["kmax"]["features"]["n_expand"] > 0
+
+
+def knn_pair_stores(w):
+    """Every pair store the final knn_gather merges: the row blocks, then the expansion's."""
+    stores = knn_block_stores(w)
+    if knn_expands(w.dataset):
+        stores += [
+            f"results/{w.dataset}/ia/iter{w.t}/knn_expand/{bi}.zarr"
+            for bi in knn_row_blocks(config, w.dataset)
+        ]
+    return stores
+
+
 def means_block_stores(w):
     return [f"results/{w.dataset}/ia/iter{w.t}/means/{cb}.zarr" for cb in column_blocks(config, w.dataset)]
 

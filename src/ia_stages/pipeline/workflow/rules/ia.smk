@@ -74,11 +74,51 @@ rule knn_block:
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-rule knn_gather:
+# With kmax.features.n_expand > 0: the first round's lists, then row blocks of neighbours'
+# neighbours refined (knn_expand), then knn_gather merges both rounds' pairs.
+rule knn_first:
     conda:
         CONDA_ENV
     input:
         blocks=knn_block_stores,
+        features="results/{dataset}/ia/iter{t}/knn_features.zarr",
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn_first.zarr"),
+    params:
+        settings=settings("knn"),
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn_first.log",
+    shell:
+        "ia-stages knn-gather --blocks {input.blocks} --features {input.features}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
+rule knn_expand:
+    conda:
+        CONDA_ENV
+    input:
+        images=features_of,
+        first="results/{dataset}/ia/iter{t}/knn_first.zarr",
+        blocks=knn_block_stores,
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn_expand/{bi}.zarr"),
+    params:
+        settings=settings("knn"),
+        rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+    threads: config["threads"]
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn_expand_{bi}.log",
+    shell:
+        "ia-stages knn-expand --images {input.images} --first {input.first}"
+        " --blocks {input.blocks} --block {wildcards.bi} --rows {params.rows}"
+        " --threads {threads} --settings {params.settings} --out {output} 2> {log}"
+
+
+rule knn_gather:
+    conda:
+        CONDA_ENV
+    input:
+        blocks=knn_pair_stores,
         features="results/{dataset}/ia/iter{t}/knn_features.zarr",
     output:
         directory("results/{dataset}/ia/iter{t}/knn.zarr"),
