@@ -185,3 +185,35 @@ def test_row_blocks_give_the_one_calls_lists(copies):
     for name in ("sqdist", "params", "value"):
         assert np.array_equal(getattr(sharded, name), getattr(one, name)), name
     assert sharded.margin_used == one.margin_used
+
+
+@pytest.mark.slow
+def test_expansion_finds_neighbours_the_features_missed(copies):
+    """The pass over neighbours of neighbours adds pairs not refined before, keeps every list
+    sorted and exact where it agrees with the all-pairs result, and raises the recall."""
+    from ia_stages.kmax.candidates import expansion_candidates
+
+    X = copies.data.astype(float)
+    n = X.shape[0]
+    ref = kappa_max(X, k=5, sigma=1.0, settings=EXACT_SEARCH)
+    plain = kappa_max(X, k=5, sigma=1.0, mode="candidates",
+                      features=FeatureSettings(n_candidates=5, n_dims=16))  # fmt: skip
+    more = kappa_max(X, k=5, sigma=1.0, mode="candidates",
+                     features=FeatureSettings(n_candidates=5, n_dims=16, n_expand=6))  # fmt: skip
+
+    def recall(res):
+        pairs = zip(ref.indices, res.indices, strict=True)
+        return np.mean([np.isin(a[1:], b[1:]).mean() for a, b in pairs])
+
+    assert recall(more) > recall(plain)
+    assert plain.pairs_refined < more.pairs_refined <= plain.pairs_refined + n * 6
+    assert (np.diff(more.sqdist, axis=1) >= 0).all()
+    for i in range(n):
+        common = np.intersect1d(ref.indices[i], more.indices[i])
+        a = ref.sqdist[i][np.isin(ref.indices[i], common)]
+        b = more.sqdist[i][np.isin(more.indices[i], common)]
+        assert np.allclose(np.sort(a), np.sort(b), atol=1e-6)
+    cand = expansion_candidates(plain, range(n), 6)
+    for i in range(n):  # never itself or a sample already in its list
+        got = cand[i][cand[i] >= 0]
+        assert not np.isin(got, plain.indices[i]).any() and np.unique(got).size == got.size

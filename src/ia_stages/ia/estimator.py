@@ -67,7 +67,15 @@ _OPTIONS = {
     "attention_options": ("attention", ("bandwidth", "symmetry", "mean_steps")),
     "readout_options": (
         "readout",
-        ("with_k", "community", "resolution", "resolutions", "min_cluster_size", "merge"),
+        (
+            "with_k",
+            "restarts",
+            "community",
+            "resolution",
+            "resolutions",
+            "min_cluster_size",
+            "merge",
+        ),
     ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
 }
@@ -156,7 +164,8 @@ class InvariantAttentionClustering(
         (1 <= k < n_samples); None (the presets) follows n and K: round(n / 10) clipped to
         1..20, at most n / K - 1 with K; also the graph of ``stop='stability'``
     readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
-        ``n_clusters``), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
+        ``n_clusters``), ``restarts`` (Leiden bisections to K, the one of highest modularity
+        kept; >= 1), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
         ``resolution`` (Leiden's, > 0), ``resolutions`` (those 'silhouette' tries),
         ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
         ``n_clusters``: join clusters whose class averages lie within ``merge`` times their

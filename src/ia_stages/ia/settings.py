@@ -46,6 +46,8 @@ class ReadoutSettings:
     threshold : 'linkage' without K: merge distance between unit-norm features (0..2)
     linkage : 'average' | 'single' | 'complete'
     with_k : 'graph' with K: 'leiden' (resolution bisected to K) or 'spectral'
+    restarts : with_k 'leiden': Leiden bisections with seeds seed, seed + 1, ...; the
+        K-partition of highest modularity is kept (>= 1)
     community : 'graph' without K: 'silhouette' (Leiden at each of ``resolutions``, the
         partition with the highest silhouette on the kappa^max distances kept), 'leiden' (at
         ``resolution``) or 'hdbscan'
@@ -64,6 +66,7 @@ class ReadoutSettings:
     threshold: float = 0.3
     linkage: str = "average"
     with_k: str = "leiden"
+    restarts: int = 8
     community: str = "silhouette"
     resolution: float = 1.0
     resolutions: tuple[float, ...] = RESOLUTIONS
@@ -79,6 +82,7 @@ class ReadoutSettings:
         check_number(self.threshold, "readout.threshold", low=0.0)
         check_choice(self.linkage, "readout.linkage", LINKAGES)
         check_choice(self.with_k, "readout.with_k", WITH_K)
+        check_number(self.restarts, "readout.restarts", integer=True, low=1)
         check_choice(self.community, "readout.community", COMMUNITIES)
         check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
         if not isinstance(self.resolutions, (tuple, list)) or not self.resolutions:
@@ -93,6 +97,7 @@ class ReadoutSettings:
         return {
             "k": self.k,
             "with_k": self.with_k,
+            "restarts": self.restarts,
             "community": self.community,
             "resolution": self.resolution,
             "resolutions": list(self.resolutions),
@@ -394,6 +399,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "threshold": threshold,
             "linkage": r["linkage"],
             "with_k": g["with_k"],
+            "restarts": g["restarts"],
             "community": g["community"],
             "resolution": g["resolution"],
             "resolutions": g["resolutions"],

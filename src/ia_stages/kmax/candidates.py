@@ -316,11 +316,10 @@ def refine_pairs(
     # the images these pairs touch: the scan's spectra and the refinement's layout are made
     # for those alone, in local indices
     need = np.unique(np.concatenate([a, b]))
-    Ul = Un[need]
+    Ul = Un if need.size == n else Un[need]
     uu = (Ul**2).reshape(need.size, -1).sum(1)
     scan = _PairScan(Ul, settings)
     la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
-    images = _pair_layout(Ul, Ul, sigma, settings)
     by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
     cols, first = np.unique(lb[by_b], return_index=True)
     bounds = np.r_[first, by_b.size]
@@ -328,11 +327,16 @@ def refine_pairs(
         block = cols[c0 : c0 + COLUMN_BLOCK]
         sel = by_b[bounds[c0] : bounds[min(c0 + COLUMN_BLOCK, cols.size)]]
         starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
+        # the refinement's layout (several copies of each image) of this block's images only:
+        # memory follows the block, not n
+        sub = np.unique(np.concatenate([la[sel], block]))
+        images = _pair_layout(Ul[sub], Ul[sub], sigma, settings)
         for r in range(0, sel.size, REFINE_BATCH):
             s = sel[r : r + REFINE_BATCH]
             p, d2 = _refine_candidates(
-                images, la[s], lb[s], starts[r : r + REFINE_BATCH], settings, beta
-            )
+                images, np.searchsorted(sub, la[s]), np.searchsorted(sub, lb[s]),
+                starts[r : r + REFINE_BATCH], settings, beta,
+            )  # fmt: skip
             out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
         out.scanned[sel] = scanned
         if progress is not None:

@@ -89,6 +89,7 @@ def images_config(
         "graph": {
             "k_ia": ia.readout.k,
             "with_k": ia.readout.with_k,
+            "restarts": ia.readout.restarts,
             "community": ia.readout.community,
             "resolution": ia.readout.resolution,
             "resolutions": list(ia.readout.resolutions),

@@ -97,7 +97,27 @@ def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> l
             row["block_diagonality"] = diag
         rows.append(row)
         seconds += float(store_attrs(kmax[t]).get("wall_seconds", 0.0))
-    return rows
+    return rows + _rows_with_k(settings, labels, sqs, values, rows)
+
+
+def _rows_with_k(settings, labels, sqs, values, rows) -> list[dict]:
+    """'IA (K)': the same iterations read out into K = the number of classes (labelled data
+    only), with the read-out sized to K as the estimator's with ``n_clusters``."""
+    if labels is None or np.unique(labels).size < 2:
+        return []
+    K = int(np.unique(labels).size)
+    n = labels.size
+    if K >= n:
+        return []
+    ia = sized(ia_settings(**settings["ia"]), n, K)
+    parts, _, _ = read_iterations(sqs, ia, K, int(settings["seed"]), values)
+    out = []
+    for row, pred in zip(rows, parts, strict=True):
+        k_row = _row(row["dataset"], "IA (K)", row["iteration"], labels, pred, None,
+                     row["max_within_class_manifold_distance"], row["wall_seconds"])  # fmt: skip
+        k_row["block_diagonality"] = row["block_diagonality"]
+        out.append(k_row)
+    return out
 
 
 def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dict]:
