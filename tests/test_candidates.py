@@ -169,7 +169,7 @@ def test_row_blocks_give_the_one_calls_lists(copies):
 
     X = copies.data[:24].astype(float)
     n = X.shape[0]
-    fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4)
+    fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4, n_expand=0)
     one = kappa_max(X, k=3, sigma=1.0, beta=2.0, mode="candidates", features=fs)
     Un = prepared_images(X, 3, 1.0, features=fs)
     F = invariant_features(Un, fs)
@@ -197,7 +197,7 @@ def test_expansion_finds_neighbours_the_features_missed(copies):
     n = X.shape[0]
     ref = kappa_max(X, k=5, sigma=1.0, settings=EXACT_SEARCH)
     plain = kappa_max(X, k=5, sigma=1.0, mode="candidates",
-                      features=FeatureSettings(n_candidates=5, n_dims=16))  # fmt: skip
+                      features=FeatureSettings(n_candidates=5, n_dims=16, n_expand=0))  # fmt: skip
     more = kappa_max(X, k=5, sigma=1.0, mode="candidates",
                      features=FeatureSettings(n_candidates=5, n_dims=16, n_expand=6))  # fmt: skip
 

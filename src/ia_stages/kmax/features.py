@@ -56,9 +56,9 @@ class FeatureSettings:
     n_freqs: int = 12
     n_dims: int = 128
     pca_rows: int = 20_000
-    n_candidates: int = 64
+    n_candidates: int = 48
     n_refine: int = 0
-    n_expand: int = 0
+    n_expand: int = 16
     batch: int = 2048
     seed: int = 0
 
