@@ -47,7 +47,7 @@ from ia_stages.kmax.polar import (
     centroids,
     scan_spectra,
 )
-from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
+from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks, pair_peaks
 from ia_stages.kmax.search import (
     EXACT_SEARCH,
     FLOATS,
@@ -459,8 +459,6 @@ class _PairScan:
         the sorted ``cols`` (the lattice spectra of those images alone are computed)."""
         centres = self.m[None, cols] + self.offs[:, None]
         B = scan_spectra(self.Un[cols], centres, self.M, interpolation=self.interp)
-        K, R2 = B.shape[0], B.shape[3]
-        R = R2 // 2
         c = self.settings.n_candidates
         starts = np.empty((a.size, c, 3))
         scanned = np.empty(a.size)
@@ -468,13 +466,9 @@ class _PairScan:
             s = slice(p, p + PAIR_BATCH)
             ia, ib = a[s], b[s]
             m = ia.size
-            u = self.A[:, ia]  # (K, m, 2R)
-            both = np.stack([u, np.concatenate([u[..., R:], -u[..., :R]], -1)], 2)
-            v = B[:, np.searchsorted(cols, ib)]  # (K, m, n_o, 2R)
-            G = np.matmul(both, v.transpose(0, 1, 3, 2))  # (K, m, 2, n_o)
-            n_o = G.shape[3]
-            G = G.transpose(1, 3, 0, 2).reshape(m, n_o, 2 * K)
-            scores = (G @ self.synthesis).astype(np.float32)[:, None]  # (m, 1, n_o, M)
+            scores = np.empty((m, B.shape[2], self.M), dtype=np.float32)
+            lattice_pair_scores(self.A, B, ia, np.searchsorted(cols, ib), self.synthesis, scores)
+            scores = scores[:, None]  # (m, 1, n_o, M)
             rows, zero = np.arange(m), np.zeros(m, dtype=np.int64)
             if self.settings.peaks == "joint":
                 theta, best_o = pair_joint_peaks(scores, rows, zero, c, self.neighbours)

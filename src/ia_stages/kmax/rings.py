@@ -243,3 +243,38 @@ def pair_joint_peaks(
         centre,
     )
     return theta, centre
+
+
+@njit(cache=True, parallel=True)
+def lattice_pair_scores(A, B, ia, jb, synthesis, out):
+    """Rotation scores of chosen pairs against a lattice of centres, into ``out``.
+
+    For pair p: the ring spectra ``A[:, ia[p]]`` of its fixed image about its centroid
+    ``(K, 2R)`` (K angular frequencies; R rings' real parts, then their imaginary parts)
+    against those of its moving image about every lattice centre ``B[:, jb[p]]``
+    ``(K, n_o, 2R)``: G_k = sum over rings of u_k conj(v_k), then the scores over ``M`` angles
+    ``[Re G_0, Im G_0, Re G_1, ...] @ synthesis`` (:func:`ia_stages.kmax.polar.
+    angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. Pairs in parallel (numba threads);
+    the same products as the batched matrix products they replace, without temporaries.
+    """
+    K, R = A.shape[0], A.shape[2] // 2
+    n_o, M = B.shape[2], synthesis.shape[1]
+    for p in prange(ia.size):
+        i, j = ia[p], jb[p]
+        g = np.empty(2 * K)
+        for o in range(n_o):
+            for k in range(K):
+                re = 0.0
+                im = 0.0
+                for f in range(R):
+                    ur, ui = A[k, i, f], A[k, i, R + f]
+                    vr, vi = B[k, j, o, f], B[k, j, o, R + f]
+                    re += ur * vr + ui * vi
+                    im += ui * vr - ur * vi
+                g[2 * k] = re
+                g[2 * k + 1] = im
+            for t in range(M):
+                acc = 0.0
+                for q in range(2 * K):
+                    acc += g[q] * synthesis[q, t]
+                out[p, o, t] = acc
