@@ -157,11 +157,12 @@ def test_digit_copies_schema_defaults_equal_the_generator():
 
 
 def test_row_blocks_give_the_one_calls_lists(copies):
-    """Sharded into row blocks (features once, each block its rows' candidate pairs, pairs
-    merged), the candidates mode gives exactly the lists of one call, even where the row
-    blocks cut the feature search's batches."""
+    """Sharded into row blocks (features and lists once, each block the candidate pairs whose
+    later image is in its rows, pairs merged), the candidates mode gives exactly the lists of
+    one call, even where the row blocks cut the feature search's batches."""
     from ia_stages.kmax.candidates import (
         CandidatePairs,
+        candidate_lists,
         knn_from_pairs,
         prepared_images,
         refine_rows,
@@ -172,14 +173,17 @@ def test_row_blocks_give_the_one_calls_lists(copies):
     fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4, n_expand=0)
     one = kappa_max(X, k=3, sigma=1.0, beta=2.0, mode="candidates", features=fs)
     Un = prepared_images(X, 3, 1.0, features=fs)
-    F = invariant_features(Un, fs)
-    blocks = [
-        refine_rows(Un, F, range(a, min(a + 7, n)), 3, 2.0, sigma=1.0, features=fs)
-        for a in range(0, n, 7)
-    ]
+    cand = candidate_lists(Un, invariant_features(Un, fs), fs)
+    for a in (0, 9):  # a block's lists equal the rows of all lists (batches cut at 4)
+        assert np.array_equal(candidate_lists(Un, invariant_features(Un, fs), fs,
+                                              rows=range(a, a + 7)), cand[a : a + 7])  # fmt: skip
+    blocks = [refine_rows(Un, cand, range(a, min(a + 7, n)), 3, 2.0, sigma=1.0)
+              for a in range(0, n, 7)]  # fmt: skip
     pairs = CandidatePairs.concat(blocks)
     sharded = knn_from_pairs(n, 3, pairs, 2.0, (Un**2).reshape(n, -1).sum(1))
-    assert sum(b.a.size for b in blocks) > pairs.a.size  # blocks share pairs
+    assert sum(b.a.size for b in blocks) == pairs.a.size  # each pair in one block
+    for a0, blk in zip(range(0, n, 7), blocks, strict=True):
+        assert ((blk.b >= a0) & (blk.b < a0 + 7)).all()  # the block of the later image
     assert sharded.pairs_refined == one.pairs_refined
     assert np.array_equal(sharded.indices, one.indices)
     for name in ("sqdist", "params", "value"):

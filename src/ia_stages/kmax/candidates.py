@@ -78,10 +78,11 @@ def kappa_max_candidates(
 ) -> KnnResult:
     """Each sample's k nearest under kappa^max (itself first), refined on candidates only.
 
-    The three steps a sharded run takes as separate jobs, here in one call:
-    :func:`prepared_images` and :func:`invariant_features` (global, once),
-    :func:`refine_rows` over all rows, and :func:`knn_from_pairs`. A run sharded into row
-    blocks (the pipeline's ``knn`` stage) gives the same lists.
+    The steps a sharded run takes as separate jobs, here in one call:
+    :func:`prepared_images`, :func:`invariant_features` and :func:`candidate_lists` (global,
+    once), :func:`refine_rows` over all rows, :func:`knn_from_pairs`, and with
+    ``features.n_expand`` the expansion pass (:func:`expansion_candidates`, refined, merged).
+    A run sharded into row blocks (the pipeline's ``knn`` stage) gives the same lists.
 
     Parameters
     ----------
@@ -115,8 +116,9 @@ def kappa_max_candidates(
     n = Un.shape[0]
     F = invariant_features(Un, features)
     clock.lap("features")
-    pairs = refine_rows(Un, F, range(n), k, beta, group, settings, sigma, features, progress, clock)
+    cand = candidate_lists(Un, F, features, settings, clock=clock)
     del F
+    pairs = refine_rows(Un, cand, range(n), k, beta, group, settings, sigma, progress)
     uu = (Un**2).reshape(n, -1).sum(1)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
@@ -207,54 +209,42 @@ class CandidatePairs:
 _PAIR_FIELDS = ("a", "b", "sqdist", "params", "scanned")
 
 
-def refine_rows(
+def candidate_lists(
     Un: np.ndarray,
     F: Any,
-    rows: range,
-    k: int,
-    beta: float = 1.0,
-    group: SE2 = SE2(),
-    settings: SearchSettings = EXACT_SEARCH,
-    sigma: float = 2.0,
     features: FeatureSettings = DEFAULT_FEATURES,
-    progress: Callable[[int], None] | None = None,
+    settings: SearchSettings = EXACT_SEARCH,
+    rows: range | None = None,
     clock: Any = None,
-) -> CandidatePairs:
-    """Candidates of the samples in ``rows`` and their exact refinement: one row block.
-
-    Each row's ``features.n_candidates`` nearest in feature space (of all n), optionally
-    filtered to the ``n_refine`` of lowest centroid-scan d2, give pairs (row, candidate);
-    every such pair is refined once, as (min, max). Every pair of the unsharded run is the
-    candidate pair of one of its two samples, so the union over row blocks of their pairs
-    (:meth:`CandidatePairs.concat`) is the unsharded run's pairs, each refined the same way.
+) -> np.ndarray:
+    """Each sample's candidates: its ``features.n_candidates`` nearest in feature space (of
+    all n), optionally filtered to the ``n_refine`` of lowest centroid-scan d2.
 
     Parameters
     ----------
     Un : ``(n, H, W)`` :func:`prepared_images`
     F : ``(n, D)`` :func:`~ia_stages.kmax.features.invariant_features` of ``Un`` (all n:
-        its PCA is fitted on all images once, so every block sees the same features)
-    rows : the samples whose candidates this block refines
-    k, beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+        its PCA is fitted on all images once)
+    features, settings : as :func:`kappa_max_candidates`
+    rows : the samples whose lists to make (None: all)
     clock : an internal timer (laps 'candidates', 'filter')
 
     Returns
     -------
-    CandidatePairs
+    ``(len(rows), c)`` int64 sample indices, nearest first (c = ``n_refine`` when filtering)
 
     Example
     -------
-    >>> Un = prepared_images(X, 3, features=fs)  # doctest: +SKIP
-    >>> pairs = refine_rows(Un, invariant_features(Un, fs), range(0, 10), 3, features=fs)
-    ...  # doctest: +SKIP
+    >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
     """
     n = Un.shape[0]
     c = features.n_candidates
-    rows = range(rows.start, min(rows.stop, n))
-    cand = feature_neighbours(F, c, features.batch, rows=rows)
+    rows = range(0, n) if rows is None else range(rows.start, min(rows.stop, n))
+    cand = to_numpy(feature_neighbours(F, c, features.batch, rows=rows))
     if clock is not None:
         clock.lap("candidates")
-    owner = np.arange(rows.start, rows.stop)
     if features.n_refine and features.n_refine < c:
+        owner = np.arange(rows.start, rows.stop)
         need = np.unique(np.concatenate([owner, cand.ravel()]))
         Ul = Un[need]
         uu = (Ul**2).reshape(need.size, -1).sum(1)
@@ -266,7 +256,51 @@ def refine_rows(
         cand = np.take_along_axis(cand, keep, 1)
         if clock is not None:
             clock.lap("filter")
-    return refine_pairs(Un, owner, cand, k, beta, group, settings, sigma, progress)
+    return cand
+
+
+def refine_rows(
+    Un: np.ndarray,
+    cand: np.ndarray,
+    rows: range,
+    k: int,
+    beta: float = 1.0,
+    group: SE2 = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    progress: Callable[[int], None] | None = None,
+) -> CandidatePairs:
+    """The exact refinement of one row block: every candidate pair (a, b), a < b, whose later
+    image b lies in ``rows``.
+
+    A pair is (i, j) for j in i's list, whichever of the two proposed it, refined as
+    (min, max) with the later image warped onto the earlier, as the all-pairs search does.
+    Each pair belongs to exactly one block (its b's), so the blocks' pairs
+    (:meth:`CandidatePairs.concat`) are the unsharded run's, each refined once; and a block
+    needs the lattice spectra of its own rows only.
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images`
+    cand : ``(n, c)`` every sample's :func:`candidate_lists`
+    rows : the block's samples
+    k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
+
+    Returns
+    -------
+    CandidatePairs
+
+    Example
+    -------
+    >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
+    >>> pairs = refine_rows(Un, cand, range(0, 10), 3)  # doctest: +SKIP
+    """
+    n = Un.shape[0]
+    if cand.shape[0] != n:
+        raise ValueError(f"cand: lists of {cand.shape[0]} samples, images have n={n}")
+    return refine_pairs(
+        Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, moving=rows
+    )
 
 
 def refine_pairs(
@@ -280,6 +314,7 @@ def refine_pairs(
     sigma: float = 2.0,
     progress: Callable[[int], None] | None = None,
     skip: np.ndarray | None = None,
+    moving: range | None = None,
 ) -> CandidatePairs:
     """The exact refinement of the pairs (owner[i], cand[i, j]), each pair once as (min, max).
 
@@ -290,6 +325,7 @@ def refine_pairs(
     cand : ``(m, c)`` each owner's candidates; entries < 0 and the owner itself are ignored
     k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
     skip : sorted keys ``a * n + b`` (a < b) of pairs already refined, left out
+    moving : only the pairs whose later image b lies in this range (None: all)
 
     Returns
     -------
@@ -304,7 +340,11 @@ def refine_pairs(
     j = cand.ravel()
     ok = (j >= 0) & (j != i)
     i, j = i[ok], j[ok]
-    key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+    key = np.minimum(i, j) * n + np.maximum(i, j)
+    if moving is not None:
+        later = key % n
+        key = key[(later >= moving.start) & (later < moving.stop)]
+    key = np.unique(key)
     if skip is not None and skip.size:
         key = key[~np.isin(key, skip, assume_unique=True)]
     a, b = key // n, key % n  # a < b: the later image b is warped onto a

@@ -4,12 +4,14 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
 
 - ``knn-features`` (one job): what every row block needs from all images, computed once:
   the rotation- and translation-invariant features (:func:`ia_stages.kmax.features.
-  invariant_features`, whose PCA is fitted on all images), the prepared images' squared norms,
+  invariant_features`, whose PCA is fitted on all images), every sample's candidates
+  (:func:`ia_stages.kmax.candidates.candidate_lists`), the prepared images' squared norms,
   and the exact all-pairs kappa^max among a seeded random sample of images (what the
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
   KnnDistances`);
-- ``knn-block`` (row blocks, one job each): its rows' candidates in feature space and their
-  exact refinement (:func:`ia_stages.kmax.candidates.refine_rows`), as refined pairs;
+- ``knn-block`` (row blocks, one job each): the exact refinement of the candidate pairs whose
+  later image is in its rows (:func:`ia_stages.kmax.candidates.refine_rows`; each pair in one
+  block), as refined pairs;
 - ``knn-gather``: every sample's k nearest from all blocks' pairs
   (:func:`ia_stages.kmax.candidates.knn_from_pairs`): the kNN store, equal to one unsharded
   ``kappa_max(X, k=k, mode="candidates")``.
@@ -36,6 +38,7 @@ from ia_stages.core.groups import SE2
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.candidates import (
     CandidatePairs,
+    candidate_lists,
     expansion_candidates,
     knn_from_pairs,
     prepared_images,
@@ -88,6 +91,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     pick = np.sort(rng.permutation(n)[: min(int(settings["sample"]), n)])
     with timer() as t:
         F = invariant_features(Un, fs)
+        cand = candidate_lists(Un, F, fs, search)
         km = kappa_max(
             V[pick], beta=settings["beta"], normalization=settings["normalization"],
             settings=search, sigma=settings["sigma"],
@@ -95,6 +99,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     ds = xr.Dataset(
         {
             "embedding": (("sample", "dim"), np.asarray(F, dtype=np.float32)),
+            "candidates": (("sample", "candidate"), cand),
             "norm2": (("sample",), (Un**2).reshape(n, -1).sum(1)),
             "sample_index": (("pick",), pick),
             "sample_sqdist": (("pick", "pick_j"), np.asarray(km.sqdist, dtype=float)),
@@ -128,22 +133,22 @@ def block(
     settings: dict,
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
-    """Refine the candidate pairs of row block ``bi`` and write them (``a``, ``b``,
-    ``sqdist``, ``params``, ``scanned`` along ``pair``)."""
+    """Refine the candidate pairs whose later image is in row block ``bi`` (the lists are
+    the features store's ``candidates``) and write them (``a``, ``b``, ``sqdist``, ``params``,
+    ``scanned`` along ``pair``)."""
     Un = _prepared(images, settings)
     n = Un.shape[0]
-    F = read_store(feats, required=("embedding",))["embedding"].values
-    if F.shape[0] != n:
-        raise InputError(f"{feats}: features of {F.shape[0]} samples, images have n={n}")
+    cand = read_store(feats, required=("candidates",))["candidates"].values
+    if cand.shape[0] != n:
+        raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
     blocks = row_blocks(n, rows_per_job)
     if not 0 <= bi < len(blocks):
         raise InputError(f"{images}: row block {bi} outside 0..{len(blocks) - 1} for n={n}")
-    fs, search, k = _parts(settings)
+    _, search, k = _parts(settings)
     with timer() as t:
         pairs = refine_rows(
-            Un, F, blocks[bi], k, settings["beta"], SE2(), search, settings["sigma"], fs,
-            progress,
-        )  # fmt: skip
+            Un, cand, blocks[bi], k, settings["beta"], SE2(), search, settings["sigma"], progress
+        )
     ds = _pair_store(pairs)
     ds.attrs = provenance(
         "knn-block",
@@ -169,9 +174,10 @@ def expand(
     settings: dict,
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
-    """The expansion pass of row block ``bi``: its rows' ``features.n_expand`` best neighbours
-    of neighbours in the first gather's lists (``first``), less the pairs the first round's
-    ``blocks`` refined, refined and written as :func:`block` writes its pairs.
+    """The expansion pass of row block ``bi``: of every sample's ``features.n_expand`` best
+    neighbours of neighbours in the first gather's lists (``first``), the pairs whose later
+    image is in the block's rows, less the pairs the first round's ``blocks`` refined, refined
+    and written as :func:`block` writes its pairs.
 
     Example
     -------
@@ -191,10 +197,10 @@ def expand(
     skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
     rows = row_range[bi]
     with timer() as t:
-        cand = expansion_candidates(lists, rows, fs.n_expand)
+        cand = expansion_candidates(lists, range(n), fs.n_expand)
         pairs = refine_pairs(
-            Un, np.arange(rows.start, rows.stop), cand, k, settings["beta"], SE2(), search,
-            settings["sigma"], progress, skip,
+            Un, np.arange(n), cand, k, settings["beta"], SE2(), search, settings["sigma"],
+            progress, skip, moving=rows,
         )  # fmt: skip
     ds = _pair_store(pairs)
     ds.attrs = provenance(
