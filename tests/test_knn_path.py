@@ -151,3 +151,20 @@ def test_bad_knn_config_names_the_key(change, key):
     change(cfg["datasets"]["mnist_rot"])
     with pytest.raises(ConfigError, match=f"config key '{key}'"):
         validate_config(cfg)
+
+
+def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):
+    """align_to scans the images in chunks (memory): the poses and distances are those of one
+    scan of all images (at 20,000 images one scan overran the polar scan's memory budget)."""
+    from ia_stages.ia import class_averages
+    from ia_stages.ia.settings import ia_settings
+
+    rng = np.random.default_rng(0)
+    V = rng.random((11, 20, 20))
+    means = V[[0, 5]]
+    settings = ia_settings()
+    whole = class_averages.align_to(means, V, settings)
+    monkeypatch.setattr(class_averages, "ALIGN_CHUNK", 4)
+    chunked = class_averages.align_to(means, V, settings)
+    for a, b in zip(whole, chunked, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -79,19 +79,27 @@ def knn_medoids(knn: KnnResult, labels: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+ALIGN_CHUNK = 2048  # images aligned onto the class averages at once (memory, not results)
+
+
 def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None = None,
              progress: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
 
-    Returns ``labels (n,)``, ``params (n, n_params)`` and ``distance (n,)`` from one kappa^max
-    of ``means`` ``(K, H, W)`` against ``V`` ``(n, H, W)``.
+    Returns ``labels (n,)``, ``params (n, n_params)`` and ``distance (n,)`` from the
+    kappa^max of ``means`` ``(K, H, W)`` against ``V`` ``(n, H, W)``, taken ``ALIGN_CHUNK``
+    images at a time (the polar scan's memory grows with the images scanned at once; every
+    pair's result is its own).
     """
-    km = settings.kmax(V, U=means, progress=progress)
-    sq = to_numpy(km.sqdist)  # (K, n)
+    parts = [
+        settings.kmax(V[c0 : c0 + ALIGN_CHUNK], U=means, progress=progress)
+        for c0 in range(0, V.shape[0], ALIGN_CHUNK)
+    ]
+    sq = np.concatenate([to_numpy(km.sqdist) for km in parts], 1)  # (K, n)
     if labels is None:
         labels = np.argmin(sq, axis=0).astype(np.int64)
     cols = np.arange(V.shape[0])
-    params = to_numpy(km.params)[labels, cols]
+    params = np.concatenate([to_numpy(km.params) for km in parts], 1)[labels, cols]
     return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
 
 

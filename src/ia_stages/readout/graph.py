@@ -143,11 +143,13 @@ def leiden_n_clusters(
     log scale) within ``bounds``; when no resolution gives exactly K (within ``max_tries``),
     the partition whose count is nearest K is returned (the lower count on a tie).
 
-    ``restarts`` bisections run with the seeds ``seed, seed + 1, ...``; of their partitions
-    with the count nearest K, the one of highest modularity (resolution 1) on the graph is
-    kept. Leiden's K-partitions of one graph differ between seeds (under rotations a 6 is a 9:
-    the 6/9 community is either cut by style or another digit is split), and the better one
-    has the higher modularity (README: sized to the data).
+    With ``restarts`` > 1, the seeds ``seed + 1, ...`` bisect too, within a factor
+    ``RESTART_BRACKET`` of the first seed's resolution and at most ``RESTART_TRIES`` steps
+    (so a restart costs a few Leiden runs, not a full bisection); of the partitions with the
+    count nearest K, the one of highest modularity (resolution 1) on the graph is kept.
+    Leiden's K-partitions of one graph differ between seeds (under rotations a 6 is a 9: the
+    6/9 community is either cut by style or another digit is split), and the better one has
+    the higher modularity (README: sized to the data).
 
     Example
     -------
@@ -155,13 +157,20 @@ def leiden_n_clusters(
     """
     g = _igraph(knn)
     best, best_key = None, None
+    labels, found = _leiden_bisect(knn, n_clusters, seed, bounds, max_tries, g)
+    near = (found / RESTART_BRACKET, found * RESTART_BRACKET)
     for s in range(restarts):
-        labels = _leiden_bisect(knn, n_clusters, seed + s, bounds, max_tries, g)
+        if s > 0:
+            labels, _ = _leiden_bisect(knn, n_clusters, seed + s, near, RESTART_TRIES, g)
         m = int(labels.max()) + 1
         key = (abs(m - n_clusters), m, -g.modularity(labels.tolist()))
         if best_key is None or key < best_key:
             best, best_key = labels, key
     return best
+
+
+RESTART_BRACKET = 2.0  # restarts bisect within [r / 2, 2 r] of the first seed's resolution r
+RESTART_TRIES = 8
 
 
 def _leiden_bisect(
@@ -171,9 +180,11 @@ def _leiden_bisect(
     bounds: tuple[float, float],
     max_tries: int,
     graph: Any,
-) -> np.ndarray:
+) -> tuple[np.ndarray, float]:
+    """The bisection of one seed: the partition nearest K and its resolution."""
     lo, hi = bounds
     best: np.ndarray | None = None
+    best_r = 1.0
     for _ in range(max_tries):
         r = float(np.sqrt(lo * hi))
         labels = leiden_knn(knn, seed, r, graph)
@@ -182,11 +193,11 @@ def _leiden_bisect(
             abs(int(best.max()) + 1 - n_clusters),
             int(best.max()) + 1,
         ):
-            best = labels
+            best, best_r = labels, r
         if m == n_clusters:
             break
         lo, hi = (r, hi) if m < n_clusters else (lo, r)
-    return best
+    return best, best_r
 
 
 def leiden_silhouette(
