@@ -141,27 +141,13 @@ def block(
     cand = read_store(feats, required=("candidates",))["candidates"].values
     if cand.shape[0] != n:
         raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
-    blocks = row_blocks(n, rows_per_job)
-    if not 0 <= bi < len(blocks):
-        raise InputError(f"{images}: row block {bi} outside 0..{len(blocks) - 1} for n={n}")
+    rows = _block_rows(images, n, rows_per_job, bi)
     _, search, k = _parts(settings)
     with timer() as t:
         pairs = refine_rows(
-            Un, cand, blocks[bi], k, settings["beta"], SE2(), search, settings["sigma"], progress
+            Un, cand, rows, k, settings["beta"], SE2(), search, settings["sigma"], progress
         )
-    ds = _pair_store(pairs)
-    ds.attrs = provenance(
-        "knn-block",
-        settings,
-        settings["seed"],
-        "numpy",
-        block=bi,
-        n=n,
-        rows=[blocks[bi].start, blocks[bi].stop],
-        wall_seconds=t["seconds"],
-    )
-    write_store(ds, out)
-    return ds
+    return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out)
 
 
 def expand(
@@ -190,35 +176,30 @@ def expand(
     fs, search, k = _parts(settings)
     if fs.n_expand < 1:
         raise InputError(f"{out}: settings key 'kmax.features.n_expand' is 0: nothing to expand")
-    row_range = row_blocks(n, rows_per_job)
-    if not 0 <= bi < len(row_range):
-        raise InputError(f"{images}: row block {bi} outside 0..{len(row_range) - 1} for n={n}")
+    rows = _block_rows(images, n, rows_per_job, bi)
     done = [read_store(p, required=("a", "b")) for p in blocks]
     skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
-    rows = row_range[bi]
     with timer() as t:
         cand = expansion_candidates(lists, range(n), fs.n_expand)
         pairs = refine_pairs(
             Un, np.arange(n), cand, k, settings["beta"], SE2(), search, settings["sigma"],
             progress, skip, moving=rows,
         )  # fmt: skip
-    ds = _pair_store(pairs)
-    ds.attrs = provenance(
-        "knn-expand",
-        settings,
-        settings["seed"],
-        "numpy",
-        block=bi,
-        n=n,
-        rows=[rows.start, rows.stop],
-        wall_seconds=t["seconds"],
-    )
-    write_store(ds, out)
-    return ds
+    return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out)
 
 
-def _pair_store(pairs: CandidatePairs) -> xr.Dataset:
-    return xr.Dataset(
+def _block_rows(images: str | Path, n: int, rows_per_job: int, bi: int) -> range:
+    """Row block ``bi`` of ``n`` samples; one line naming the images when out of range."""
+    blocks = row_blocks(n, rows_per_job)
+    if not 0 <= bi < len(blocks):
+        raise InputError(f"{images}: row block {bi} outside 0..{len(blocks) - 1} for n={n}")
+    return blocks[bi]
+
+
+def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out) -> xr.Dataset:
+    """Write one row block's refined pairs (``a``, ``b``, ``sqdist``, ``params``,
+    ``scanned`` along ``pair``) with the stage's provenance."""
+    ds = xr.Dataset(
         {
             "a": (("pair",), pairs.a),
             "b": (("pair",), pairs.b),
@@ -228,6 +209,12 @@ def _pair_store(pairs: CandidatePairs) -> xr.Dataset:
         },
         coords={"param": strings(SE2().param_names)},
     )
+    ds.attrs = provenance(
+        stage, settings, settings["seed"], "numpy", block=bi, n=n, rows=[rows.start, rows.stop],
+        wall_seconds=seconds,
+    )  # fmt: skip
+    write_store(ds, out)
+    return ds
 
 
 def gather(
