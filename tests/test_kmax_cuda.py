@@ -99,6 +99,23 @@ SIMULATED = textwrap.dedent(
     t1, o1 = pair_joint_peaks(scores, ii, jj, 5, nbr)
     t2, o2 = pair_joint_peaks_cuda(scores, ii, jj, 5, nbr)
     out.append({"peaks": float(np.abs(t1 - t2).max()), "centres": int((o1 != o2).sum())})
+    # the candidates mode's lattice scan: ring spectra of the images above about a lattice
+    from ia_stages.kmax.cuda import lattice_pair_scores_cuda
+    from ia_stages.kmax.polar import angle_synthesis, centroids, scan_spectra
+    from ia_stages.kmax.rings import lattice_pair_scores
+
+    M = 16
+    m = centroids(U)
+    A = scan_spectra(U, m[None], M)[:, :, 0]
+    B = scan_spectra(U, m[None] + centre_offsets(1.0, 1)[:, None], M)
+    ia, jb = np.array([0, 1, 2, 3, 0]), np.array([3, 2, 1, 0, 0])
+    E = angle_synthesis(M)
+    cpu = np.empty((ia.size, B.shape[2], M), dtype=np.float32)
+    gpu = np.empty_like(cpu)
+    lattice_pair_scores(A, B, ia, jb, E, cpu)
+    lattice_pair_scores_cuda(A, B, ia, jb, E, gpu)
+    out.append({"lattice": float(np.abs(cpu - gpu).max() / np.abs(cpu).max()),
+                "spread": float(np.ptp(cpu))})
     print(json.dumps(out))
     """
 )
@@ -137,12 +154,15 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
     """Same pixels (float32 moving images, or their float32 B-spline coefficients), same
     float64 sums, the same taps (both interpolations): the CUDA build reports the CPU build's
-    costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums), and
-    the CUDA peak picking (envelope and joint) the CPU's peaks and centres."""
+    costs and transforms to 1e-9 (the CPU's fastmath only reorders its sums),
+    the CUDA peak picking (envelope and joint) the CPU's peaks and centres, and the CUDA
+    lattice scan of chosen pairs the CPU's scores (float32 results of float64 sums)."""
     proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 6
+    assert len(results) == 7
+    lattice = results.pop()
+    assert lattice["spread"] > 1e-3 and lattice["lattice"] < 1e-6, lattice
     for _ in range(2):  # the joint peaks, then the envelope's
         peaks = results.pop()
         assert peaks["peaks"] < 1e-12 and peaks["centres"] == 0, peaks
@@ -157,7 +177,7 @@ PTX = textwrap.dedent(
     import types
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda, types as nt
-    from ia_stages.kmax.cuda import _joint_peaks_kernel, _kernel, _peaks_kernel
+    from ia_stages.kmax.cuda import _joint_peaks_kernel, _kernel, _lattice_kernel, _peaks_kernel
 
     # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
@@ -178,8 +198,11 @@ PTX = textwrap.dedent(
     joint_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(i64, 2), a(f64, 2),
                  a(i64, 2), a(i64, 2), a(f64, 2), a(i64, 2))
     ptx_joint, _ = cuda.compile_ptx(_joint_peaks_kernel().py_func, joint_sig, cc=(9, 0))
-    print(len(ptx) + len(ptx_peaks) + len(ptx_joint),
-          all(".entry" in p for p in (ptx, ptx_peaks, ptx_joint)))
+    lattice_sig = (a(f64, 3), a(f64, 4), a(i64, 1), a(i64, 1), a(f64, 2), a(f64, 2),
+                   nt.Array(nt.float32, 3, "C"))
+    ptx_lattice, _ = cuda.compile_ptx(_lattice_kernel().py_func, lattice_sig, cc=(9, 0))
+    ptxs = (ptx, ptx_peaks, ptx_joint, ptx_lattice)
+    print(sum(len(p) for p in ptxs), all(".entry" in p for p in ptxs))
     """
 )
 

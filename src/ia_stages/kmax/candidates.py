@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ia_stages.core.backend import to_numpy
+from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.validation import check_images, constant_images
@@ -62,6 +62,9 @@ from ia_stages.kmax.search import (
 COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's
 # lattice: 0.57 MB per 40 x 40 image; per-pair results do not depend on it)
 PAIR_BATCH = 256  # pairs scored at once (each holds the spectra of all its centres)
+# on a GPU: larger launches (its memory holds them; one thread per pair needs many pairs)
+GPU_COLUMN_BLOCK = 4096
+GPU_PAIR_BATCH = 16384
 MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
 
 
@@ -86,7 +89,8 @@ def kappa_max_candidates(
 
     Parameters
     ----------
-    X : ``(n, H, W)`` images (cupy arrays are copied to the host)
+    X : ``(n, H, W)`` images; for cupy arrays the features, candidates, scan and refinement
+        run on the GPU (the same kernels' CUDA builds), the lists' bookkeeping on the host
     k : list length, the sample included: 1 <= k < n
     beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
     settings : the per-pair search of the candidate pairs (default the exact preset
@@ -112,14 +116,17 @@ def kappa_max_candidates(
     (n, 10)
     """
     clock = _Clock()
+    xp = array_module(X)
     Un = prepared_images(X, k, sigma, normalization, settings, features)
     n = Un.shape[0]
+    uu = (Un**2).reshape(n, -1).sum(1)
+    if xp is not np:
+        Un = xp.asarray(Un)
     F = invariant_features(Un, features)
     clock.lap("features")
     cand = candidate_lists(Un, F, features, settings, clock=clock)
     del F
     pairs = refine_rows(Un, cand, range(n), k, beta, group, settings, sigma, progress)
-    uu = (Un**2).reshape(n, -1).sum(1)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
     if features.n_expand and k > 2:
@@ -222,7 +229,7 @@ def candidate_lists(
 
     Parameters
     ----------
-    Un : ``(n, H, W)`` :func:`prepared_images`
+    Un : ``(n, H, W)`` :func:`prepared_images` (numpy, or cupy: the scan on the GPU)
     F : ``(n, D)`` :func:`~ia_stages.kmax.features.invariant_features` of ``Un`` (all n:
         its PCA is fitted on all images once)
     features, settings : as :func:`kappa_max_candidates`
@@ -246,8 +253,8 @@ def candidate_lists(
     if features.n_refine and features.n_refine < c:
         owner = np.arange(rows.start, rows.stop)
         need = np.unique(np.concatenate([owner, cand.ravel()]))
-        Ul = Un[need]
-        uu = (Ul**2).reshape(need.size, -1).sum(1)
+        Ul = Un[array_module(Un).asarray(need)]
+        uu = to_numpy((Ul**2).reshape(need.size, -1).sum(1))
         local = np.searchsorted(need, cand.ravel())
         coarse = _PairScan(Ul, settings).centroid_sqdist(
             np.repeat(np.searchsorted(need, owner), c), local, uu
@@ -320,7 +327,8 @@ def refine_pairs(
 
     Parameters
     ----------
-    Un : ``(n, H, W)`` :func:`prepared_images`
+    Un : ``(n, H, W)`` :func:`prepared_images`; a cupy array runs the scan and the
+        refinement on the GPU (the refinement's layout of all the pairs' images made once)
     owner : ``(m,)`` sample indices
     cand : ``(m, c)`` each owner's candidates; entries < 0 and the owner itself are ignored
     k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
@@ -355,28 +363,35 @@ def refine_pairs(
         return out
     # the images these pairs touch: the scan's spectra and the refinement's layout are made
     # for those alone, in local indices
+    xp = array_module(Un)
     need = np.unique(np.concatenate([a, b]))
-    Ul = Un if need.size == n else Un[need]
-    uu = (Ul**2).reshape(need.size, -1).sum(1)
+    Ul = Un if need.size == n else Un[xp.asarray(need)]
+    uu = to_numpy((Ul**2).reshape(need.size, -1).sum(1))
     scan = _PairScan(Ul, settings)
     la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
     by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
     cols, first = np.unique(lb[by_b], return_index=True)
     bounds = np.r_[first, by_b.size]
-    for c0 in range(0, cols.size, COLUMN_BLOCK):
-        block = cols[c0 : c0 + COLUMN_BLOCK]
-        sel = by_b[bounds[c0] : bounds[min(c0 + COLUMN_BLOCK, cols.size)]]
+    width = COLUMN_BLOCK if xp is np else GPU_COLUMN_BLOCK
+    # on a GPU the refinement's layout (several copies of each image) of all these images, once
+    layout = None if xp is np else _pair_layout(Ul, Ul, sigma, settings)
+    for c0 in range(0, cols.size, width):
+        block = cols[c0 : c0 + width]
+        sel = by_b[bounds[c0] : bounds[min(c0 + width, cols.size)]]
         starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
-        # the refinement's layout (several copies of each image) of this block's images only:
-        # memory follows the block, not n
-        sub = np.unique(np.concatenate([la[sel], block]))
-        images = _pair_layout(Ul[sub], Ul[sub], sigma, settings)
+        if layout is None:
+            # on the CPU the layout of this block's images only: memory follows the block
+            sub = np.unique(np.concatenate([la[sel], block]))
+            images = _pair_layout(Ul[sub], Ul[sub], sigma, settings)
+        else:
+            sub, images = None, layout
         for r in range(0, sel.size, REFINE_BATCH):
             s = sel[r : r + REFINE_BATCH]
+            fixed, moving = (la[s], lb[s]) if sub is None else (
+                np.searchsorted(sub, la[s]), np.searchsorted(sub, lb[s]))  # fmt: skip
             p, d2 = _refine_candidates(
-                images, np.searchsorted(sub, la[s]), np.searchsorted(sub, lb[s]),
-                starts[r : r + REFINE_BATCH], settings, beta,
-            )  # fmt: skip
+                images, fixed, moving, xp.asarray(starts[r : r + REFINE_BATCH]), settings, beta
+            )
             out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
         out.scanned[sel] = scanned
         if progress is not None:
@@ -463,30 +478,33 @@ class _PairScan:
     """The polar scan of chosen pairs (a, b): scores of a's centroid rings against b's rings
     about each lattice centre, and starts by the search's peak rule."""
 
-    def __init__(self, Un: np.ndarray, settings: SearchSettings) -> None:
+    def __init__(self, Un: Any, settings: SearchSettings) -> None:
         self.Un, self.settings = Un, settings
+        self.xp = xp = array_module(Un)
         self.M = settings.n_angles
-        self.m = centroids(Un)
+        self.m = to_numpy(centroids(Un))
         self.shape = Un.shape[1:]
         lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
         self.offs = lattice
         self.neighbours = lattice_neighbours(lattice)
-        self.synthesis = angle_synthesis(self.M)
+        self.synthesis = xp.asarray(angle_synthesis(self.M))
         interp = settings.interpolation
-        self.A = scan_spectra(Un, self.m[None], self.M, interpolation=interp)[:, :, 0]
+        self.A = scan_spectra(Un, xp.asarray(self.m)[None], self.M, interpolation=interp)[:, :, 0]
         self.interp = interp
 
     def centroid_sqdist(self, a: np.ndarray, b: np.ndarray, uu: np.ndarray) -> np.ndarray:
         """Coarse d2 ``(m,)`` of pairs (a, b): best rotation about both centroids."""
+        xp = self.xp
         R = self.A.shape[2] // 2
         out = np.empty(a.size)
         step = 16 * PAIR_BATCH
         for p in range(0, a.size, step):
-            u, v = self.A[:, a[p : p + step]], self.A[:, b[p : p + step]]  # (K, m, 2R)
+            ia, ib = xp.asarray(a[p : p + step]), xp.asarray(b[p : p + step])
+            u, v = self.A[:, ia], self.A[:, ib]  # (K, m, 2R)
             re = (u * v).sum(-1)
             im = (u[..., R:] * v[..., :R] - u[..., :R] * v[..., R:]).sum(-1)
-            G = np.stack([re, im], 1).reshape(2 * u.shape[0], -1)  # rows 2k + part
-            best = (G.T @ self.synthesis).max(1)
+            G = xp.stack([re, im], 1).reshape(2 * u.shape[0], -1)  # rows 2k + part
+            best = to_numpy((G.T @ self.synthesis).max(1))
             out[p : p + step] = (
                 uu[a[p : p + step]] + uu[b[p : p + step]] - 2.0 * (2.0 * np.pi / self.M) * best
             )
@@ -497,29 +515,54 @@ class _PairScan:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Starts ``(m, n_candidates, 3)`` and scan d2 ``(m,)`` of pairs whose b is among
         the sorted ``cols`` (the lattice spectra of those images alone are computed)."""
-        centres = self.m[None, cols] + self.offs[:, None]
-        B = scan_spectra(self.Un[cols], centres, self.M, interpolation=self.interp)
+        xp = self.xp
+        centres = xp.asarray(self.m[None, cols] + self.offs[:, None])
+        B = scan_spectra(self.Un[xp.asarray(cols)], centres, self.M, interpolation=self.interp)
         c = self.settings.n_candidates
         starts = np.empty((a.size, c, 3))
         scanned = np.empty(a.size)
-        for p in range(0, a.size, PAIR_BATCH):
-            s = slice(p, p + PAIR_BATCH)
+        batch = PAIR_BATCH if xp is np else GPU_PAIR_BATCH
+        for p in range(0, a.size, batch):
+            s = slice(p, p + batch)
             ia, ib = a[s], b[s]
             m = ia.size
-            scores = np.empty((m, B.shape[2], self.M), dtype=np.float32)
-            lattice_pair_scores(self.A, B, ia, np.searchsorted(cols, ib), self.synthesis, scores)
-            scores = scores[:, None]  # (m, 1, n_o, M)
-            rows, zero = np.arange(m), np.zeros(m, dtype=np.int64)
-            if self.settings.peaks == "joint":
-                theta, best_o = pair_joint_peaks(scores, rows, zero, c, self.neighbours)
-            else:
-                theta, best_o = pair_peaks(scores, rows, zero, c)
+            scores = xp.empty((m, B.shape[2], self.M), dtype=np.float32)
+            jb = np.searchsorted(cols, ib)
+            theta, best_o = self._peaks(B, ia, jb, scores, c)
             centre = self.m[ib][:, None, :] + self.offs[best_o]
             shift = centroid_translation(theta, self.m[ia], centre, self.shape)
             starts[s] = np.concatenate([theta[..., None], shift], -1)
-            best = scores.reshape(m, -1).max(1).astype(np.float64)
+            best = to_numpy(scores.reshape(m, -1).max(1)).astype(np.float64)
             scanned[s] = uu[ia] + uu[ib] - 2.0 * (2.0 * np.pi / self.M) * best
         return starts, scanned
+
+    def _peaks(
+        self, B: Any, ia: np.ndarray, jb: np.ndarray, scores: Any, c: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores of pairs (ia[p], jb[p]) into ``scores (m, n_o, M)`` and their ``c`` peaks
+        (theta, centre), by the compiled kernels: numba's CPU threads, or CUDA for cupy."""
+        m = ia.size
+        joint = self.settings.peaks == "joint"
+        if self.xp is np:
+            lattice_pair_scores(self.A, B, ia, jb, self.synthesis, scores)
+            rows, zero = np.arange(m), np.zeros(m, dtype=np.int64)
+            if joint:
+                return pair_joint_peaks(scores[:, None], rows, zero, c, self.neighbours)
+            return pair_peaks(scores[:, None], rows, zero, c)
+        from ia_stages.kmax.cuda import (
+            lattice_pair_scores_cuda,
+            pair_joint_peaks_cuda,
+            pair_peaks_cuda,
+        )
+
+        xp = self.xp
+        lattice_pair_scores_cuda(self.A, B, xp.asarray(ia), xp.asarray(jb), self.synthesis, scores)
+        rows, zero = xp.arange(m), xp.zeros(m, dtype=np.int64)
+        if joint:
+            found = pair_joint_peaks_cuda(scores[:, None], rows, zero, c, self.neighbours)
+        else:
+            found = pair_peaks_cuda(scores[:, None], rows, zero, c)
+        return to_numpy(found[0]), to_numpy(found[1])
 
 
 class _Clock:

@@ -55,7 +55,10 @@ def _sources() -> dict:
     polynomials' evaluation (:data:`ia_stages.core.taps.TAPS`, any interpolation) and the
     scan's peak picking."""
     tap_functions = {name: getattr(taps, name) for name in ("_pw", "_pd", "_pdd")}
-    peaks = {name: getattr(rings, name) for name in ("_peaks_of_pair", "_joint_peaks_of_pair")}
+    peaks = {
+        name: getattr(rings, name)
+        for name in ("_peaks_of_pair", "_joint_peaks_of_pair", "_lattice_pair_centre")
+    }
     return {**tap_functions, **refine.SHARED, **peaks}
 
 
@@ -133,6 +136,35 @@ def pair_peaks_cuda(scores: Any, ii: Any, jj: Any, n_peaks: int) -> tuple[Any, A
         xp.asarray(jj, dtype=np.int64), int(n_peaks), env, top, at, theta, centre,
     )  # fmt: skip
     return theta, centre
+
+
+@cache
+def _lattice_kernel() -> Any:
+    pair_centre = _device_functions()["_lattice_pair_centre"]
+
+    @cuda.jit
+    def lattice_kernel(A, B, ia, jb, synthesis, g, out):
+        t = cuda.grid(1)
+        n_o = B.shape[2]
+        if t < ia.shape[0] * n_o:
+            p, o = t // n_o, t % n_o
+            pair_centre(A, B, ia[p], jb[p], o, synthesis, g[t], out[p, o])
+
+    return lattice_kernel
+
+
+def lattice_pair_scores_cuda(A: Any, B: Any, ia: Any, jb: Any, synthesis: Any, out: Any) -> None:
+    """:func:`ia_stages.kmax.rings.lattice_pair_scores` on the GPU, one thread per (pair,
+    centre): the same arguments as device arrays, ``out (m, n_o, M)`` filled in place."""
+    xp = array_module(A)
+    m, n_o = int(ia.shape[0]), int(B.shape[2])
+    if m == 0:
+        return
+    g = xp.empty((m * n_o, 2 * A.shape[0]))  # float64 sums, as the CPU's
+    _lattice_kernel()[-(-m * n_o // THREADS), THREADS](
+        A, B, xp.asarray(ia, dtype=np.int64), xp.asarray(jb, dtype=np.int64),
+        xp.asarray(synthesis, dtype=np.float64), g, out,
+    )  # fmt: skip
 
 
 @cache

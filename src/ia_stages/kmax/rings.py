@@ -245,6 +245,30 @@ def pair_joint_peaks(
     return theta, centre
 
 
+@njit(cache=True, nogil=True)
+def _lattice_pair_centre(A, B, i, j, o, synthesis, g, out_po):
+    """Rotation scores ``out_po (M,)`` of fixed image i's centroid rings ``A[:, i]`` against
+    moving image j's rings about lattice centre o ``B[:, j, o]``; scratch ``g (2K,)``.
+    Scalar code shared with the CUDA build (:mod:`.cuda`)."""
+    K, R = A.shape[0], A.shape[2] // 2
+    M = synthesis.shape[1]
+    for k in range(K):
+        re = 0.0
+        im = 0.0
+        for f in range(R):
+            ur, ui = A[k, i, f], A[k, i, R + f]
+            vr, vi = B[k, j, o, f], B[k, j, o, R + f]
+            re += ur * vr + ui * vi
+            im += ui * vr - ur * vi
+        g[2 * k] = re
+        g[2 * k + 1] = im
+    for t in range(M):
+        acc = 0.0
+        for q in range(2 * K):
+            acc += g[q] * synthesis[q, t]
+        out_po[t] = acc
+
+
 @njit(cache=True, parallel=True)
 def lattice_pair_scores(A, B, ia, jb, synthesis, out):
     """Rotation scores of chosen pairs against a lattice of centres, into ``out``.
@@ -255,26 +279,11 @@ def lattice_pair_scores(A, B, ia, jb, synthesis, out):
     ``(K, n_o, 2R)``: G_k = sum over rings of u_k conj(v_k), then the scores over ``M`` angles
     ``[Re G_0, Im G_0, Re G_1, ...] @ synthesis`` (:func:`ia_stages.kmax.polar.
     angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. Pairs in parallel (numba threads);
-    the same products as the batched matrix products they replace, without temporaries.
+    :func:`ia_stages.kmax.cuda.lattice_pair_scores_cuda` runs the same
+    :func:`_lattice_pair_centre` one thread per (pair, centre).
     """
-    K, R = A.shape[0], A.shape[2] // 2
-    n_o, M = B.shape[2], synthesis.shape[1]
+    K, n_o = A.shape[0], B.shape[2]
     for p in prange(ia.size):
-        i, j = ia[p], jb[p]
         g = np.empty(2 * K)
         for o in range(n_o):
-            for k in range(K):
-                re = 0.0
-                im = 0.0
-                for f in range(R):
-                    ur, ui = A[k, i, f], A[k, i, R + f]
-                    vr, vi = B[k, j, o, f], B[k, j, o, R + f]
-                    re += ur * vr + ui * vi
-                    im += ui * vr - ur * vi
-                g[2 * k] = re
-                g[2 * k + 1] = im
-            for t in range(M):
-                acc = 0.0
-                for q in range(2 * K):
-                    acc += g[q] * synthesis[q, t]
-                out[p, o, t] = acc
+            _lattice_pair_centre(A, B, ia[p], jb[p], o, synthesis, g, out[p, o])

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.candidates import (
@@ -48,7 +50,13 @@ from ia_stages.kmax.candidates import (
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.pipeline.config import stage_seed
-from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
+from ia_stages.pipeline.stages.common import (
+    InputError,
+    load_features,
+    on_backend,
+    require_images,
+    timer,
+)
 from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
 from ia_stages.readout.graph import KnnDistances
 
@@ -76,6 +84,12 @@ def _prepared(path: str | Path, settings: dict) -> np.ndarray:
         raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
 
 
+def _on_device(Un: np.ndarray, settings: dict) -> tuple[Any, str]:
+    """The prepared images on the settings' backend (a GPU job refines there: cupy arrays
+    run the scan and the refinement's CUDA builds); numpy when the settings name none."""
+    return on_backend(Un, settings.get("backend", "numpy"))
+
+
 def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     """The global part of one iteration's kNN path, computed once (see the module docstring).
 
@@ -89,16 +103,17 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     fs, search, _ = _parts(settings)
     rng = np.random.default_rng(stage_seed(int(settings["seed"]), "knn-sample"))
     pick = np.sort(rng.permutation(n)[: min(int(settings["sample"]), n)])
+    U, backend = _on_device(Un, settings)
     with timer() as t:
-        F = invariant_features(Un, fs)
-        cand = candidate_lists(Un, F, fs, search)
+        F = invariant_features(U, fs)
+        cand = candidate_lists(U, F, fs, search)
         km = kappa_max(
             V[pick], beta=settings["beta"], normalization=settings["normalization"],
             settings=search, sigma=settings["sigma"],
         )  # fmt: skip
     ds = xr.Dataset(
         {
-            "embedding": (("sample", "dim"), np.asarray(F, dtype=np.float32)),
+            "embedding": (("sample", "dim"), np.asarray(to_numpy(F), dtype=np.float32)),
             "candidates": (("sample", "candidate"), cand),
             "norm2": (("sample",), (Un**2).reshape(n, -1).sum(1)),
             "sample_index": (("pick",), pick),
@@ -107,7 +122,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
         coords={"sample": np.arange(n)},
     )
     ds.attrs = provenance(
-        "knn-features", settings, settings["seed"], "numpy", n=n, wall_seconds=t["seconds"]
+        "knn-features", settings, settings["seed"], backend, n=n, wall_seconds=t["seconds"]
     )
     write_store(ds, out)
     return ds
@@ -143,11 +158,12 @@ def block(
         raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
     rows = _block_rows(images, n, rows_per_job, bi)
     _, search, k = _parts(settings)
+    U, backend = _on_device(Un, settings)
     with timer() as t:
         pairs = refine_rows(
-            Un, cand, rows, k, settings["beta"], SE2(), search, settings["sigma"], progress
+            U, cand, rows, k, settings["beta"], SE2(), search, settings["sigma"], progress
         )
-    return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out)
+    return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out, backend)
 
 
 def expand(
@@ -179,13 +195,14 @@ def expand(
     rows = _block_rows(images, n, rows_per_job, bi)
     done = [read_store(p, required=("a", "b")) for p in blocks]
     skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
+    U, backend = _on_device(Un, settings)
     with timer() as t:
         cand = expansion_candidates(lists, range(n), fs.n_expand)
         pairs = refine_pairs(
-            Un, np.arange(n), cand, k, settings["beta"], SE2(), search, settings["sigma"],
+            U, np.arange(n), cand, k, settings["beta"], SE2(), search, settings["sigma"],
             progress, skip, moving=rows,
         )  # fmt: skip
-    return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out)
+    return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out, backend)
 
 
 def _block_rows(images: str | Path, n: int, rows_per_job: int, bi: int) -> range:
@@ -196,7 +213,7 @@ def _block_rows(images: str | Path, n: int, rows_per_job: int, bi: int) -> range
     return blocks[bi]
 
 
-def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out) -> xr.Dataset:
+def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out, backend) -> xr.Dataset:
     """Write one row block's refined pairs (``a``, ``b``, ``sqdist``, ``params``,
     ``scanned`` along ``pair``) with the stage's provenance."""
     ds = xr.Dataset(
@@ -210,7 +227,7 @@ def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out) -> xr.Datase
         coords={"param": strings(SE2().param_names)},
     )
     ds.attrs = provenance(
-        stage, settings, settings["seed"], "numpy", block=bi, n=n, rows=[rows.start, rows.stop],
+        stage, settings, settings["seed"], backend, block=bi, n=n, rows=[rows.start, rows.stop],
         wall_seconds=seconds,
     )  # fmt: skip
     write_store(ds, out)

@@ -46,6 +46,8 @@ rule knn_features:
         directory("results/{dataset}/ia/iter{t}/knn_features.zarr"),
     params:
         settings=settings("knn"),
+    resources:
+        gpu=GPU_PER_JOB,
     threads: config["threads"]
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_features.log",
@@ -65,6 +67,8 @@ rule knn_block:
     params:
         settings=settings("knn"),
         rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+    resources:
+        gpu=GPU_PER_JOB,
     threads: config["threads"]
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_{bi}.log",
@@ -105,6 +109,8 @@ rule knn_expand:
     params:
         settings=settings("knn"),
         rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+    resources:
+        gpu=GPU_PER_JOB,
     threads: config["threads"]
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_expand_{bi}.log",
