@@ -36,7 +36,7 @@ def _synchronize() -> None:
     cupy.cuda.Device().synchronize()
 
 
-def _knn(X, args, fs, sigma):  # noqa: ANN001, ANN202
+def _knn(X, args, fs, sigma):
     t = time.perf_counter()
     res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
     if not isinstance(X, np.ndarray):
@@ -115,7 +115,8 @@ def main() -> None:
         per_pair = t_ref / (rows.size * n)
         print(f"reference {rows.size} x {n} EXACT_SEARCH on the GPU: {t_ref:.1f} s "
               f"({1e6 * per_pair:.2f} us/pair); all n rows would take "
-              f"{per_pair * n * n:.0f} s, {per_pair * n * n / t_all:.0f}x the candidate mode")  # fmt: skip
+              f"{per_pair * n * n:.0f} s, {per_pair * n * n / t_all:.0f}x the candidate "
+              "mode")  # fmt: skip
         print(f"recall of the true {args.k - 1} nearest: mean {rec.mean():.4f} median "
               f"{np.median(rec):.3f} worst {rec.min():.3f}; rows below 0.9: "
               f"{(rec < 0.9).mean():.3f}")  # fmt: skip
