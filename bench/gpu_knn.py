@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--x", type=int, default=16)
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--ref-block", type=int, default=10_000)
+    ap.add_argument("--memory-mb", type=int, default=16_384, help="the reference's scan budget")
     args = ap.parse_args()
     import cupy
 
@@ -70,6 +72,7 @@ def main() -> None:
     fs = FeatureSettings(n_candidates=args.c, n_expand=args.x)
     rng = np.random.default_rng(1)
     Xg = cupy.asarray(X)
+    reference = replace(EXACT_SEARCH, memory_mb=args.memory_mb)
     for sigma in args.sigma:
         print(f"== sigma {sigma:g}, k {args.k}, c {args.c}, x {args.x}")
         t = time.perf_counter()
@@ -103,7 +106,7 @@ def main() -> None:
         Ur = Xg[cupy.asarray(rows)]
         blocks = []
         for j in range(0, n, args.ref_block):
-            d2 = kappa_max(Ur, Xg[j : j + args.ref_block], sigma=sigma, settings=EXACT_SEARCH)
+            d2 = kappa_max(Ur, Xg[j : j + args.ref_block], sigma=sigma, settings=reference)
             blocks.append(cupy.asnumpy(d2.sqdist))
         _synchronize()
         t_ref = time.perf_counter() - t
