@@ -199,7 +199,7 @@ def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity() -> 
     """Restarts from other seeds: the partition kept has K communities and the highest
     modularity of those tried, so at least that of one seed's bisection, and here (4 blobs,
     K = 3: the seeds join different pairs) strictly more."""
-    from ia_stages.readout.graph import RESTART_BRACKET, RESTART_TRIES, _igraph, _leiden_bisect
+    from ia_stages.readout.graph import _igraph, _leiden_bisect
 
     rng = np.random.default_rng(2)
     centres = ([0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0])
@@ -207,14 +207,13 @@ def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity() -> 
     lists = knn_from_dense(((P[:, None] - P[None]) ** 2).sum(-1), 11)
     g = _igraph(lists)
     one = leiden_n_clusters(lists, 3, seed=0, restarts=1)
-    kept = leiden_n_clusters(lists, 3, seed=0, restarts=6)
+    kept = leiden_n_clusters(lists, 3, seed=0, restarts=6, restart_bracket=3.0, restart_tries=6)
     assert kept.max() + 1 == 3
     assert g.modularity(kept.tolist()) > g.modularity(one.tolist()) + 0.002
     first, r = _leiden_bisect(lists, 3, 0, (1e-3, 20.0), 40, g)
     assert np.array_equal(first, one)
     tried = [first] + [
-        _leiden_bisect(lists, 3, s, (r / RESTART_BRACKET, r * RESTART_BRACKET), RESTART_TRIES, g)[0]
-        for s in range(1, 6)
+        _leiden_bisect(lists, 3, s, (r / 3.0, r * 3.0), 6, g)[0] for s in range(1, 6)
     ]
     q = [g.modularity(lab.tolist()) for lab in tried if lab.max() + 1 == 3]
     assert g.modularity(kept.tolist()) == pytest.approx(max(q))

@@ -70,6 +70,8 @@ _OPTIONS = {
         (
             "with_k",
             "restarts",
+            "restart_bracket",
+            "restart_tries",
             "community",
             "resolution",
             "resolutions",

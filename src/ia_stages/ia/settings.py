@@ -48,6 +48,9 @@ class ReadoutSettings:
     with_k : 'graph' with K: 'leiden' (resolution bisected to K) or 'spectral'
     restarts : with_k 'leiden': Leiden bisections with seeds seed, seed + 1, ...; the
         K-partition of highest modularity is kept (>= 1)
+    restart_bracket : the restarts after the first bisect within [r / b, b r] of the first
+        seed's resolution r (> 1)
+    restart_tries : at most this many Leiden runs per restart (>= 1)
     community : 'graph' without K: 'silhouette' (Leiden at each of ``resolutions``, the
         partition with the highest silhouette on the kappa^max distances kept), 'leiden' (at
         ``resolution``) or 'hdbscan'
@@ -67,6 +70,8 @@ class ReadoutSettings:
     linkage: str = "average"
     with_k: str = "leiden"
     restarts: int = 8
+    restart_bracket: float = 2.0
+    restart_tries: int = 8
     community: str = "silhouette"
     resolution: float = 1.0
     resolutions: tuple[float, ...] = RESOLUTIONS
@@ -83,6 +88,8 @@ class ReadoutSettings:
         check_choice(self.linkage, "readout.linkage", LINKAGES)
         check_choice(self.with_k, "readout.with_k", WITH_K)
         check_number(self.restarts, "readout.restarts", integer=True, low=1)
+        check_number(self.restart_bracket, "readout.restart_bracket", low=1.0, low_open=True)
+        check_number(self.restart_tries, "readout.restart_tries", integer=True, low=1)
         check_choice(self.community, "readout.community", COMMUNITIES)
         check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
         if not isinstance(self.resolutions, (tuple, list)) or not self.resolutions:
@@ -98,6 +105,8 @@ class ReadoutSettings:
             "k": self.k,
             "with_k": self.with_k,
             "restarts": self.restarts,
+            "restart_bracket": self.restart_bracket,
+            "restart_tries": self.restart_tries,
             "community": self.community,
             "resolution": self.resolution,
             "resolutions": list(self.resolutions),
@@ -400,6 +409,8 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "linkage": r["linkage"],
             "with_k": g["with_k"],
             "restarts": g["restarts"],
+            "restart_bracket": g["restart_bracket"],
+            "restart_tries": g["restart_tries"],
             "community": g["community"],
             "resolution": g["resolution"],
             "resolutions": g["resolutions"],

@@ -90,6 +90,8 @@ def images_config(
             "k_ia": ia.readout.k,
             "with_k": ia.readout.with_k,
             "restarts": ia.readout.restarts,
+            "restart_bracket": ia.readout.restart_bracket,
+            "restart_tries": ia.readout.restart_tries,
             "community": ia.readout.community,
             "resolution": ia.readout.resolution,
             "resolutions": list(ia.readout.resolutions),

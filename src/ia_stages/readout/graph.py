@@ -135,6 +135,8 @@ def leiden_n_clusters(
     bounds: tuple[float, float] = (1e-3, 20.0),
     max_tries: int = 40,
     restarts: int = 1,
+    restart_bracket: float = 2.0,
+    restart_tries: int = 8,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph with the resolution set so that there are
     ``n_clusters`` of them; labels ``(n,)``.
@@ -144,7 +146,7 @@ def leiden_n_clusters(
     the partition whose count is nearest K is returned (the lower count on a tie).
 
     With ``restarts`` > 1, the seeds ``seed + 1, ...`` bisect too, within a factor
-    ``RESTART_BRACKET`` of the first seed's resolution and at most ``RESTART_TRIES`` steps
+    ``restart_bracket`` of the first seed's resolution and at most ``restart_tries`` steps
     (so a restart costs a few Leiden runs, not a full bisection); of the partitions with the
     count nearest K, the one of highest modularity (resolution 1) on the graph is kept.
     Leiden's K-partitions of one graph differ between seeds (under rotations a 6 is a 9: the
@@ -158,19 +160,15 @@ def leiden_n_clusters(
     g = _igraph(knn)
     best, best_key = None, None
     labels, found = _leiden_bisect(knn, n_clusters, seed, bounds, max_tries, g)
-    near = (found / RESTART_BRACKET, found * RESTART_BRACKET)
+    near = (found / restart_bracket, found * restart_bracket)
     for s in range(restarts):
         if s > 0:
-            labels, _ = _leiden_bisect(knn, n_clusters, seed + s, near, RESTART_TRIES, g)
+            labels, _ = _leiden_bisect(knn, n_clusters, seed + s, near, restart_tries, g)
         m = int(labels.max()) + 1
         key = (abs(m - n_clusters), m, -g.modularity(labels.tolist()))
         if best_key is None or key < best_key:
             best, best_key = labels, key
     return best
-
-
-RESTART_BRACKET = 2.0  # restarts bisect within [r / 2, 2 r] of the first seed's resolution r
-RESTART_TRIES = 8
 
 
 def _leiden_bisect(
@@ -287,7 +285,9 @@ def graph_partition(
     ``resolution`` (Leiden), ``resolutions`` (the Leiden resolutions 'silhouette' chooses
     from), ``min_cluster_size`` (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given:
     'spectral' clustering of the graph, or 'leiden' with the resolution that gives that many
-    communities, the best of ``restarts`` seeds by modularity; 1 when absent).
+    communities, the best of ``restarts`` seeds by modularity; 1 when absent; the restarts
+    bisect within a factor ``restart_bracket`` of the first seed's resolution, in at most
+    ``restart_tries`` steps).
 
     Example
     -------
@@ -306,7 +306,11 @@ def graph_partition(
         if with_k == "spectral":
             return spectral_knn(lists, n_clusters, seed)
         if with_k == "leiden":
-            return leiden_n_clusters(lists, n_clusters, seed, restarts=graph.get("restarts", 1))
+            return leiden_n_clusters(
+                lists, n_clusters, seed, restarts=graph.get("restarts", 1),
+                restart_bracket=graph.get("restart_bracket", 2.0),
+                restart_tries=graph.get("restart_tries", 8),
+            )  # fmt: skip
         raise ValueError(f"readout.graph.with_k must be one of {WITH_K}, got {with_k!r}")
     community = graph["community"]
     if community == "silhouette":
