@@ -22,6 +22,7 @@ from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.pipeline.config import (
     SCHEMA,
     ConfigError,
+    column_blocks,
     knn_row_blocks,
     knn_width,
     stage_settings_json,
@@ -112,6 +113,7 @@ def test_kmax_schema_defaults_equal_the_feature_settings():
 def test_knn_config_sizes_and_blocks():
     cfg = validate_config(KNN_TINY)
     assert knn_row_blocks(cfg, "mnist_rot") == [0, 1, 2]  # 30 rows, 12 per job
+    assert column_blocks(cfg, "mnist_rot") == [0, 1, 2]  # the means jobs take as many columns
     assert knn_width(cfg, "mnist_rot") == 5  # read-out graph k_ia 4 + itself > attention k 4
     other = copy.deepcopy(KNN_TINY)
     other["datasets"]["mnist_rot"]["kmax"]["rows_per_job"] = 7  # sharding: same settings

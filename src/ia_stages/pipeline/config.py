@@ -587,9 +587,18 @@ def dataset_size(cfg: dict, dataset: str) -> int:
     return ds["n"]
 
 
+def means_block_size(cfg: dict, dataset: str) -> int:
+    """Columns per invariant-mean job: ``block_size``, or on the kNN path
+    ``kmax.rows_per_job`` (a column there aligns only its k listed neighbours, so a job of
+    ``block_size`` columns would be mostly process start-up). The means do not depend on it."""
+    if knn_path(cfg, dataset):
+        return int(cfg["datasets"][dataset]["kmax"]["rows_per_job"])
+    return int(cfg["block_size"])
+
+
 def column_blocks(cfg: dict, dataset: str) -> list[int]:
-    """Column blocks of a dataset's invariant-mean stage (``block_size`` columns each)."""
-    return list(range(-(-dataset_size(cfg, dataset) // cfg["block_size"])))
+    """Column blocks of a dataset's invariant-mean stage (:func:`means_block_size` each)."""
+    return list(range(-(-dataset_size(cfg, dataset) // means_block_size(cfg, dataset))))
 
 
 def kmax_blocks(cfg: dict, dataset: str) -> list[tuple[int, int]]:

@@ -147,7 +147,7 @@ rule means_block:
         directory("results/{dataset}/ia/iter{t}/means/{cb}.zarr"),
     params:
         settings=settings("means"),
-        block_size=config["block_size"],
+        block_size=lambda w: means_block_size(config, w.dataset),
     threads: config["threads"]
     resources:
         gpu=GPU_PER_JOB,
