@@ -128,6 +128,10 @@ def leiden_knn(knn: KnnResult, seed: int, resolution: float = 1.0, graph: Any = 
     return np.asarray(part.membership, dtype=np.int64)
 
 
+RESTART_KEYS = ("restarts", "restart_bracket", "restart_tries")
+"""The read-out graph's keys :func:`leiden_n_clusters` takes (absent: its defaults)."""
+
+
 def leiden_n_clusters(
     knn: KnnResult,
     n_clusters: int,
@@ -285,9 +289,9 @@ def graph_partition(
     ``resolution`` (Leiden), ``resolutions`` (the Leiden resolutions 'silhouette' chooses
     from), ``min_cluster_size`` (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given:
     'spectral' clustering of the graph, or 'leiden' with the resolution that gives that many
-    communities, the best of ``restarts`` seeds by modularity; 1 when absent; the restarts
-    bisect within a factor ``restart_bracket`` of the first seed's resolution, in at most
-    ``restart_tries`` steps).
+    communities, the best of ``restarts`` seeds by modularity; ``restarts``,
+    ``restart_bracket`` and ``restart_tries`` as :func:`leiden_n_clusters`, whose defaults
+    apply where absent).
 
     Example
     -------
@@ -306,11 +310,8 @@ def graph_partition(
         if with_k == "spectral":
             return spectral_knn(lists, n_clusters, seed)
         if with_k == "leiden":
-            return leiden_n_clusters(
-                lists, n_clusters, seed, restarts=graph.get("restarts", 1),
-                restart_bracket=graph.get("restart_bracket", 2.0),
-                restart_tries=graph.get("restart_tries", 8),
-            )  # fmt: skip
+            given = {key: graph[key] for key in RESTART_KEYS if key in graph}
+            return leiden_n_clusters(lists, n_clusters, seed, **given)
         raise ValueError(f"readout.graph.with_k must be one of {WITH_K}, got {with_k!r}")
     community = graph["community"]
     if community == "silhouette":
