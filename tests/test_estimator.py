@@ -95,6 +95,7 @@ def test_none_parameters_take_the_preset():
     assert s == replace(default, beta=12.0)
     for key in ("iterations", "sigma", "attention", "readout", "stop", "mean"):
         assert getattr(s, key) == getattr(default, key)
+    assert s.iterations == 1  # one iteration: the second lost ACC (bench/iterations.py)
     paper = InvariantAttentionClustering(preset="paper")._resolved()
     assert paper.attention.kind == "dense" and paper.beta == 30.0 and paper.iterations == 2
     assert paper == PRESETS["paper"]

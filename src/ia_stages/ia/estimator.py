@@ -135,8 +135,9 @@ class InvariantAttentionClustering(
         Attention. The option dicts are laid over the preset's (given keys replace its keys).
     beta : RBF bandwidth of kappa^max on unit-norm images (> 0); dense W, and kNN attention
         with ``bandwidth='fixed'``
-    iterations : most IA iterations (>= 0; 0 reads clusters off the input's kappa^max); the
-        stopping rule may end earlier (``n_iter_``)
+    iterations : most IA iterations (>= 0; 0 reads clusters off the input's kappa^max; the
+        'images' preset runs 1, 'paper' 2); with more than one the stopping rule may keep an
+        earlier one (``n_iter_``)
     threshold : read-out distance between unit-norm features (0..2) when ``n_clusters`` is None
     linkage : 'average' | 'single' | 'complete' ('linkage' read-out)
     init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the

@@ -430,7 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
         "graph read-out sized to the data; paper: the paper's dense IA)",
     )
     sp.add_argument("--threshold", type=float, help="linkage read-out distance (preset's)")
-    sp.add_argument("--iterations", type=int, help="most IA iterations (default: the preset's, 2)")
+    sp.add_argument(
+        "--iterations",
+        type=int,
+        help="most IA iterations (default: the preset's: 1 for images, 2 for paper)",
+    )
     sp.add_argument(
         "--group", default="se2", choices=["se2", "similarity", "affine"],
         help="transformations factored out (default se2; config: datasets.*.group)",
