@@ -278,3 +278,11 @@ def test_stability_rule_stops_before_the_graph_blurs() -> None:
     t, reason = stop_iteration([y] * 4, [noise, sq, noise, sq], stop, GRAPH)
     assert t == 1, reason
     assert stop_iteration([y] * 3, [sq] * 3, stop, GRAPH)[0] == 1  # a fixed point
+
+
+def test_stability_rule_with_one_iteration_runs_no_leiden() -> None:
+    """With iterations 0 and 1 only, the rule keeps 1 whatever the statistic, so it must not
+    spend Leiden runs on it: distances it cannot read (None) do not reach community_stability."""
+    _, y = _planted()
+    t, reason = stop_iteration([y, y], [None, None], {"rule": "stability", "n_seeds": 5}, GRAPH)
+    assert t == 1 and "one iteration" in reason

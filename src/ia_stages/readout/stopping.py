@@ -69,7 +69,8 @@ def stop_iteration(
       (:func:`contraction_ratio` of t's own partition) stops falling;
     - 'none': the last iteration T.
 
-    With a single iteration (T = 0) it returns 0. Returns (t, a one-line reason).
+    With no iteration (T = 0) it returns 0; with one (T = 1) every rule returns 1
+    ('stability' without computing its statistic). Returns (t, a one-line reason).
     """
     from sklearn.metrics import adjusted_rand_score
 
@@ -84,6 +85,8 @@ def stop_iteration(
     if rule == "stability":
         if graph is None:
             raise ValueError("ia.stop.rule 'stability' needs the read-out graph settings")
+        if T == 1:  # it keeps 1 whatever the statistic: no Leiden runs
+            return 1, "one iteration run (community stability compares two)"
         stab = [community_stability(sq, graph, int(stop["n_seeds"])) for sq in sqdists[1:]]
         for t in range(1, T):
             if stab[t] <= stab[t - 1]:
