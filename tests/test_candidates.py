@@ -59,13 +59,29 @@ def test_feature_neighbours_equal_brute_force():
     assert np.array_equal(feature_neighbours(F, 5, batch=7, rows=range(10, 23)), got[10:23])
 
 
+def test_candidates_are_sized_to_n():
+    """c follows sqrt(n) beyond the minimum, never falls as n grows, stays within [k, n - 1],
+    and a c given explicitly is kept."""
+    fs = FeatureSettings()
+    cs = [fs.sized(n, 10).n_candidates for n in (11, 30, 49, 50, 1000, 5000, 20_000, 100_000)]
+    assert cs[:3] == [10, 29, 48] and cs[3:6] == [48, 48, 48]
+    assert cs[6] == round(0.68 * np.sqrt(20_000)) and cs[7] == round(0.68 * np.sqrt(100_000))
+    assert all(a <= b for a, b in zip(cs, cs[1:], strict=False))
+    assert FeatureSettings(n_candidates=7).sized(100_000, 5).n_candidates == 7
+    assert (
+        FeatureSettings(min_candidates=4, candidates_per_root_n=0).sized(900, 6).n_candidates == 6
+    )
+    with pytest.raises(ValueError, match="features.candidates_per_root_n"):
+        FeatureSettings(candidates_per_root_n=-1.0)
+
+
 @pytest.mark.slow
-def test_all_candidates_give_the_exact_modes_lists(copies):
+def test_default_candidates_on_a_small_set_give_the_exact_modes_lists(copies):
+    """On 30 images the sized c is n - 1: every pair is refined, as the exact mode does."""
     X = copies.data[:30].astype(float)
     n = X.shape[0]
     ref = kappa_max(X, k=6, sigma=2.0, settings=EXACT_SEARCH)
-    res = kappa_max(X, k=6, sigma=2.0, mode="candidates",
-                    features=FeatureSettings(n_candidates=n - 1))  # fmt: skip
+    res = kappa_max(X, k=6, sigma=2.0, mode="candidates")
     assert res.pairs_refined == n * (n - 1) // 2
     assert np.array_equal(res.indices[:, 0], np.arange(n))
     assert np.allclose(res.sqdist, ref.sqdist, atol=1e-6)

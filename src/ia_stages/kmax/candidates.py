@@ -97,7 +97,7 @@ def kappa_max_candidates(
         :data:`ia_stages.kmax.EXACT_SEARCH`; ``method`` must be 'polar')
     progress : called with the number of pairs refined after every block
     features : :class:`ia_stages.kmax.features.FeatureSettings`; its ``n_candidates`` (c)
-        must be >= k
+        must be >= k; None sizes it to n (:meth:`~ia_stages.kmax.features.FeatureSettings.sized`)
 
     Memory: the images and their refinement layout (a few copies of X in float64), the
     features (n x ``n_dims``), one block of candidate search (``batch`` x n float32), the
@@ -117,6 +117,7 @@ def kappa_max_candidates(
     """
     clock = _Clock()
     xp = array_module(X)
+    features = features.sized(int(X.shape[0]), int(k))
     Un = prepared_images(X, k, sigma, normalization, settings, features)
     n = Un.shape[0]
     uu = (Un**2).reshape(n, -1).sum(1)
@@ -159,7 +160,7 @@ def prepared_images(
     (8, 16, 16)
     """
     k = _check_k(k, X)
-    c = features.n_candidates
+    c = features.sized(int(X.shape[0]), k).n_candidates
     if c < k:
         raise ValueError(f"features.n_candidates (c = {c}) must be >= k = {k}")
     if features.n_refine and features.n_refine < k:
@@ -245,7 +246,7 @@ def candidate_lists(
     >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
     """
     n = Un.shape[0]
-    c = features.n_candidates
+    c = features.sized(n).n_candidates
     rows = range(0, n) if rows is None else range(rows.start, min(rows.stop, n))
     cand = to_numpy(feature_neighbours(F, c, features.batch, rows=rows))
     if clock is not None:

@@ -18,7 +18,7 @@ the same source runs on numpy and cupy arrays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,12 @@ class FeatureSettings:
     n_dims : PCA dimensions kept; 0 keeps the raw invariants
     pca_rows : rows the PCA is fitted on (a random subset, seeded)
     n_candidates : c, nearest in feature space per image (itself not counted); must be >= the
-        list length k
+        list length k. None (the default) sizes it to n (:meth:`sized`): recall at fixed c
+        falls with n, as more look-alikes compete for the same c places
+    min_candidates : c for n up to (min_candidates / candidates_per_root_n)^2 images, when
+        ``n_candidates`` is None
+    candidates_per_root_n : beyond that, c = candidates_per_root_n * sqrt(n) (48 at 5,000
+        images, 96 at 20,000, 215 at 100,000 with the defaults; ``bench/scale.py``)
     n_refine : r; of each image's c candidates, the r of lowest coarse d2 in the polar scan
         about the centroids (a few hundred flops per pair) are refined exactly; 0 refines all
         c. Must be 0 or in [k, c]
@@ -56,24 +61,33 @@ class FeatureSettings:
     n_freqs: int = 12
     n_dims: int = 128
     pca_rows: int = 20_000
-    n_candidates: int = 48
+    n_candidates: int | None = None
+    min_candidates: int = 48
+    candidates_per_root_n: float = 0.68
     n_refine: int = 0
-    n_expand: int = 16
+    n_expand: int = 32
     batch: int = 2048
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.route not in FEATURE_ROUTES:
             raise ValueError(f"features.route must be one of {FEATURE_ROUTES}, got {self.route!r}")
-        for name in ("n_angles", "n_freqs", "pca_rows", "n_candidates", "batch"):
+        for name in ("n_angles", "n_freqs", "pca_rows", "min_candidates", "batch"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"features.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_candidates is not None and int(self.n_candidates) < 1:
+            raise ValueError(f"features.n_candidates must be >= 1, got {self.n_candidates}")
+        if not self.candidates_per_root_n >= 0:
+            raise ValueError(
+                f"features.candidates_per_root_n must be >= 0, got {self.candidates_per_root_n}"
+            )
         if self.n_freqs > self.n_angles // 2 + 1:
             raise ValueError(
                 f"features.n_freqs must be <= n_angles // 2 + 1 = {self.n_angles // 2 + 1}, "
                 f"got {self.n_freqs}"
             )
-        if not (self.n_refine == 0 or 1 <= self.n_refine <= self.n_candidates):
+        top = self.n_candidates if self.n_candidates is not None else np.inf
+        if not (self.n_refine == 0 or 1 <= self.n_refine <= top):
             raise ValueError(
                 f"features.n_refine must be 0 or in [1, n_candidates = {self.n_candidates}], "
                 f"got {self.n_refine}"
@@ -82,6 +96,25 @@ class FeatureSettings:
             raise ValueError(f"features.n_expand must be >= 0, got {self.n_expand}")
         if self.n_dims < 0:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
+
+    def sized(self, n: int, k: int = 1) -> FeatureSettings:
+        """These settings with c set for ``n`` images when ``n_candidates`` is None.
+
+        c = max(min_candidates, round(candidates_per_root_n * sqrt(n))), at least ``k`` (the
+        list length) and at most n - 1 (every other image). A c given explicitly is kept
+        as it is (and checked against k and n where the images are).
+
+        Example
+        -------
+        >>> FeatureSettings().sized(20_000).n_candidates
+        96
+        >>> FeatureSettings().sized(30, k=5).n_candidates
+        29
+        """
+        if self.n_candidates is not None:
+            return self
+        c = max(self.min_candidates, round(self.candidates_per_root_n * np.sqrt(n)))
+        return replace(self, n_candidates=int(min(max(c, k), n - 1)))
 
 
 DEFAULT_FEATURES = FeatureSettings()

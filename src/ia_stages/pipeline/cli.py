@@ -448,7 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--dense-max", type=int, help="--kmax auto: most images run dense (default 5000)"
     )
-    sp.add_argument("--candidates", type=int, help="kNN path: candidates per image c (default 48)")
+    sp.add_argument(
+        "--candidates",
+        type=int,
+        help="kNN path: candidates per image c (default: sized to n, 48 up to 5,000 images)",
+    )
     sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
     sp.add_argument(
         "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"

@@ -59,7 +59,8 @@ def images_config(
     attention) or 'auto': candidates when there are more than ``dense_max`` images (None:
     :data:`ia_stages.pipeline.config.DENSE_MAX`), decided from the files' headers by the
     workflow's config (``kmax: {mode: auto, dense_max: N}``).
-    ``n_candidates`` (None: the library's default) is c, the candidates per image.
+    ``n_candidates`` is c, the candidates per image (None: sized to n,
+    :meth:`ia_stages.kmax.features.FeatureSettings.sized`).
     """
     from dataclasses import asdict
 

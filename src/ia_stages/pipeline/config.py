@@ -531,7 +531,7 @@ def _check_knn_path(cfg: dict, name: str) -> None:
     c = ds["kmax"]["features"]["n_candidates"]
     if not 2 <= k < n:
         raise ConfigError(f"config key 'datasets.{name}.kmax.k': k={k} must be in 2..n-1 (n={n})")
-    if not k <= c < n:
+    if c is not None and not k <= c < n:
         raise ConfigError(
             f"config key 'datasets.{name}.kmax.features.n_candidates': c={c} must be >= "
             f"k={k} and < n={n}"

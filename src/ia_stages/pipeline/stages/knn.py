@@ -63,12 +63,15 @@ from ia_stages.readout.graph import KnnDistances
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
 
 
-def _parts(settings: dict) -> tuple[FeatureSettings, SearchSettings, int]:
+def _parts(settings: dict, n: int) -> tuple[FeatureSettings, SearchSettings, int]:
+    """The feature settings sized to the ``n`` images (c, as every job of the run sizes
+    it), the per-pair search and the list length k."""
     try:
+        k = int(settings["k"])
         return (
-            FeatureSettings(**settings["features"]),
+            FeatureSettings(**settings["features"]).sized(n, k),
             SearchSettings(**settings["search"]),
-            int(settings["k"]),
+            k,
         )
     except (TypeError, ValueError) as err:
         raise InputError(f"settings key 'kmax': {err}") from None
@@ -77,7 +80,7 @@ def _parts(settings: dict) -> tuple[FeatureSettings, SearchSettings, int]:
 def _prepared(path: str | Path, settings: dict) -> np.ndarray:
     """The images of ``path`` as the candidates mode compares them; bad input names the key."""
     V = require_images(load_features(path), path)
-    fs, search, k = _parts(settings)
+    fs, search, k = _parts(settings, V.shape[0])
     try:
         return prepared_images(V, k, settings["sigma"], settings["normalization"], search, fs)
     except ValueError as err:
@@ -100,7 +103,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     V = require_images(load_features(images), images)
     Un = _prepared(images, settings)
     n = Un.shape[0]
-    fs, search, _ = _parts(settings)
+    fs, search, _ = _parts(settings, n)
     rng = np.random.default_rng(stage_seed(int(settings["seed"]), "knn-sample"))
     pick = np.sort(rng.permutation(n)[: min(int(settings["sample"]), n)])
     U, backend = _on_device(Un, settings)
@@ -122,8 +125,9 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
         coords={"sample": np.arange(n)},
     )
     ds.attrs = provenance(
-        "knn-features", settings, settings["seed"], backend, n=n, wall_seconds=t["seconds"]
-    )
+        "knn-features", settings, settings["seed"], backend, n=n,
+        n_candidates=int(fs.n_candidates), wall_seconds=t["seconds"],
+    )  # fmt: skip
     write_store(ds, out)
     return ds
 
@@ -157,7 +161,7 @@ def block(
     if cand.shape[0] != n:
         raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
     rows = _block_rows(images, n, rows_per_job, bi)
-    _, search, k = _parts(settings)
+    _, search, k = _parts(settings, n)
     U, backend = _on_device(Un, settings)
     with timer() as t:
         pairs = refine_rows(
@@ -189,7 +193,7 @@ def expand(
     Un = _prepared(images, settings)
     n = Un.shape[0]
     lists = read_knn(first, n).knn
-    fs, search, k = _parts(settings)
+    fs, search, k = _parts(settings, n)
     if fs.n_expand < 1:
         raise InputError(f"{out}: settings key 'kmax.features.n_expand' is 0: nothing to expand")
     rows = _block_rows(images, n, rows_per_job, bi)
@@ -251,7 +255,7 @@ def gather(
         covered[lo:hi] = True
     if not covered.all():
         raise InputError(f"{out}: kNN row blocks do not cover row {int(np.argmin(covered))}")
-    _, _, k = _parts(settings)
+    _, _, k = _parts(settings, n)
     pairs = CandidatePairs.concat(
         [
             CandidatePairs(*(b[v].values for v in ("a", "b", "sqdist", "params", "scanned")))
