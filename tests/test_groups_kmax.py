@@ -99,6 +99,31 @@ def test_mirror_images_are_found_inside_kappa_max():
     assert np.sum((U[0] - w) ** 2) < 2e-3
 
 
+def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set():
+    """The candidate kNN mode takes a group: its SE(2) lists (on 12 renders, c is sized to
+    n - 1, so every pair) are refined over the group and re-ranked as the exact mode's are."""
+    from ia_stages.kmax import EXACT_SEARCH
+    from ia_stages.kmax.features import FeatureSettings
+
+    g = make_group("affine")
+    rng = np.random.default_rng(0)
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, 6), rng.uniform(-1, 1, (6, 2))])
+    X = np.concatenate([render(letter(ch, 16), SHAPE, params=p, psf=1.0) for ch in "RF"]).astype(
+        float
+    )
+    exact = kappa_max(X, beta=2.0, group=g, k=4, settings=EXACT_SEARCH)
+    cand = kappa_max(X, beta=2.0, group=g, k=4, mode="candidates", settings=EXACT_SEARCH)
+    np.testing.assert_allclose(cand.sqdist, exact.sqdist, atol=1e-9)
+    assert np.array_equal(cand.indices, exact.indices)
+    se2 = kappa_max(X, beta=2.0, k=4, mode="candidates")
+    assert np.all(cand.sqdist[:, 1:].sum(1) <= se2.sqdist[:, 1:].sum(1) + 1e-9)
+    few = FeatureSettings(n_candidates=4, n_expand=0)  # the candidates bound the pairs refined
+    small = kappa_max(X, beta=2.0, group=g, k=4, mode="candidates", features=few)
+    assert small.pairs_refined <= 4 * len(X) < exact.pairs_scanned
+    with pytest.raises(ValueError, match="mode must be one of"):
+        kappa_max(X, beta=2.0, group=g, k=4, mode="nearest")
+
+
 def test_bad_group_requests_name_the_key():
     X = _renders()
     with pytest.raises(ValueError, match=r"^mirror: "):

@@ -60,7 +60,8 @@ def kappa_max(
         or without mirrors (:func:`ia_stages.core.groups.make_group`): the SE(2) search, then
         the bounded local refinement of the extra parameters
         (:mod:`ia_stages.kmax.group_search`); d2 is then ||u - s v o tau||^2 with
-        s = sqrt|det A|, so that a change of area does not bias the score.
+        s = sqrt|det A|, so that a change of area does not bias the score. With ``k``, the
+        SE(2) lists of ``mode`` are refined over the group and re-ranked.
     k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
     settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
@@ -102,8 +103,13 @@ def kappa_max(
         if images is not None:
             check_image_content(images, name, sigma)
     if isinstance(group, AffineFamily):
-        settings = SearchSettings() if settings is None else settings
-        return kappa_max_group(U, V, beta, normalization, group, settings, progress, sigma, k)
+        if k is not None and mode not in KNN_MODES:
+            raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
+        if settings is None:
+            settings = EXACT_SEARCH if k is not None and mode == "candidates" else SearchSettings()
+        return kappa_max_group(
+            U, V, beta, normalization, group, settings, progress, sigma, k, mode, features
+        )
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
