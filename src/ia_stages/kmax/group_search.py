@@ -14,10 +14,7 @@ from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import half_resolution, normalize, smooth
 from ia_stages.core.validation import check_images
-from ia_stages.kmax.candidates import kappa_max_candidates
-from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.kmax.group_refine import N_Q, refine_pairs
-from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
 
@@ -93,25 +90,14 @@ def kappa_max_group(
     settings: SearchSettings,
     progress: Callable[[int], None] | None,
     sigma: float,
-    k: int | None,
-    mode: str = "exact",
-    features: FeatureSettings | None = None,
-) -> KappaMaxResult | KnnResult:
-    """:func:`ia_stages.kmax.kappa_max` for an :class:`AffineFamily` group (same parameters).
+) -> KappaMaxResult:
+    """:func:`ia_stages.kmax.kappa_max` of all pairs for an :class:`AffineFamily` group (same
+    parameters; the kNN modes: :func:`refine_knn`).
 
     The score is d2 = ||u - s v o tau||^2 with s = sqrt|det A| (norm preserving), minimised
-    over the group within its bounds; kappa^max = exp(-beta d2). The kNN modes refine the
-    pairs that the SE(2) kNN search (``mode`` 'exact' or 'candidates', as for SE(2)) listed
-    and re-rank them (a pair that only the extra freedom would bring into a list is not
-    found); they do not search mirror images.
+    over the group within its bounds; kappa^max = exp(-beta d2).
     """
     U = check_images(U, "U", dtype=FLOATS)
-    if k is not None:
-        if V is not None:
-            raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
-        if group.mirror:
-            raise ValueError("mirror: the kNN mode (k=) searches no mirror images; use k=None")
-        return _knn(U, beta, normalization, group, settings, progress, sigma, k, mode, features)
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
     symmetric = V is None
@@ -145,16 +131,26 @@ def kappa_max_group(
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
 
 
-def _knn(U, beta, normalization, group, settings, progress, sigma, k, mode, features) -> KnnResult:
-    if mode == "candidates":
-        knn = kappa_max_candidates(
-            U, k, beta, normalization, SE2(), settings, progress, sigma,
-            DEFAULT_FEATURES if features is None else features,
-        )  # fmt: skip
-    elif mode == "exact":
-        knn = kappa_max_knn(U, k, beta, normalization, SE2(), settings, progress, sigma)
-    else:
-        raise ValueError(f"mode must be 'exact' or 'candidates', got {mode!r}")
+def refine_knn(
+    U: Any,
+    knn: KnnResult,
+    beta: float,
+    normalization: str,
+    group: AffineFamily,
+    settings: SearchSettings,
+    sigma: float,
+) -> KnnResult:
+    """SE(2) kNN lists of ``U`` (either kNN mode of :func:`ia_stages.kmax.kappa_max`) refined
+    over ``group`` from their SE(2) optima and re-ranked, in place and returned.
+
+    A pair that only the extra freedom would bring into a list is not found; no mirror images
+    are searched.
+
+    Example
+    -------
+    >>> knn = refine_knn(X, kappa_max(X, k=5), 1.0, "unit", make_group("affine"),
+    ...                  SearchSettings(), 2.0)  # doctest: +SKIP
+    """
     X = np.asarray(to_numpy(U), dtype=np.float64)
     Un = normalize(smooth(X, sigma), normalization)
     n, kk = knn.indices.shape

@@ -10,7 +10,7 @@ from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
-from ia_stages.kmax.group_search import kappa_max_group
+from ia_stages.kmax.group_search import kappa_max_group, refine_knn
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
@@ -102,25 +102,27 @@ def kappa_max(
     for name, images in ((first, U), ("V", V)):
         if images is not None:
             check_image_content(images, name, sigma)
-    if isinstance(group, AffineFamily):
-        if k is not None and mode not in KNN_MODES:
-            raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
-        if settings is None:
-            settings = EXACT_SEARCH if k is not None and mode == "candidates" else SearchSettings()
-        return kappa_max_group(
-            U, V, beta, normalization, group, settings, progress, sigma, k, mode, features
-        )
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
         if mode not in KNN_MODES:
             raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
+        if isinstance(group, AffineFamily) and group.mirror:
+            raise ValueError("mirror: the kNN mode (k=) searches no mirror images; use k=None")
+        lists_group = SE2() if isinstance(group, AffineFamily) else group
         if mode == "candidates":
             settings = EXACT_SEARCH if settings is None else settings
-            return kappa_max_candidates(
-                U, k, beta, normalization, group, settings, progress, sigma, features
+            knn = kappa_max_candidates(
+                U, k, beta, normalization, lists_group, settings, progress, sigma, features
             )
+        else:
+            settings = SearchSettings() if settings is None else settings
+            knn = kappa_max_knn(U, k, beta, normalization, lists_group, settings, progress, sigma)
+        if isinstance(group, AffineFamily):  # the SE(2) lists, refined over the group
+            return refine_knn(U, knn, beta, normalization, group, settings, sigma)
+        return knn
+    if isinstance(group, AffineFamily):
         settings = SearchSettings() if settings is None else settings
-        return kappa_max_knn(U, k, beta, normalization, group, settings, progress, sigma)
+        return kappa_max_group(U, V, beta, normalization, group, settings, progress, sigma)
     settings = SearchSettings() if settings is None else settings
     return kappa_max_all_pairs(U, V, beta, normalization, group, settings, progress, sigma)
