@@ -70,7 +70,8 @@ def stop_iteration(
     - 'none': the last iteration T.
 
     With no iteration (T = 0) it returns 0; with one (T = 1) every rule returns 1
-    ('stability' without computing its statistic). Returns (t, a one-line reason).
+    ('stability' computes its statistic only for the iterations it compares, so none here).
+    Returns (t, a one-line reason).
     """
     from sklearn.metrics import adjusted_rand_score
 
@@ -85,16 +86,22 @@ def stop_iteration(
     if rule == "stability":
         if graph is None:
             raise ValueError("ia.stop.rule 'stability' needs the read-out graph settings")
-        if T == 1:  # it keeps 1 whatever the statistic: no Leiden runs
-            return 1, "one iteration run (community stability compares two)"
-        stab = [community_stability(sq, graph, int(stop["n_seeds"])) for sq in sqdists[1:]]
+        stab: dict[int, float] = {}  # by iteration, computed when compared (Leiden runs)
+
+        def stability(t: int) -> float:
+            if t not in stab:
+                stab[t] = community_stability(sqdists[t], graph, int(stop["n_seeds"]))
+            return stab[t]
+
         for t in range(1, T):
-            if stab[t] <= stab[t - 1]:
+            if stability(t + 1) <= stability(t):
                 return t, (
                     f"community stability stopped rising after iteration {t} "
-                    f"({stab[t - 1]:.3f} -> {stab[t]:.3f})"
+                    f"({stab[t]:.3f} -> {stab[t + 1]:.3f})"
                 )
-        return T, f"community stability rose at every iteration (to {stab[-1]:.3f})"
+        if T not in stab:
+            return T, "one iteration run: community stability had nothing to compare"
+        return T, f"community stability rose at every iteration (to {stab[T]:.3f})"
     if rule == "partition":
         for t in range(1, T + 1):
             ari = adjusted_rand_score(partitions[t - 1], partitions[t])
