@@ -7,7 +7,8 @@ On ``--digits`` x 20 digit copies (:func:`ia_stages.data.large.digit_copies`, as
 ``bench/scale.py``, the same reference rows), for every c: the first pass (features,
 candidates, exact refinement), then for every ``x:R`` R rounds of the expansion pass
 (:func:`ia_stages.kmax.candidates.expansion_candidates`, each round from the previous round's
-lists, never refining a pair twice). Printed after every round: recall of the exact 9 nearest
+lists, never refining a pair twice: :func:`ia_stages.kmax.candidates.expansion_round`, the
+library's one pass). Printed after every round: recall of the exact 9 nearest
 (mean, median, worst row, share of rows below 0.9), the farthest listed neighbour's exact d2
 over the true 9th's, distinct pairs refined per image and cumulative CPU seconds. One round is
 what the library runs (``FeatureSettings.n_expand``).
@@ -24,12 +25,10 @@ from ia_stages.core.groups import SE2
 from ia_stages.data.large import digit_copies
 from ia_stages.kmax import EXACT_SEARCH, kappa_max
 from ia_stages.kmax.candidates import (
-    CandidatePairs,
     candidate_lists,
-    expansion_candidates,
+    expansion_round,
     knn_from_pairs,
     prepared_images,
-    refine_pairs,
     refine_rows,
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
@@ -85,11 +84,9 @@ def main() -> None:
             t = time.process_time()
             pairs, lists = first, lists0
             for r in range(rounds):
-                cand = expansion_candidates(lists, range(n), x)
-                more = refine_pairs(Un, np.arange(n), cand, k, beta, group, search, args.sigma,
-                                    None, pairs.a * n + pairs.b)  # fmt: skip
-                pairs = CandidatePairs.concat([pairs, more])
-                lists = knn_from_pairs(n, k, pairs, beta, uu, group)
+                pairs, lists = expansion_round(
+                    Un, pairs, lists, x, beta, uu, group, search, args.sigma
+                )
                 cpu = base + time.process_time() - t
                 report(f"c {c}, x {x} round {r + 1}", lists, pairs.a.size, cpu)
 

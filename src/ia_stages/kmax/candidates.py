@@ -131,11 +131,9 @@ def kappa_max_candidates(
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
     if features.n_expand and k > 2:
-        cand = expansion_candidates(result, range(n), features.n_expand)
-        skip = pairs.a * n + pairs.b
-        more = refine_pairs(Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, skip)
-        pairs = CandidatePairs.concat([pairs, more])
-        result = knn_from_pairs(n, k, pairs, beta, uu, group)
+        pairs, result = expansion_round(
+            Un, pairs, result, features.n_expand, beta, uu, group, settings, sigma, progress
+        )
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
@@ -442,6 +440,45 @@ def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarr
     out = np.take_along_axis(two, best, 1)
     out[~np.isfinite(np.take_along_axis(bound, best, 1))] = -1
     return out
+
+
+def expansion_round(
+    Un: Any,
+    pairs: CandidatePairs,
+    knn: KnnResult,
+    n_expand: int,
+    beta: float,
+    uu: np.ndarray,
+    group: SE2 = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[CandidatePairs, KnnResult]:
+    """One expansion pass over all n rows: :func:`expansion_candidates` of ``knn``, refined
+    (no pair of ``pairs`` twice), merged with ``pairs`` into new lists of ``knn``'s length.
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images` (numpy or cupy)
+    pairs : every pair refined so far; ``knn`` : the lists made from them
+    n_expand : x, candidates per row
+    beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
+    uu : ``(n,)`` squared norms of ``Un``
+
+    Returns
+    -------
+    (all refined pairs, the merged lists)
+
+    Example
+    -------
+    >>> pairs, knn = expansion_round(Un, pairs, knn, 32, 1.0, uu)  # doctest: +SKIP
+    """
+    n, k = knn.indices.shape
+    cand = expansion_candidates(knn, range(n), n_expand)
+    skip = pairs.a * n + pairs.b
+    more = refine_pairs(Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, skip)
+    pairs = CandidatePairs.concat([pairs, more])
+    return pairs, knn_from_pairs(n, k, pairs, beta, uu, group)
 
 
 def knn_from_pairs(
