@@ -75,7 +75,7 @@ def test_default_config_is_valid_and_defaults_are_filled(
         filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
         assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled}, name
         for key, default in defaults.items():
-            if key in ("attention", "group"):  # sections: their defaults are filled inside
+            if key in ("attention", "group", "kmax"):  # sections: defaults filled inside
                 given_att = given.get(key, {})
                 assert cfg["datasets"][name][key].items() >= given_att.items(), name
                 continue
@@ -113,6 +113,10 @@ def test_minimal_config_gets_every_section(schema_path: Path) -> None:
     for name, kind in (("s", "shapes3"), ("m", "mnist3")):
         expected = {"kind": kind, **_kind_defaults(schema, kind), "attention": attention}
         expected["group"] = _defaults(schema["$defs"]["group"]["properties"])
+        kmax = schema["$defs"]["kmax"]["properties"]
+        features = _defaults(kmax["features"]["properties"])
+        expected["kmax"] = {**_defaults(kmax), "features": features}
+        expected["kmax"]["mode"] = "dense"  # 'auto' resolved: 6 and 10 images run dense
         assert cfg["datasets"][name] == expected
     assert cfg["figures"]["mean_trace"]["dataset"] == "m"
     assert "steps" in cfg["figures"]["mean_trace"] and "init" in cfg["figures"]["mean_trace"]

@@ -233,12 +233,13 @@ def test_merge_joins_sub_styles_of_one_class_and_keeps_classes_apart():
 def test_the_cluster_command_takes_the_knn_path_above_dense_max(tmp_path):
     """``--kmax auto`` (the default): dense up to ``dense_max`` images, the kNN path above;
     the schema's default is the code's, and a bad mode is one line naming the option."""
+    from ia_stages.ia.settings import DENSE_MAX
     from ia_stages.pipeline import config as pipeline_config
     from ia_stages.pipeline.config import knn_path
 
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((12, 24, 24)))
     small = validate_config(images_config(tmp_path / "x.npy"))
-    assert small["datasets"][DATASET]["kmax"]["dense_max"] == pipeline_config.DENSE_MAX
+    assert small["datasets"][DATASET]["kmax"]["dense_max"] == DENSE_MAX
     assert not knn_path(small, DATASET)
     large = validate_config(images_config(tmp_path / "x.npy", dense_max=11, n_candidates=8))
     assert knn_path(large, DATASET)
@@ -247,9 +248,7 @@ def test_the_cluster_command_takes_the_knn_path_above_dense_max(tmp_path):
     assert forced["datasets"][DATASET]["kmax"]["features"]["n_candidates"] == 8
     assert not knn_path(validate_config(images_config(tmp_path / "x.npy", kmax="dense")), DATASET)
     schema = yaml.safe_load(pipeline_config.SCHEMA.read_text())
-    assert (
-        schema["$defs"]["kmax"]["properties"]["dense_max"]["default"] == pipeline_config.DENSE_MAX
-    )
+    assert schema["$defs"]["kmax"]["properties"]["dense_max"]["default"] == DENSE_MAX
     with pytest.raises(ConfigError, match="--kmax"):
         images_config(tmp_path / "x.npy", kmax="sparse")
     with pytest.raises(ConfigError, match="n_candidates"):  # c >= n on the kNN path

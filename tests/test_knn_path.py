@@ -14,7 +14,7 @@ import yaml
 from ia_stages.ia.attention import sparse_neighbours
 from ia_stages.ia.class_averages import knn_medoids
 from ia_stages.ia.loop import read_out
-from ia_stages.ia.settings import ReadoutSettings
+from ia_stages.ia.settings import PathSettings, ReadoutSettings
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.features import FeatureSettings
@@ -104,10 +104,17 @@ def test_knn_medoid_is_the_member_with_most_members_listed():
     assert knn_medoids(knn, mixed)[1] != meds[0]
 
 
-def test_kmax_schema_defaults_equal_the_feature_settings():
+def test_kmax_schema_defaults_equal_the_path_and_feature_settings():
+    """The config's ``kmax`` block and the estimator's ``PathSettings`` share their defaults
+    (``rows_per_job`` is the pipeline's sharding only)."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    props = schema["$defs"]["kmax"]["properties"]["features"]["properties"]
+    kmax = schema["$defs"]["kmax"]["properties"]
+    props = kmax["features"]["properties"]
     assert {k: v["default"] for k, v in props.items()} == asdict(FeatureSettings())
+    path = {k: v["default"] for k, v in kmax.items() if k not in ("features", "rows_per_job")}
+    defaults = asdict(PathSettings())
+    defaults.pop("features")
+    assert path == defaults
 
 
 def test_knn_config_sizes_and_blocks():

@@ -7,6 +7,7 @@ the preset used when ``preset=None`` is ``'images'``; ``preset='paper'`` is the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +41,11 @@ from ia_stages.ia.settings import (
     READOUT_KINDS,
     IASettings,
     ia_settings,
+    sized,
     with_sigma,
 )
 from ia_stages.kmax import SearchSettings
+from ia_stages.readout.graph import KnnDistances
 from ia_stages.readout.stopping import STOP_RULES
 
 READOUTS = READOUT_KINDS
@@ -62,6 +65,7 @@ _PARAMS = {
     "readout": ("readout", "kind"),
     "readout_neighbors": ("readout", "k"),
     "stop": ("stop", "rule"),
+    "kmax_mode": ("path", "mode"),
 }
 _OPTIONS = {
     "attention_options": ("attention", ("bandwidth", "symmetry", "mean_steps")),
@@ -80,19 +84,21 @@ _OPTIONS = {
         ),
     ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
+    "kmax_options": ("path", ("dense_max", "k", "search", "sample", "features")),
 }
 
 
 def _parameter_names(message: str) -> str:
-    """A settings error message with the settings' key (``readout.kind``) replaced by the
-    estimator parameter that sets it (``readout``)."""
+    """A settings error message with every settings key in it (``readout.kind``) replaced by
+    the estimator parameter that sets it (``readout``)."""
     names = {f"{part}.{key}": param for param, (part, key) in _PARAMS.items() if part}
     for param, (part, keys) in _OPTIONS.items():
         names.update({f"{part}.{key}": f"{param}[{key!r}]" for key in keys})
-    head = message.split(" ", 1)
-    if head[0] in names:
-        return f"{names[head[0]]} {head[1]}"
-    return message
+    pattern = (
+        r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len)[::-1])) + r")(?![\w.])"
+    )
+    message = re.sub(r"\bpath\.features\.(\w+)", r"kmax_options['features']['\1']", message)
+    return re.sub(pattern, lambda m: names[m.group(1)], message)
 
 
 @dataclass
@@ -193,6 +199,17 @@ class InvariantAttentionClustering(
     group : 'se2' (default), 'similarity' or 'affine', or a group object
         (:func:`ia_stages.core.groups.make_group`, e.g. with ``mirror=True`` or other bounds):
         the transformations kappa^max, the invariant means and the poses factor out
+    kmax_mode : 'auto' (the presets' 'images'; 'paper': 'dense'), 'dense' or 'candidates':
+        how every kappa^max is computed (:class:`~ia_stages.ia.settings.PathSettings`):
+        'dense' compares every pair (n x n arrays); 'candidates' is the kNN path for large n
+        (each image's nearest refined exactly on candidates found in rotation- and
+        translation-invariant feature space; memory and time about linear in n); 'auto' takes
+        the kNN path above ``kmax_options['dense_max']`` (5,000) images. The kNN path needs
+        ``attention='knn'`` and ``readout='graph'``
+    kmax_options : dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
+        ('exact' | 'ia'), ``sample`` (images whose all-pairs kappa^max the silhouette and the
+        stopping rule read) and ``features`` (a dict of
+        :class:`~ia_stages.kmax.features.FeatureSettings` keys, e.g. ``n_candidates``)
 
     Attributes
     ----------
@@ -201,8 +218,10 @@ class InvariantAttentionClustering(
     features_ : ``(n, H, W)`` features of the chosen iteration ``n_iter_`` (the input when 0)
     steps_ : list of :class:`~ia_stages.ia.attention.InvariantAttentionStep`, one per iteration
         up to the chosen one
-    kmax_ : :class:`~ia_stages.kmax.KappaMaxResult` of those features, ``(n, n)``
-    affinity_matrix_ : ``(n, n)`` kappa^max of the final features (``kmax_.value``)
+    kmax_ : :class:`~ia_stages.kmax.KappaMaxResult` of those features, ``(n, n)``; on the
+        kNN path their :class:`~ia_stages.kmax.KnnResult` (each sample's nearest)
+    affinity_matrix_ : ``(n, n)`` kappa^max of the final features (``kmax_.value``); on the
+        kNN path a scipy sparse array holding each sample's listed neighbours
     cluster_means_ : ``(n_clusters_, H, W)`` invariant mean of every cluster's input images
     poses_ : ``(n, n_params)`` pose aligning each input image to its cluster's mean
     distances_ : ``(n,)`` manifold distance of each input image to its cluster's mean
@@ -243,6 +262,8 @@ class InvariantAttentionClustering(
         random_state: Any = None,
         verbose: int = 0,
         group: Any = "se2",
+        kmax_mode: str | None = None,
+        kmax_options: dict | None = None,
     ):
         self.n_clusters = n_clusters
         self.preset = preset
@@ -268,6 +289,8 @@ class InvariantAttentionClustering(
         self.random_state = random_state
         self.verbose = verbose
         self.group = group
+        self.kmax_mode = kmax_mode
+        self.kmax_options = kmax_options
 
     # settings ---------------------------------------------------------------------------
 
@@ -275,7 +298,7 @@ class InvariantAttentionClustering(
         """The settings this fit uses: the preset with every parameter not None laid over it,
         each checked (one-line ``ValueError`` naming the parameter); neighbour counts are
         sized later by :func:`~ia_stages.ia.settings.sized` when left at None."""
-        parts: dict[str, dict] = {"attention": {}, "readout": {}, "stop": {}}
+        parts: dict[str, dict] = {"attention": {}, "readout": {}, "stop": {}, "path": {}}
         top: dict[str, Any] = {}
         for param, (part, key) in _PARAMS.items():
             value = getattr(self, param)
@@ -358,6 +381,10 @@ class InvariantAttentionClustering(
         X = self._validate_X(X)
         n = X.shape[0]
         s = self._resolved(n)
+        try:
+            sized(s, n, self.n_clusters)
+        except ValueError as err:
+            raise ValueError(_parameter_names(str(err))) from None
         if isinstance(self.random_state, int | np.integer) and not isinstance(
             self.random_state, bool
         ):
@@ -371,8 +398,13 @@ class InvariantAttentionClustering(
         self.settings_ = res.settings
         self.steps_ = res.steps[:chosen]
         self.features_ = X if chosen == 0 else res.steps[chosen - 1].features
-        self.kmax_ = res.kmax[chosen]
-        self.affinity_matrix_ = res.kmax[chosen].value
+        km = res.kmax[chosen]
+        if isinstance(km, KnnDistances):
+            self.kmax_ = km.knn
+            self.affinity_matrix_ = km.knn.to_sparse("value")
+        else:
+            self.kmax_ = km
+            self.affinity_matrix_ = km.value
         self.labels_ = res.labels
         self.n_clusters_ = int(res.labels.max()) + 1
         self.cluster_means_ = res.averages.means

@@ -132,6 +132,17 @@ def read_iterations(
     return parts, chosen, reason
 
 
+def distances(kmax: KappaMaxResult | KnnDistances) -> Any:
+    """What the read-outs and stopping rules take of one iteration's kappa^max: the
+    ``(n, n)`` squared distances, or the kNN path's :class:`KnnDistances` as they are."""
+    return kmax if isinstance(kmax, KnnDistances) else kmax.sqdist
+
+
+def value(kmax: KappaMaxResult | KnnDistances) -> Any:
+    """The ``(n, n)`` kappa^max affinity (the spectral read-out's), None on the kNN path."""
+    return None if isinstance(kmax, KnnDistances) else kmax.value
+
+
 @dataclass
 class IAResult:
     """Output of :func:`run_ia` (n samples, K clusters, T iterations computed).
@@ -142,7 +153,8 @@ class IAResult:
     partitions : ``(T + 1, n)`` every iteration's read-out, input first
     steps : the :class:`~ia_stages.ia.attention.InvariantAttentionStep` of every iteration
         computed
-    kmax : kappa^max of every iteration's features, input first
+    kmax : kappa^max of every iteration's features, input first: ``KappaMaxResult``, or on
+        the kNN path (``settings.path``) :class:`~ia_stages.readout.graph.KnnDistances`
     averages : :class:`~ia_stages.ia.class_averages.ClassAverages` of the input images
     settings : the sized settings used
     seed : the read-outs' seed
@@ -153,7 +165,7 @@ class IAResult:
     stop_reason: str
     partitions: np.ndarray
     steps: list[InvariantAttentionStep]
-    kmax: list[KappaMaxResult]
+    kmax: list[KappaMaxResult | KnnDistances]
     averages: ClassAverages
     settings: IASettings
     seed: int
@@ -176,6 +188,9 @@ def run_ia(
     kappa^max of the features -> read-out -> (unless the stopping rule has settled) the
     attention step -> next features ..., up to ``settings.iterations``; the stopping rule keeps
     one iteration's read-out; then every cluster's class average and every image's pose.
+    Each kappa^max is dense (every pair) or, where ``settings.path`` says so (by default above
+    5,000 images), the kNN path (:meth:`~ia_stages.ia.settings.IASettings.knn_distances`:
+    each image's nearest refined on candidates, no n x n array).
 
     Parameters
     ----------
@@ -186,7 +201,7 @@ def run_ia(
     n_clusters : int or None, default None
         K, or None to let the read-out find the number of clusters.
     seed : int, default 0
-        Seed of every read-out.
+        Seed of every read-out (and of the kNN path's sample).
     verbose : int, default 0
         >= 1 shows tqdm progress bars on stderr.
 
@@ -204,32 +219,39 @@ def run_ia(
     n = int(X.shape[0])
     s = with_sigma(sized(settings, n, n_clusters), X)
     T = s.iterations
+    knn_path = s.path.uses_knn(n)
     pairs = n * (n - 1) // 2
+
+    def kmax_of(V: Any, progress: Any) -> KappaMaxResult | KnnDistances:
+        if knn_path:
+            return s.knn_distances(V, seed, progress)
+        return s.kmax(V, progress=progress)
 
     def bar(total: int, desc: str, unit: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit=unit, disable=not verbose, leave=False)
 
     with tqdm(total=2 * T + 2, disable=not verbose, desc="IA clustering", unit="stage") as top:
         steps: list[InvariantAttentionStep] = []
-        kms: list[KappaMaxResult] = []
+        kms: list[KappaMaxResult | KnnDistances] = []
         parts: list[np.ndarray] = []
         V = X
         for t in range(T + 1):
             what = "final kappa^max" if t == T else f"iteration {t + 1}: kappa^max"
-            with bar(pairs, what, "pair") as b:
-                kms.append(s.kmax(V, progress=b.update))
-            parts.append(read_out(kms[-1].sqdist, s.readout, n_clusters, seed, kms[-1].value))
+            with bar(None if knn_path else pairs, what, "pair") as b:
+                kms.append(kmax_of(V, b.update))
+            parts.append(read_out(distances(kms[-1]), s.readout, n_clusters, seed, value(kms[-1])))
             top.update()
-            if t == T or settled(parts, [k.sqdist for k in kms], s):
+            if t == T or settled(parts, [distances(k) for k in kms], s):
                 break
+            lists = kms[-1].knn if knn_path else kms[-1]
             with bar(n, f"iteration {t + 1}: invariant means", "column") as b:
                 step = attention_step(
-                    V, kms[-1], s.attention, s.beta, s.init, s.mean, s.group, progress=b.update
+                    V, lists, s.attention, s.beta, s.init, s.mean, s.group, progress=b.update
                 )
             steps.append(step)
             V = step.features
             top.update()
-        chosen, reason = choose_iteration(parts, [k.sqdist for k in kms], s)
+        chosen, reason = choose_iteration(parts, [distances(k) for k in kms], s)
         labels = parts[chosen]
         top.total = top.n + 1
         top.refresh()

@@ -17,14 +17,18 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
+from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.noise import NoiseSettings
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
 from ia_stages.ia.weights import AttentionSettings
-from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
-from ia_stages.readout.graph import COMMUNITIES, WITH_K
+from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
+from ia_stages.readout.graph import COMMUNITIES, WITH_K, KnnDistances, sample_indices
 from ia_stages.readout.linkage import LINKAGES
 from ia_stages.readout.stopping import STOP_RULES
 
@@ -32,6 +36,11 @@ READOUT_KINDS = ("graph", "linkage", "spectral")
 # community 'silhouette' tries these Leiden resolutions (README: "Sized to the data")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
 INITS = ("kmax", "identity")
+PATH_MODES = ("auto", "dense", "candidates")
+PATH_SEARCHES = ("exact", "ia")
+DENSE_MAX = 5000
+"""``path.mode`` 'auto' takes the kNN path above this many samples by default: dense
+kappa^max holds n x n arrays (n = 5,000: 200 MB per array, 12.5 M pairs per iteration)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,58 @@ class ReadoutSettings:
 
 
 @dataclass(frozen=True)
+class PathSettings:
+    """How each iteration's kappa^max is computed: every pair, or the kNN path.
+
+    mode : 'dense' (every pair, ``(n, n)`` arrays), 'candidates' (the kNN path: each sample's
+        nearest refined on candidates in invariant-feature space,
+        :func:`ia_stages.kmax.kappa_max` with ``mode='candidates'``; never n x n) or 'auto'
+        (candidates above ``dense_max`` samples, dense otherwise)
+    dense_max : 'auto': most samples that run dense (>= 2)
+    k : kNN path: list width, the sample itself included; None = the larger of the
+        attention's k and the read-out graph's k + 1 (:meth:`IASettings.knn_width`)
+    search : kNN path: the per-pair search of the candidate pairs: 'exact' (the library's
+        exact preset :data:`ia_stages.kmax.EXACT_SEARCH`) or 'ia' (``IASettings.search``)
+    sample : kNN path: samples (seeded, at random; all when n is smaller) whose exact
+        all-pairs kappa^max the read-out's silhouette and the stopping rules use in place of
+        the n x n distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2)
+    features : kNN path: :class:`~ia_stages.kmax.features.FeatureSettings` (the invariant
+        features and the candidate count c, sized to n when None)
+
+    The kNN path needs kNN attention and the graph read-out, and searches no mirror images.
+    """
+
+    mode: str = "auto"
+    dense_max: int = DENSE_MAX
+    k: int | None = None
+    search: str = "exact"
+    sample: int = 300
+    features: FeatureSettings = DEFAULT_FEATURES
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the field when a setting is out of range."""
+        check_choice(self.mode, "path.mode", PATH_MODES)
+        check_number(self.dense_max, "path.dense_max", integer=True, low=2)
+        check_number(self.k, "path.k", integer=True, low=2, allow_none=True)
+        check_choice(self.search, "path.search", PATH_SEARCHES)
+        check_number(self.sample, "path.sample", integer=True, low=2)
+        if not isinstance(self.features, FeatureSettings):
+            kind = type(self.features).__name__
+            raise ValueError(f"path.features must be a FeatureSettings or a dict, got {kind}")
+
+    def uses_knn(self, n: int) -> bool:
+        """True when ``n`` samples take the kNN path: mode 'candidates', or 'auto' with more
+        than ``dense_max`` samples.
+
+        Example
+        -------
+        >>> PathSettings().uses_knn(5000), PathSettings().uses_knn(5001)
+        (False, True)
+        """
+        return self.mode == "candidates" or (self.mode == "auto" and n > self.dense_max)
+
+
+@dataclass(frozen=True)
 class StopSettings:
     """Which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`).
 
@@ -156,6 +217,8 @@ class IASettings:
     group : the transformations factored out: :class:`~ia_stages.core.groups.SE2` (default)
         or a similarity / affine group (:func:`~ia_stages.core.groups.make_group`), used by
         kappa^max, every invariant mean and the class averages
+    path : :class:`PathSettings`: every pair (dense) or the kNN path, by default chosen
+        from n ('auto': the kNN path above 5,000 samples)
     """
 
     beta: float = 20.0
@@ -172,6 +235,7 @@ class IASettings:
     mean: MeanSettings = field(default_factory=MeanSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
     group: SE2 | AffineFamily = field(default_factory=SE2)
+    path: PathSettings = field(default_factory=PathSettings)
 
     def check(self, n: int | None = None) -> None:
         """Raise ``ValueError`` naming the key when a setting is out of range."""
@@ -190,6 +254,7 @@ class IASettings:
             ("stop", StopSettings),
             ("mean", MeanSettings),
             ("search", SearchSettings),
+            ("path", PathSettings),
         ):
             value = getattr(self, name)
             if not isinstance(value, cls):
@@ -203,6 +268,43 @@ class IASettings:
         self.stop.check()
         check_choice(self.mean.preconditioner, "mean.preconditioner", PRECONDITIONERS)
         check_number(self.mean.steps, "mean.steps", integer=True, low=0)
+        self.path.check()
+        if n is not None and self.path.uses_knn(n):
+            self._check_knn_path(n)
+
+    def _check_knn_path(self, n: int) -> None:
+        """What the kNN path needs, one line naming the key otherwise."""
+        why = (
+            "'candidates'"
+            if self.path.mode == "candidates"
+            else f"'auto' with n={n} > path.dense_max={self.path.dense_max}"
+        )
+        head = f"path.mode {why}: the kNN path"
+        if self.attention.kind != "knn":
+            raise ValueError(
+                f"{head} needs attention.kind 'knn' (dense W weighs all pairs); set path.mode "
+                "'dense' to compute every pair"
+            )
+        if self.readout.kind != "graph" or self.readout.community == "hdbscan":
+            raise ValueError(
+                f"{head} needs the graph read-out (readout.kind 'graph', community not "
+                "'hdbscan'); set path.mode 'dense' to compute every pair"
+            )
+        if isinstance(self.group, AffineFamily) and self.group.mirror:
+            raise ValueError(f"{head} searches no mirror images; set path.mode 'dense'")
+        if self.attention.k is not None and self.readout.k is not None:
+            width = self.knn_width()
+            if not 2 <= width < n:
+                raise ValueError(f"path.k must be in 2..n-1 (n={n}), got {width}")
+
+    def knn_width(self) -> int:
+        """The kNN path's list width: ``path.k``, or the larger of the attention's k and the
+        read-out graph's k + 1 (the counts must be set: :func:`sized`)."""
+        if self.path.k is not None:
+            return int(self.path.k)
+        if self.attention.k is None or self.readout.k is None:
+            raise ValueError("knn_width: size the neighbour counts first (sized(settings, n))")
+        return max(int(self.attention.k), int(self.readout.k) + 1)
 
     def kmax(self, V: Any, U: Any = None, progress: Any = None) -> KappaMaxResult:
         """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V`` under these
@@ -226,6 +328,51 @@ class IASettings:
         d["group"] = self.group.settings()
         return d
 
+    def knn_distances(self, V: Any, seed: int = 0, progress: Any = None) -> KnnDistances:
+        """kappa^max of ``V`` by the kNN path: every sample's :meth:`knn_width` nearest
+        (:func:`ia_stages.kmax.kappa_max` with ``mode='candidates'``) and the exact all-pairs
+        kappa^max among ``path.sample`` samples drawn with ``seed``
+        (:func:`~ia_stages.readout.graph.sample_indices`); never an n x n array.
+
+        Parameters
+        ----------
+        V : ``(n, H, W)`` features (numpy or cupy); the neighbour counts must be sized
+        seed : int, default 0
+            Seed of the sample.
+        progress : called with the number of candidate pairs refined
+
+        Returns
+        -------
+        KnnDistances
+
+        Example
+        -------
+        >>> kd = sized(ia_settings(path={"mode": "candidates"}), len(V)).knn_distances(V)
+        """
+        search = EXACT_SEARCH if self.path.search == "exact" else self.search
+        knn = kappa_max(
+            V,
+            k=self.knn_width(),
+            mode="candidates",
+            beta=self.beta,
+            normalization=self.normalization,
+            group=self.group,
+            settings=search,
+            sigma=self.sigma,
+            features=self.path.features,
+            progress=progress,
+        )
+        pick = sample_indices(int(V.shape[0]), self.path.sample, seed)
+        sq = kappa_max(
+            V[pick],
+            beta=self.beta,
+            normalization=self.normalization,
+            group=self.group,
+            settings=search,
+            sigma=self.sigma,
+        ).sqdist
+        return KnnDistances(knn, pick, np.asarray(to_numpy(sq), dtype=float))
+
 
 # The presets: the whole IA, named. 'images' (the default) is what works on real images: each
 # column attends to its mutual nearest under kappa^max and takes their weighted mean at their
@@ -242,6 +389,7 @@ PRESETS: dict[str, IASettings] = {
         attention=AttentionSettings(kind="dense", k=None),
         readout=ReadoutSettings(kind="linkage", threshold=0.3),
         stop=StopSettings(rule="none"),
+        path=PathSettings(mode="dense"),
     ),
 }
 DEFAULT_PRESET = "images"
@@ -252,6 +400,7 @@ _PARTS = {
     "mean": MeanSettings,
     "search": SearchSettings,
     "noise": NoiseSettings,
+    "path": PathSettings,
 }
 
 
@@ -273,6 +422,13 @@ def _part(name: str, base: Any, given: Any) -> Any:
     values = dict(given)
     if name == "mean" and "sigmas" in values:
         values["sigmas"] = tuple(values["sigmas"])
+    if name == "path" and isinstance(values.get("features"), dict):
+        try:
+            values["features"] = FeatureSettings(**values["features"])
+        except TypeError as err:
+            raise ValueError(f"path.features {err}") from None
+        except ValueError as err:
+            raise ValueError(f"path.{err}") from None
     if name == "readout" and isinstance(values.get("resolutions"), list):
         values["resolutions"] = tuple(values["resolutions"])
     return replace(base, **values)
@@ -380,6 +536,27 @@ def with_sigma(settings: IASettings, X: Any) -> IASettings:
     return replace(settings, sigma=settings.noise.sigma(X))
 
 
+def path_settings(dataset: dict) -> PathSettings:
+    """The :class:`PathSettings` of one dataset entry of the pipeline's validated config (its
+    ``kmax`` block; absent: the defaults).
+
+    Example
+    -------
+    >>> path_settings({"kmax": {"mode": "candidates"}}).mode
+    'candidates'
+    """
+    block = dataset.get("kmax") or {}
+    given = {f.name: block[f.name] for f in fields(PathSettings) if f.name in block}
+    return _part("path", PathSettings(), given)
+
+
+def _run_path(dataset: dict) -> PathSettings:
+    """The path a validated dataset entry runs ('auto' is resolved by the config check): a
+    dense dataset's results, hence its settings hash, do not depend on the kNN path's keys."""
+    path = path_settings(dataset)
+    return path if path.mode == "candidates" else PathSettings(mode="dense")
+
+
 def ia_config(cfg: dict, dataset: str) -> dict:
     """The keys of :class:`IASettings` for one dataset of the pipeline's validated config
     (every value that changes IA's result: the stages put it in their settings hash).
@@ -430,4 +607,5 @@ def ia_config(cfg: dict, dataset: str) -> dict:
         "stop": stop,
         "mean": dict(cfg["ia"]["mean"]),
         "search": dict(cfg["ia"]["search"]),
+        "path": asdict(_run_path(ds)),
     }

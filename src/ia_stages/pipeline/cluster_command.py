@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from ia_stages.pipeline.config import DENSE_MAX, SNAKEFILE, ConfigError, validate_config
+from ia_stages.ia.settings import DENSE_MAX
+from ia_stages.pipeline.config import SNAKEFILE, ConfigError, validate_config
 
 DATASET = "images"
 KMAX_MODES = ("auto", "dense", "candidates")
@@ -57,7 +58,7 @@ def images_config(
     ``kmax`` is how kappa^max is computed: 'dense' (every pair, n x n stores), 'candidates'
     (the kNN path: invariant-feature candidates refined exactly, no n x n store; needs the kNN
     attention) or 'auto': candidates when there are more than ``dense_max`` images (None:
-    :data:`ia_stages.pipeline.config.DENSE_MAX`), decided from the files' headers by the
+    :data:`ia_stages.ia.settings.DENSE_MAX`), decided from the files' headers by the
     workflow's config (``kmax: {mode: auto, dense_max: N}``).
     ``n_candidates`` is c, the candidates per image (None: sized to n,
     :meth:`ia_stages.kmax.features.FeatureSettings.sized`).

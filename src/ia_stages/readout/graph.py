@@ -64,6 +64,19 @@ class KnnDistances:
         return self.knn.head(width)
 
 
+def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
+    """The sorted indices of a seeded random sample of ``min(size, n)`` of ``n`` samples: the
+    sample of :class:`KnnDistances`.
+
+    Example
+    -------
+    >>> sample_indices(5, 10, 0)
+    array([0, 1, 2, 3, 4])
+    """
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.permutation(n)[: min(int(size), n)])
+
+
 def spectral_affinity(affinity: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     """Spectral clustering of a precomputed affinity ``(n, n)`` (e.g. kappa^max); labels."""
     from sklearn.cluster import SpectralClustering

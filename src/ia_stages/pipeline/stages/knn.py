@@ -58,7 +58,7 @@ from ia_stages.pipeline.stages.common import (
     timer,
 )
 from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
-from ia_stages.readout.graph import KnnDistances
+from ia_stages.readout.graph import KnnDistances, sample_indices
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
 
@@ -104,8 +104,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     Un = _prepared(images, settings)
     n = Un.shape[0]
     fs, search, _ = _parts(settings, n)
-    rng = np.random.default_rng(stage_seed(int(settings["seed"]), "knn-sample"))
-    pick = np.sort(rng.permutation(n)[: min(int(settings["sample"]), n)])
+    pick = sample_indices(n, settings["sample"], stage_seed(int(settings["seed"]), "knn-sample"))
     U, backend = _on_device(Un, settings)
     with timer() as t:
         F = invariant_features(U, fs)

@@ -1,0 +1,91 @@
+"""The estimator's kNN path (``kmax_mode``): above ``dense_max`` images every kappa^max is each
+image's nearest refined on candidates, and no n x n array is computed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.sparse import issparse
+from sklearn.metrics import adjusted_rand_score
+
+from ia_stages import InvariantAttentionClustering
+from ia_stages.data.render import letter, render
+from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, KnnResult
+from ia_stages.readout.graph import KnnDistances
+
+N_PER = 10
+
+
+@pytest.fixture(scope="module")
+def letters():
+    """Three letters drawn from their outlines at random angles and shifts (not our warp)."""
+    rng = np.random.default_rng(5)
+    images, labels = [], []
+    for c, text in enumerate("FRL"):
+        params = np.column_stack([rng.uniform(0, 2 * np.pi, N_PER), rng.uniform(-2, 2, (N_PER, 2))])
+        images.append(render(letter(text, 16.0), (32, 32), params, psf=1.0))
+        labels += [c] * N_PER
+    return np.concatenate(images), np.array(labels)
+
+
+def _fit(X, **params):
+    est = InvariantAttentionClustering(3, search=EXACT_SEARCH, random_state=0, **params)
+    return est.fit(X)
+
+
+def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_candidate(letters):
+    """With every other image a candidate (c = n - 1) and the sample everyone, the kNN path's
+    lists are the dense kappa^max's nearest, and the clusters are the same."""
+    X, y = letters
+    n = X.shape[0]
+    dense = _fit(X)  # 30 images <= dense_max: dense
+    assert isinstance(dense.kmax_, KappaMaxResult)
+    knn = _fit(X, kmax_options={"dense_max": n - 1, "sample": n, "search": "ia"})
+    assert isinstance(knn.result_.kmax[0], KnnDistances)
+    lists = knn.kmax_
+    assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn.settings_.knn_width())
+    sq = dense.kmax_.sqdist
+    expect = np.sort(sq, axis=1)[:, : lists.k]
+    np.testing.assert_allclose(lists.sqdist, expect, atol=1e-9)
+    np.testing.assert_allclose(np.take_along_axis(sq, lists.indices, 1), lists.sqdist, atol=1e-9)
+    assert adjusted_rand_score(dense.labels_, knn.labels_) == 1.0
+    assert adjusted_rand_score(y, knn.labels_) == 1.0
+    A = knn.affinity_matrix_
+    assert issparse(A) and A.shape == (n, n) and A.nnz == lists.indices.size
+    rows = np.repeat(np.arange(n), lists.k)
+    np.testing.assert_allclose(
+        A[rows, lists.indices.ravel()], dense.affinity_matrix_[rows, lists.indices.ravel()]
+    )
+
+
+def test_the_knn_path_refines_candidate_pairs_only(letters):
+    """c = 6 candidates per image: at most n c pairs refined (plus the expansion's n x), never
+    all n (n - 1) / 2, and the clusters are still the letters."""
+    X, y = letters
+    n = X.shape[0]
+    est = _fit(X, kmax_mode="candidates", kmax_options={"sample": 12, "features": {
+        "n_candidates": 6, "n_expand": 2}})  # fmt: skip
+    assert est.kmax_.pairs_refined <= n * (6 + 2) < n * (n - 1) // 2
+    kd = est.result_.kmax[0]
+    assert kd.sample.size == 12 and kd.sample_sqdist.shape == (12, 12)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+    assert est.cluster_means_.shape == (3, 32, 32)
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"kmax_mode": "sparse"}, "kmax_mode must be one of"),
+        ({"kmax_mode": "candidates", "attention": "dense"}, "kmax_mode 'candidates'.*attention"),
+        ({"kmax_mode": "candidates", "readout": "linkage"}, "kmax_mode 'candidates'.*readout"),
+        ({"kmax_options": {"dense_max": 1}}, r"kmax_options\['dense_max'\] must be >= 2"),
+        ({"kmax_options": {"dense_max": 5, "k": 40}}, r"kmax_options\['k'\] must be in 2..n-1"),
+        ({"kmax_options": {"sample": 1}}, r"kmax_options\['sample'\] must be >= 2"),
+        ({"kmax_options": {"pool": 1}}, "kmax_options has no key 'pool'"),
+        ({"kmax_options": {"features": {"n_dims": -1}}}, r"\['features'\]\['n_dims'\] must be"),
+    ],
+)
+def test_bad_knn_path_parameters_give_one_line_naming_the_parameter(letters, params, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        InvariantAttentionClustering(3, **params).fit(letters[0])
+    assert "\n" not in str(err.value)
