@@ -13,12 +13,12 @@ import pytest
 import yaml
 from PIL import Image
 
+from ia_stages.core.seeds import stage_seed
 from ia_stages.pipeline.config import (
     ConfigError,
     dataset_size,
     kmax_blocks,
     load_config,
-    stage_seed,
     stage_settings,
     stage_settings_json,
     validate_config,

@@ -10,12 +10,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from ia_stages.ia.loop import run_ia
+from ia_stages.ia.settings import ia_config, ia_settings
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.features import FeatureSettings
 from ia_stages.kmax.search import SearchSettings
 from ia_stages.pipeline.cluster_command import snakemake
+from ia_stages.pipeline.config import validate_config
 from ia_stages.pipeline.stages import knn
 from ia_stages.pipeline.store import read_store
+from ia_stages.readout.graph import KnnDistances
 
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
@@ -91,3 +95,21 @@ def test_iteration_means_read_out_and_classes(knn_run):
     # short); without K the silhouette chooses the number
     assert ((with_k["clusters_found"] - with_k["classes"]).abs() <= 1).all()
     assert metrics["acc"].notna().all() and (metrics["block_diagonality"] > 0).all()
+
+
+def test_the_estimator_on_the_knn_path_gives_the_pipelines_clusters(knn_run):
+    """run_ia with the dataset's settings (the kNN path, as the estimator runs it) and the
+    same seed: the clusters of clusters.csv and the kept iteration's lists of its kNN store."""
+    cfg = validate_config(yaml.safe_load(CONFIG.read_text()))
+    s = ia_settings(**ia_config(cfg, "mnist_rot"))
+    assert s.path.mode == "candidates"
+    res = knn_run / "results/mnist_rot"
+    X = read_store(knn_run / "results/data/mnist_rot.zarr")["features"].values
+    out = run_ia(X, s, None, cfg["seed"])
+    assert isinstance(out.kmax[0], KnnDistances)
+    table = pd.read_csv(res / "clusters.csv")
+    np.testing.assert_array_equal(table["cluster"].values, out.labels)
+    for t, km in enumerate(out.kmax):
+        store = read_store(res / f"ia/iter{t}/knn.zarr")
+        np.testing.assert_array_equal(store["indices"].values, km.knn.indices)
+        np.testing.assert_array_equal(store["sample_index"].values, km.sample)

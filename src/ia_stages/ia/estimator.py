@@ -84,7 +84,10 @@ _OPTIONS = {
         ),
     ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
-    "kmax_options": ("path", ("dense_max", "k", "search", "sample", "features")),
+    "kmax_options": (
+        "path",
+        ("dense_max", "k", "search", "sample", "min_sample", "sample_per_root_n", "features"),
+    ),
 }
 
 
@@ -208,7 +211,8 @@ class InvariantAttentionClustering(
         ``attention='knn'`` and ``readout='graph'``
     kmax_options : dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
         ('exact' | 'ia'), ``sample`` (images whose all-pairs kappa^max the silhouette and the
-        stopping rule read) and ``features`` (a dict of
+        stopping rule read; None follows n: ``min_sample``, ``sample_per_root_n``) and
+        ``features`` (a dict of
         :class:`~ia_stages.kmax.features.FeatureSettings` keys, e.g. ``n_candidates``)
 
     Attributes

@@ -10,7 +10,11 @@ the ``means``/``classes``/``metrics`` stages, the benchmark's ``ia``/``ia_k`` me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -158,6 +162,8 @@ class IAResult:
     averages : :class:`~ia_stages.ia.class_averages.ClassAverages` of the input images
     settings : the sized settings used
     seed : the read-outs' seed
+    seconds : wall seconds spent in every kappa^max ('kmax'), the read-outs and the stopping
+        rule ('readout'), the attention steps ('means') and the class averages ('averages')
     """
 
     labels: np.ndarray
@@ -169,6 +175,7 @@ class IAResult:
     averages: ClassAverages
     settings: IASettings
     seed: int
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def features(self) -> Any:
@@ -221,6 +228,13 @@ def run_ia(
     T = s.iterations
     knn_path = s.path.uses_knn(n)
     pairs = n * (n - 1) // 2
+    seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def clock(part: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        seconds[part] += time.perf_counter() - start
 
     def kmax_of(V: Any, progress: Any) -> KappaMaxResult | KnnDistances:
         if knn_path:
@@ -237,25 +251,32 @@ def run_ia(
         V = X
         for t in range(T + 1):
             what = "final kappa^max" if t == T else f"iteration {t + 1}: kappa^max"
-            with bar(None if knn_path else pairs, what, "pair") as b:
+            with bar(None if knn_path else pairs, what, "pair") as b, clock("kmax"):
                 kms.append(kmax_of(V, b.update))
-            parts.append(read_out(distances(kms[-1]), s.readout, n_clusters, seed, value(kms[-1])))
+            with clock("readout"):
+                parts.append(
+                    read_out(distances(kms[-1]), s.readout, n_clusters, seed, value(kms[-1]))
+                )
             top.update()
             if t == T or settled(parts, [distances(k) for k in kms], s):
                 break
             lists = kms[-1].knn if knn_path else kms[-1]
-            with bar(n, f"iteration {t + 1}: invariant means", "column") as b:
+            with bar(n, f"iteration {t + 1}: invariant means", "column") as b, clock("means"):
                 step = attention_step(
                     V, lists, s.attention, s.beta, s.init, s.mean, s.group, progress=b.update
                 )
             steps.append(step)
             V = step.features
             top.update()
-        chosen, reason = choose_iteration(parts, [distances(k) for k in kms], s)
+        with clock("readout"):
+            chosen, reason = choose_iteration(parts, [distances(k) for k in kms], s)
         labels = parts[chosen]
         top.total = top.n + 1
         top.refresh()
-        with bar(n * (int(labels.max()) + 1), "class averages and poses", "pair") as b:
+        with (
+            bar(n * (int(labels.max()) + 1), "class averages and poses", "pair") as b,
+            clock("averages"),
+        ):
             labels, averages = cluster_averages(X, labels, kms[0], s, n_clusters, b.update)
         top.update()
     return IAResult(
@@ -268,4 +289,5 @@ def run_ia(
         averages=averages,
         settings=s,
         seed=int(seed),
+        seconds=dict(seconds),
     )

@@ -138,7 +138,12 @@ class PathSettings:
         exact preset :data:`ia_stages.kmax.EXACT_SEARCH`) or 'ia' (``IASettings.search``)
     sample : kNN path: samples (seeded, at random; all when n is smaller) whose exact
         all-pairs kappa^max the read-out's silhouette and the stopping rules use in place of
-        the n x n distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2)
+        the n x n distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2); None
+        (the default) follows n (:meth:`sample_size`)
+    min_sample, sample_per_root_n : with ``sample`` None, the sample is
+        max(min_sample, sample_per_root_n * sqrt(n)) images: a sample of 300 chose 11 to 45
+        clusters at 20,000 images depending on its seed, one of about 1,000 chose the same
+        partition for every seed (``bench/readout_sample.py``, README)
     features : kNN path: :class:`~ia_stages.kmax.features.FeatureSettings` (the invariant
         features and the candidate count c, sized to n when None)
 
@@ -149,7 +154,9 @@ class PathSettings:
     dense_max: int = DENSE_MAX
     k: int | None = None
     search: str = "exact"
-    sample: int = 300
+    sample: int | None = None
+    min_sample: int = 300
+    sample_per_root_n: float = 7.0
     features: FeatureSettings = DEFAULT_FEATURES
 
     def check(self) -> None:
@@ -158,7 +165,9 @@ class PathSettings:
         check_number(self.dense_max, "path.dense_max", integer=True, low=2)
         check_number(self.k, "path.k", integer=True, low=2, allow_none=True)
         check_choice(self.search, "path.search", PATH_SEARCHES)
-        check_number(self.sample, "path.sample", integer=True, low=2)
+        check_number(self.sample, "path.sample", integer=True, low=2, allow_none=True)
+        check_number(self.min_sample, "path.min_sample", integer=True, low=2)
+        check_number(self.sample_per_root_n, "path.sample_per_root_n", low=0.0)
         if not isinstance(self.features, FeatureSettings):
             kind = type(self.features).__name__
             raise ValueError(f"path.features must be a FeatureSettings or a dict, got {kind}")
@@ -173,6 +182,19 @@ class PathSettings:
         (False, True)
         """
         return self.mode == "candidates" or (self.mode == "auto" and n > self.dense_max)
+
+    def sample_size(self, n: int) -> int:
+        """Images in the kNN path's sample for ``n`` images: ``sample``, or when None
+        max(``min_sample``, round(``sample_per_root_n`` * sqrt(n))); at most n.
+
+        Example
+        -------
+        >>> PathSettings().sample_size(1000), PathSettings().sample_size(20_000)
+        (300, 990)
+        """
+        if self.sample is not None:
+            return min(int(self.sample), n)
+        return min(n, max(self.min_sample, round(self.sample_per_root_n * math.sqrt(n))))
 
 
 @dataclass(frozen=True)
@@ -331,7 +353,7 @@ class IASettings:
     def knn_distances(self, V: Any, seed: int = 0, progress: Any = None) -> KnnDistances:
         """kappa^max of ``V`` by the kNN path: every sample's :meth:`knn_width` nearest
         (:func:`ia_stages.kmax.kappa_max` with ``mode='candidates'``) and the exact all-pairs
-        kappa^max among ``path.sample`` samples drawn with ``seed``
+        kappa^max among ``path.sample_size(n)`` samples drawn with ``seed``
         (:func:`~ia_stages.readout.graph.sample_indices`); never an n x n array.
 
         Parameters
@@ -362,7 +384,8 @@ class IASettings:
             features=self.path.features,
             progress=progress,
         )
-        pick = sample_indices(int(V.shape[0]), self.path.sample, seed)
+        n = int(V.shape[0])
+        pick = sample_indices(n, self.path.sample_size(n), seed)
         sq = kappa_max(
             V[pick],
             beta=self.beta,

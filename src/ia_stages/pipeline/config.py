@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import math
 from dataclasses import replace
@@ -372,12 +371,6 @@ def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
     return validate_config(raw, schema_path)
 
 
-def stage_seed(seed: int, stage: str) -> int:
-    """Seed of one stage's generator, derived from the config seed and the stage name."""
-    digest = hashlib.sha256(f"{seed}:{stage}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
     from ia_stages.ia.settings import ia_config  # not at the top: stage jobs import this module
@@ -491,15 +484,17 @@ def _knn_settings(cfg: dict, dataset: str) -> dict:
     """The kNN path's settings of a dataset: what changes its stores (not the sharding)."""
     from dataclasses import asdict
 
+    from ia_stages.ia.settings import path_settings
     from ia_stages.kmax import EXACT_SEARCH
 
     km = cfg["datasets"][dataset]["kmax"]
     search = asdict(EXACT_SEARCH) if km["search"] == "exact" else cfg["ia"]["search"]
+    sample = path_settings(cfg["datasets"][dataset]).sample_size(dataset_size(cfg, dataset))
     return {
         "k": knn_width(cfg, dataset),
         "features": km["features"],
         "search": search,
-        "sample": km["sample"],
+        "sample": sample,  # sized to n as the estimator sizes it
     }
 
 

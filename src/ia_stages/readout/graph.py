@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ia_stages.core.seeds import stage_seed
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense
 
 GRAPH_READOUTS = ("spectral", "leiden", "hdbscan", "average")
@@ -66,14 +67,14 @@ class KnnDistances:
 
 def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
     """The sorted indices of a seeded random sample of ``min(size, n)`` of ``n`` samples: the
-    sample of :class:`KnnDistances`.
+    sample of :class:`KnnDistances` (the estimator's and the pipeline's, from the same seed).
 
     Example
     -------
     >>> sample_indices(5, 10, 0)
     array([0, 1, 2, 3, 4])
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(stage_seed(int(seed), "knn-sample"))
     return np.sort(rng.permutation(n)[: min(int(size), n)])
 
 

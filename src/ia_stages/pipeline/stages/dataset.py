@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ia_stages.core.seeds import stage_seed
 from ia_stages.data import datasets
 from ia_stages.data import user_images as images
 from ia_stages.data.large import digit_copies
-from ia_stages.pipeline.config import stage_seed
 from ia_stages.pipeline.store import provenance, strings, write_store
 
 

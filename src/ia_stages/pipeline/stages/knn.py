@@ -49,7 +49,6 @@ from ia_stages.kmax.candidates import (
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.pipeline.config import stage_seed
 from ia_stages.pipeline.stages.common import (
     InputError,
     load_features,
@@ -104,7 +103,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     Un = _prepared(images, settings)
     n = Un.shape[0]
     fs, search, _ = _parts(settings, n)
-    pick = sample_indices(n, settings["sample"], stage_seed(int(settings["seed"]), "knn-sample"))
+    pick = sample_indices(n, settings["sample"], int(settings["seed"]))
     U, backend = _on_device(Un, settings)
     with timer() as t:
         F = invariant_features(U, fs)

@@ -17,8 +17,8 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.benchmark.methods import ATTRS, METHODS, Job
+from ia_stages.core.seeds import stage_seed
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.pipeline.config import stage_seed
 from ia_stages.pipeline.stages.common import (
     InputError,
     load_features,

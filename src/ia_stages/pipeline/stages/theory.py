@@ -47,11 +47,12 @@ import pandas as pd
 from ia_stages.benchmark import metrics as M
 from ia_stages.benchmark import theory as Th
 from ia_stages.core.groups import SE2, AffineFamily, make_group
+from ia_stages.core.seeds import stage_seed
 from ia_stages.ia.attention import column_normalize
 from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.grid import GridSettings, group_kernel
-from ia_stages.pipeline.config import data_of, group_label, stage_seed
+from ia_stages.pipeline.config import data_of, group_label
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images
 from ia_stages.pipeline.store import read_store, write_text_atomic
 
