@@ -247,6 +247,22 @@ def test_a_memory_budget_too_small_for_one_row_is_refused():
         kappa_max(X, beta=1.0, sigma=0.0, settings=SearchSettings(method="grid", memory_mb=0.01))
 
 
+def test_a_set_too_large_for_the_budget_is_searched_in_blocks_with_the_same_result():
+    """The scan's set-up holds every image's spectra: past half of ``memory_mb`` the set is
+    searched block by block (upper-triangle blocks, mirrored), giving the one-call matrix."""
+    from ia_stages.kmax import search
+
+    X = _shapes(14, seed=2)
+    small = SearchSettings(memory_mb=0.6)
+    assert search._images_per_block(X, X, small) < 14  # the budget forces blocks
+    for V in (None, _shapes(5, seed=3)):
+        args = (X,) if V is None else (X, V)
+        whole = kappa_max(*args, beta=2.0, sigma=1.0)
+        blocks = kappa_max(*args, beta=2.0, sigma=1.0, settings=small)
+        np.testing.assert_array_equal(blocks.sqdist, whole.sqdist)
+        np.testing.assert_allclose(blocks.params, whole.params, atol=1e-12)
+
+
 def test_small_memory_budgets_give_the_same_matrix_in_more_chunks():
     X = _shapes(12, seed=9)
     big = kappa_max(X, beta=2.0, sigma=0.0)

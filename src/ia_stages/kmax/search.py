@@ -250,6 +250,10 @@ def kappa_max_all_pairs(
     Un = normalize(smooth(U, sigma), normalization)
     Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
+    block = _images_per_block(Un, Vn, settings)
+    if block < max(n_i, n_j):
+        return _all_pairs_in_blocks(U, V, block, beta, normalization, group, settings, progress,
+                                    sigma)  # fmt: skip
     if symmetric:
         # Always warp the later image onto the earlier one (i < j), as a block (bi < bj) of a
         # sharded run does, so that any blocking gives the same matrix. Sorted by j so that
@@ -276,6 +280,56 @@ def kappa_max_all_pairs(
         params[jj, ii] = group.inverse(params[ii, jj])
         sqdist[jj, ii] = sqdist[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
+    return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+
+
+def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings) -> int:
+    """Most images of U (and of V) per block such that the polar scan's set-up for a block of
+    each, with one row of scores, takes at most half of ``memory_mb`` (the set-up holds every
+    image's spectra, so a large set is searched block by block); no limit for the grid scan."""
+    if settings.method != "polar":
+        return max(Un.shape[0], Vn.shape[0])
+    probe = PolarScan(Un[:1], Vn[:1], settings)  # a block of U and one of V: both held
+    per_image = probe.fixed + probe.per_pair
+    return max(1, int(settings.memory_mb * MB / 2 // per_image))
+
+
+def _all_pairs_in_blocks(
+    U: Any,
+    V: Any | None,
+    block: int,
+    beta: float,
+    normalization: str,
+    group: SE2,
+    settings: SearchSettings,
+    progress: Callable[[int], None] | None,
+    sigma: float,
+) -> KappaMaxResult:
+    """:func:`kappa_max_all_pairs` by blocks of ``block`` images: with ``V`` None the blocks
+    (a, b) with a <= b of the upper triangle (later images warped onto earlier ones, as
+    unblocked), mirrored below the diagonal; the same matrix as one call."""
+    xp = array_module(U)
+    W = U if V is None else V
+    n_i, n_j = U.shape[0], W.shape[0]
+    params = xp.zeros((n_i, n_j, group.n_params))
+    sqdist = xp.zeros((n_i, n_j))
+    rows = [slice(a, min(a + block, n_i)) for a in range(0, n_i, block)]
+    cols = [slice(b, min(b + block, n_j)) for b in range(0, n_j, block)]
+    for a, r in enumerate(rows):
+        for b, c in enumerate(cols):
+            if V is None and b < a:
+                continue
+            if V is None and a == b:
+                res = kappa_max_all_pairs(U[r], None, beta, normalization, group, settings,
+                                          progress, sigma)  # fmt: skip
+            else:
+                res = kappa_max_all_pairs(U[r], W[c], beta, normalization, group, settings,
+                                          progress, sigma)  # fmt: skip
+            params[r, c], sqdist[r, c] = res.params, res.sqdist
+            if V is None and b > a:
+                inverse = group.inverse(res.params.reshape(-1, group.n_params))
+                params[c, r] = inverse.reshape(res.params.shape).transpose(1, 0, 2)
+                sqdist[c, r] = res.sqdist.T
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
 
 
