@@ -141,9 +141,9 @@ class PathSettings:
         the n x n distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2); None
         (the default) follows n (:meth:`sample_size`)
     min_sample, sample_per_root_n : with ``sample`` None, the sample is
-        max(min_sample, sample_per_root_n * sqrt(n)) images: a sample of 300 chose 11 to 45
-        clusters at 20,000 images depending on its seed, one of about 1,000 chose the same
-        partition for every seed (``bench/readout_sample.py``, README)
+        max(min_sample, sample_per_root_n * sqrt(n)) images: a fixed small sample made the
+        read-out without K depend on the sample's seed at large n (``bench/readout_sample.py``;
+        README "Large image sets")
     features : kNN path: :class:`~ia_stages.kmax.features.FeatureSettings` (the invariant
         features and the candidate count c, sized to n when None)
 
