@@ -153,6 +153,10 @@ def test_dense_datasets_keep_their_settings(default_config):
         (lambda d: d["kmax"].update(k=30), "datasets.mnist_rot.kmax.k"),
         (lambda d: d.update(group={"name": "similarity"}), "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
+        (lambda d: d["kmax"].update(sample=1), "datasets.mnist_rot.kmax.sample"),
+        # 'auto' above dense_max with dense attention: the line says 'auto' chose the path
+        (lambda d: (d["kmax"].update(mode="auto", dense_max=10),
+                    d["attention"].update(kind="dense")), r"datasets.mnist_rot.kmax.mode'.*auto"),
     ],
 )  # fmt: skip
 def test_bad_knn_config_names_the_key(change, key):

