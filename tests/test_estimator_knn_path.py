@@ -89,3 +89,17 @@ def test_bad_knn_path_parameters_give_one_line_naming_the_parameter(letters, par
     with pytest.raises(ValueError, match=needle) as err:
         InvariantAttentionClustering(3, **params).fit(letters[0])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_knn_path_takes_the_similarity_group(letters):
+    """The candidate lists are refined over the group (4 parameters per pair), the means and
+    poses use it, and the letters are found."""
+    X, y = letters
+    est = InvariantAttentionClustering(
+        3, group="similarity", kmax_mode="candidates", random_state=0,
+        kmax_options={"sample": 12, "features": {"n_candidates": 8}},
+    )  # fmt: skip
+    est.fit(X)
+    assert est.kmax_.params.shape[2] == 4 and est.poses_.shape == (X.shape[0], 4)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
