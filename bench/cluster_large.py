@@ -30,18 +30,17 @@ from ia_stages.data.large import digit_copies
 from ia_stages.pipeline.store import store_attrs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_stack_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the labelled stack (also ``bench/estimator_large.py``'s)."""
     ap.add_argument("--digits", type=int, default=1000)
     ap.add_argument("--copies", type=int, default=20)
     ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench/results/cluster_large")
-    ap.add_argument("--kmax", default="auto")
-    ap.add_argument("--candidates", type=int)
-    ap.add_argument("--cores", type=int, default=2)
-    a = ap.parse_args()
 
+
+def digit_stack(a: argparse.Namespace) -> Path:
+    """The ``.npz`` stack of the options ``a`` in ``a.out``, made once and then reused."""
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stack = out / f"digits_{a.digits}x{a.copies}_noise{a.noise:g}.npz"
@@ -50,6 +49,19 @@ def main() -> None:
         ds = digit_copies(a.copies, n_digits=a.digits, noise=a.noise, seed=a.seed)
         np.savez(stack, images=ds.data, label=ds.label)
     print(f"data: {stack} ({a.digits} digits x {a.copies} copies), {time.perf_counter() - t:.1f} s")
+    return stack
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_stack_arguments(ap)
+    ap.add_argument("--kmax", default="auto")
+    ap.add_argument("--candidates", type=int)
+    ap.add_argument("--cores", type=int, default=2)
+    a = ap.parse_args()
+
+    out = Path(a.out)
+    stack = digit_stack(a)
     run_dir = out / f"run_{stack.stem}"
     cmd = ["ia-stages", "cluster", str(stack), "--out", str(run_dir), "--kmax", a.kmax,
            "--cores", str(a.cores)]  # fmt: skip

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import resource
 import time
-from pathlib import Path
 
 import numpy as np
+from cluster_large import add_stack_arguments, digit_stack  # bench/, beside this script
 
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy, nmi
-from ia_stages.data.large import digit_copies
 from ia_stages.ia.loop import distances, read_out
 from ia_stages.ia.settings import sized
 from ia_stages.readout.graph import KnnDistances
@@ -37,20 +36,11 @@ K = 10
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--digits", type=int, default=1000)
-    ap.add_argument("--copies", type=int, default=20)
-    ap.add_argument("--noise", type=float, default=0.0)
-    ap.add_argument("--seed", type=int, default=0)
+    add_stack_arguments(ap)
     ap.add_argument("--kmax-mode", default="auto")
-    ap.add_argument("--out", default="bench/results/cluster_large")
     a = ap.parse_args()
 
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stack = out / f"digits_{a.digits}x{a.copies}_noise{a.noise:g}.npz"
-    if not stack.exists():
-        ds = digit_copies(a.copies, n_digits=a.digits, noise=a.noise, seed=a.seed)
-        np.savez(stack, images=ds.data, label=ds.label)
+    stack = digit_stack(a)
     data = np.load(stack)
     X, y = data["images"], data["label"]
     n = X.shape[0]
