@@ -9,6 +9,7 @@ classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
     python bench/sizes.py digits 300 1000    # rotated digits (3 classes for 300, 10 for 1000)
     python bench/sizes.py digits 300 --merge 0.67   # with the class-average merge rule
     python bench/sizes.py digits 1000 --no-k-only   # without K only
+    python bench/sizes.py digits 5000 --kmax-mode candidates   # by the kNN path
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def main(argv: list[str]) -> None:
     if "--merge" in argv:  # the class-average merge rule's ratio (readout.merge)
         i = argv.index("--merge")
         params["readout_options"] = {"merge": float(argv[i + 1])}
+        argv = argv[:i] + argv[i + 2 :]
+    if "--kmax-mode" in argv:  # dense | candidates | auto (the estimator's kmax_mode)
+        i = argv.index("--kmax-mode")
+        params["kmax_mode"] = argv[i + 1]
         argv = argv[:i] + argv[i + 2 :]
     no_k_only = "--no-k-only" in argv  # skip the run with K on the larger sets
     argv = [a for a in argv if a != "--no-k-only"]
