@@ -18,13 +18,11 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ia_stages.benchmark.metrics import accuracy, nmi
 from ia_stages.ia.loop import read_out
 from ia_stages.ia.settings import ia_config, ia_settings, sized
-from ia_stages.kmax import EXACT_SEARCH, kappa_max
 from ia_stages.pipeline.config import load_config
 from ia_stages.pipeline.stages.knn import read_knn
 from ia_stages.pipeline.store import read_store
@@ -64,10 +62,7 @@ def main() -> None:
         for seed in a.seeds:
             pick = sample_indices(n, size, 1000 + seed)
             t0 = time.perf_counter()
-            search = s.search if s.path.search == "ia" else None
-            sq = kappa_max(V[pick], beta=s.beta, normalization=s.normalization,
-                           settings=search or EXACT_SEARCH, sigma=s.sigma).sqdist  # fmt: skip
-            kd = KnnDistances(stored.knn, pick, np.asarray(sq, dtype=float))
+            kd = KnnDistances(stored.knn, pick, s.sample_sqdist(V, pick))
             row(str(size), str(seed), kd, time.perf_counter() - t0)
 
 

@@ -314,19 +314,42 @@ class IASettings:
             )
         if isinstance(self.group, AffineFamily) and self.group.mirror:
             raise ValueError(f"{head} searches no mirror images; set path.mode 'dense'")
-        if self.attention.k is not None and self.readout.k is not None:
-            width = self.knn_width()
-            if not 2 <= width < n:
-                raise ValueError(f"path.k must be in 2..n-1 (n={n}), got {width}")
+        width = self.knn_width(n)
+        if not 2 <= width < n:
+            raise ValueError(f"path.k must be in 2..n-1 (n={n}), got {width}")
 
-    def knn_width(self) -> int:
+    def knn_width(self, n: int | None = None) -> int:
         """The kNN path's list width: ``path.k``, or the larger of the attention's k and the
-        read-out graph's k + 1 (the counts must be set: :func:`sized`)."""
+        read-out graph's k + 1; a count left at None is sized to ``n`` without K
+        (:func:`sized_neighbours`: the stored lists do not depend on K)."""
         if self.path.k is not None:
             return int(self.path.k)
-        if self.attention.k is None or self.readout.k is None:
-            raise ValueError("knn_width: size the neighbour counts first (sized(settings, n))")
-        return max(int(self.attention.k), int(self.readout.k) + 1)
+        k_att, k_read = self.attention.k, self.readout.k
+        if k_att is None or k_read is None:
+            if n is None:
+                raise ValueError("knn_width: neighbour counts not sized; give n")
+            sized_att, sized_read = sized_neighbours(n)
+            k_att = sized_att if k_att is None else k_att
+            k_read = sized_read if k_read is None else k_read
+        return max(int(k_att), int(k_read) + 1)
+
+    def knn_search(self) -> SearchSettings:
+        """The per-pair search of the kNN path's candidate pairs and sample: the exact preset
+        (``path.search`` 'exact') or ``search`` ('ia')."""
+        return EXACT_SEARCH if self.path.search == "exact" else self.search
+
+    def sample_sqdist(self, V: Any, pick: np.ndarray) -> np.ndarray:
+        """``(s, s)`` exact kappa^max squared distances among the images ``V[pick]`` (the kNN
+        path's sample, :class:`~ia_stages.readout.graph.KnnDistances`)."""
+        sq = kappa_max(
+            V[pick],
+            beta=self.beta,
+            normalization=self.normalization,
+            group=self.group,
+            settings=self.knn_search(),
+            sigma=self.sigma,
+        ).sqdist
+        return np.asarray(to_numpy(sq), dtype=float)
 
     def kmax(self, V: Any, U: Any = None, progress: Any = None) -> KappaMaxResult:
         """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V`` under these
@@ -371,30 +394,21 @@ class IASettings:
         -------
         >>> kd = sized(ia_settings(path={"mode": "candidates"}), len(V)).knn_distances(V)
         """
-        search = EXACT_SEARCH if self.path.search == "exact" else self.search
+        n = int(V.shape[0])
         knn = kappa_max(
             V,
-            k=self.knn_width(),
+            k=self.knn_width(n),
             mode="candidates",
             beta=self.beta,
             normalization=self.normalization,
             group=self.group,
-            settings=search,
+            settings=self.knn_search(),
             sigma=self.sigma,
             features=self.path.features,
             progress=progress,
         )
-        n = int(V.shape[0])
         pick = sample_indices(n, self.path.sample_size(n), seed)
-        sq = kappa_max(
-            V[pick],
-            beta=self.beta,
-            normalization=self.normalization,
-            group=self.group,
-            settings=search,
-            sigma=self.sigma,
-        ).sqdist
-        return KnnDistances(knn, pick, np.asarray(to_numpy(sq), dtype=float))
+        return KnnDistances(knn, pick, self.sample_sqdist(V, pick))
 
 
 # The presets: the whole IA, named. 'images' (the default) is what works on real images: each

@@ -6,7 +6,6 @@ import copy
 import functools
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -470,32 +469,25 @@ def _resolve_path(cfg: dict, dataset: str) -> None:
 
 def knn_width(cfg: dict, dataset: str) -> int:
     """The kNN store's list width, as the estimator's
-    (:meth:`ia_stages.ia.settings.IASettings.knn_width` of the settings sized to n)."""
-    from ia_stages.ia.settings import ia_config, ia_settings, sized
+    (:meth:`ia_stages.ia.settings.IASettings.knn_width`, counts sized to n)."""
+    from ia_stages.ia.settings import ia_config, ia_settings
 
-    settings = ia_settings(**ia_config(cfg, dataset))
-    if settings.path.k is not None:
-        return int(settings.path.k)
-    # sized as dense: the counts only, the kNN path's own checks are the config check's
-    dense = replace(settings, path=replace(settings.path, mode="dense"))
-    return sized(dense, dataset_size(cfg, dataset)).knn_width()
+    return ia_settings(**ia_config(cfg, dataset)).knn_width(dataset_size(cfg, dataset))
 
 
 def _knn_settings(cfg: dict, dataset: str) -> dict:
     """The kNN path's settings of a dataset: what changes its stores (not the sharding)."""
     from dataclasses import asdict
 
-    from ia_stages.ia.settings import path_settings
-    from ia_stages.kmax import EXACT_SEARCH
+    from ia_stages.ia.settings import ia_config, ia_settings
 
-    km = cfg["datasets"][dataset]["kmax"]
-    search = asdict(EXACT_SEARCH) if km["search"] == "exact" else cfg["ia"]["search"]
-    sample = path_settings(cfg["datasets"][dataset]).sample_size(dataset_size(cfg, dataset))
+    s = ia_settings(**ia_config(cfg, dataset))
+    n = dataset_size(cfg, dataset)
     return {
-        "k": knn_width(cfg, dataset),
-        "features": km["features"],
-        "search": search,
-        "sample": sample,  # sized to n as the estimator sizes it
+        "k": s.knn_width(n),
+        "features": cfg["datasets"][dataset]["kmax"]["features"],
+        "search": asdict(s.knn_search()),
+        "sample": s.path.sample_size(n),  # sized to n as the estimator sizes it
     }
 
 
