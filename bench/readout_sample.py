@@ -4,12 +4,14 @@ sample's seed and size, on one stored kNN graph.
 Usage: python bench/readout_sample.py RUN [--iteration 1] [--sizes 300 1000] [--seeds 0 1 2 3]
 
 RUN is an ``ia-stages cluster`` output folder whose dataset took the kNN path (e.g. from
-``bench/cluster_large.py``). Its kNN store of ``--iteration`` gives the lists; for every size
+``bench/cluster_large.py``), or ``digits:N``: N MNIST digits rotated by scipy, clustered by the
+estimator with the kNN path forced (its kept iteration; ``--iteration`` ignored). Its kNN store
+of ``--iteration`` gives the lists; for every size
 and seed a new random sample of the iteration's features gets its exact all-pairs kappa^max
 (the settings the run used), and IA's read-out (:func:`ia_stages.ia.loop.read_out`, no K) is
 run on the lists with that sample, as the ``classes`` stage would. Printed per row: size, seed,
-clusters, ACC, NMI, the resolution the silhouette chose, and the seconds the sample's kappa^max
-took; the run's own read-out (its stored sample) is the reference row.
+clusters, ACC, NMI and the seconds the sample's kappa^max took; the run's own read-out (its
+own sample) is the reference row.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy, nmi
 from ia_stages.ia.loop import read_out
 from ia_stages.ia.settings import ia_config, ia_settings, sized
@@ -29,32 +32,54 @@ from ia_stages.pipeline.store import read_store
 from ia_stages.readout.graph import KnnDistances, sample_indices
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run")
-    ap.add_argument("--iteration", type=int, default=1)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    a = ap.parse_args()
-
-    run = Path(a.run)
+def from_run(run: Path, t: int) -> tuple:
+    """Labels, sized settings, features and stored kNN distances of iteration ``t`` of an
+    ``ia-stages cluster`` output folder, and the read-outs' seed."""
     cfg = load_config(run / "config.yaml")
     name = next(iter(cfg["ia"]["datasets"]))
     res = run / "results" / name
     labels = pd.read_csv(run / "clusters.csv")["label"].values
     n = labels.size
     s = sized(ia_settings(**ia_config(cfg, name)), n)
-    t = a.iteration
-    V = read_store(res / "ia" / f"iter{t}" / "features.zarr")["features"].values if t else None
-    if V is None:
-        V = read_store(run / "results" / "data" / f"{name}.zarr")["features"].values
-    stored = read_knn(res / "ia" / f"iter{t}" / "knn.zarr", n)
+    store = (
+        res / "ia" / f"iter{t}" / "features.zarr" if t else run / "results/data" / f"{name}.zarr"
+    )
+    V = read_store(store)["features"].values
+    return labels, s, V, read_knn(res / "ia" / f"iter{t}" / "knn.zarr", n), int(cfg["seed"])
+
+
+def from_digits(n: int) -> tuple:
+    """The same for ``n`` MNIST digits rotated by scipy (``bench/sizes.py``'s), clustered by
+    the default estimator with the kNN path forced; its kept iteration."""
+    from sizes import digits  # bench/, beside this script
+
+    X, labels = digits(n)
+    est = InvariantAttentionClustering(kmax_mode="candidates", random_state=0).fit(X)
+    res = est.result_
+    V = X if res.n_iter == 0 else res.features
+    return labels, res.settings, V, res.kmax[res.n_iter], res.seed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="an ia-stages cluster output folder, or digits:N")
+    ap.add_argument("--iteration", type=int, default=1)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    a = ap.parse_args()
+
+    run, t = a.run, a.iteration
+    if run.startswith("digits:"):
+        labels, s, V, stored, seed = from_digits(int(run.split(":")[1]))
+    else:
+        labels, s, V, stored, seed = from_run(Path(run), t)
+    n = labels.size
     print(f"{run}: n = {n}, iteration {t}, read-out graph k = {s.readout.k}")
     print("size  seed  clusters    ACC    NMI  kappa^max s")
 
-    def row(size: str, seed: str, kd: KnnDistances, sec: float) -> None:
-        lab = read_out(kd, s.readout, None, int(cfg["seed"]))
-        print(f"{size:>4}  {seed:>4}  {lab.max() + 1:8d}  {accuracy(labels, lab):.3f}  "
+    def row(size: str, draw: str, kd: KnnDistances, sec: float) -> None:
+        lab = read_out(kd, s.readout, None, seed)
+        print(f"{size:>4}  {draw:>4}  {lab.max() + 1:8d}  {accuracy(labels, lab):.3f}  "
               f"{nmi(labels, lab):.3f}  {sec:11.1f}", flush=True)  # fmt: skip
 
     row(str(stored.sample.size), "run", stored, 0.0)
