@@ -151,7 +151,8 @@ def test_dense_datasets_keep_their_settings(default_config):
         (lambda d: d["kmax"]["features"].update(n_candidates=3),
          "datasets.mnist_rot.kmax.features.n_candidates"),
         (lambda d: d["kmax"].update(k=30), "datasets.mnist_rot.kmax.k"),
-        (lambda d: d.update(group={"name": "similarity"}), "datasets.mnist_rot.kmax.mode"),
+        (lambda d: d.update(group={"name": "similarity", "mirror": True}),
+         "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(sample=1), "datasets.mnist_rot.kmax.sample"),
         # 'auto' above dense_max with dense attention: the line says 'auto' chose the path
@@ -164,6 +165,69 @@ def test_bad_knn_config_names_the_key(change, key):
     change(cfg["datasets"]["mnist_rot"])
     with pytest.raises(ConfigError, match=f"config key '{key}'"):
         validate_config(cfg)
+
+
+def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_path):
+    """A dataset with ``group: similarity`` on the kNN path: the stages (features, two row
+    blocks, the expansion, the gather) refine its candidates over the group and store the
+    library's ``kappa_max(mode='candidates', group=...)`` lists, with the group's parameters."""
+    import xarray as xr
+
+    from ia_stages.core.groups import make_group
+    from ia_stages.data.render import letter, render
+    from ia_stages.kmax import kappa_max
+    from ia_stages.kmax.search import SearchSettings
+    from ia_stages.pipeline.config import stage_settings
+    from ia_stages.pipeline.stages import knn
+    from ia_stages.pipeline.store import write_store
+
+    g = make_group("similarity")
+    rng = np.random.default_rng(4)
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2)),
+                         np.log(rng.uniform(0.85, 1.15, 12))])  # fmt: skip
+    X = np.concatenate(
+        [render(letter(ch, 14), (32, 32), params=p[i::3, :3], psf=1.0, linear=g.matrix(p[i::3]))
+         for i, ch in enumerate("RFP")]
+    ).astype(float)  # fmt: skip
+    cfg = copy.deepcopy(KNN_TINY)
+    ds = cfg["datasets"]["mnist_rot"]
+    ds.update(n=12, group={"name": "similarity"})
+    ds["kmax"].update(rows_per_job=6, sample=8)
+    ds["kmax"]["features"].update(n_candidates=6, n_expand=3, n_dims=8)
+    settings = stage_settings(validate_config(cfg), "knn", "mnist_rot")
+    assert settings["group"]["name"] == "similarity"
+    images = tmp_path / "images.zarr"
+    write_store(xr.Dataset({"features": (("sample", "y", "x"), X)}), images)
+    feats = knn.features(images, tmp_path / "f.zarr", settings)
+    for i in range(2):
+        knn.block(images, tmp_path / "f.zarr", tmp_path / f"b{i}.zarr", i, 6, settings)
+    assert feats.sizes["pick"] == 8
+    paths = [tmp_path / "b0.zarr", tmp_path / "b1.zarr"]
+    knn.gather(paths, tmp_path / "f.zarr", tmp_path / "first.zarr", settings)
+    more = [tmp_path / f"x{i}.zarr" for i in range(2)]
+    for i, path in enumerate(more):
+        knn.expand(images, tmp_path / "first.zarr", paths, path, i, 6, settings)
+    store = knn.gather(paths + more, tmp_path / "f.zarr", tmp_path / "knn.zarr", settings, images)
+    lib = kappa_max(
+        X, beta=settings["beta"], normalization=settings["normalization"], group=g,
+        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
+        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
+    )  # fmt: skip
+    np.testing.assert_array_equal(store["indices"].values, lib.indices)
+    np.testing.assert_allclose(store["sqdist"].values, lib.sqdist, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(store["params"].values, lib.params, rtol=1e-12, atol=1e-12)
+    assert list(store["param"].values) == list(g.param_names)
+    se2 = kappa_max(X, beta=settings["beta"], normalization=settings["normalization"],
+                    settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
+                    k=settings["k"], mode="candidates",
+                    features=FeatureSettings(**settings["features"]))  # fmt: skip
+    # the scale freedom brings every image's listed neighbours nearer than SE(2) alone
+    assert store["sqdist"].values[:, 1:].sum() < se2.sqdist[:, 1:].sum()
+    sample = feats["sample_index"].values
+    ref = kappa_max(X[sample], beta=settings["beta"], normalization=settings["normalization"],
+                    group=g, settings=SearchSettings(**settings["search"]),
+                    sigma=settings["sigma"])  # fmt: skip
+    np.testing.assert_allclose(store["sample_sqdist"].values, ref.sqdist, atol=1e-12)
 
 
 def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):

@@ -154,7 +154,8 @@ def _cmd_knn_expand(a: argparse.Namespace) -> None:
 def _cmd_knn_gather(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import knn
 
-    ds = knn.gather(a.blocks, a.features, a.out, _settings(a.settings))
+    with _use_threads(a.threads):
+        ds = knn.gather(a.blocks, a.features, a.out, _settings(a.settings), a.images)
     log.info("wrote %s: %d lists of %d from %d blocks", a.out, ds.sizes["sample"],
              ds.sizes["neighbour"], len(a.blocks))  # fmt: skip
 
@@ -363,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("knn-gather", _cmd_knn_gather, "kNN path: merge row blocks into the kNN store")
     sp.add_argument("--blocks", nargs="+", required=True)
     sp.add_argument("--features", required=True)
+    sp.add_argument(
+        "--images", help="the iteration's images: the final lists are refined over the group"
+    )
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 

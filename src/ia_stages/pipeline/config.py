@@ -500,16 +500,15 @@ def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
 def _check_knn_path(cfg: dict, name: str, auto: bool = False) -> None:
     """A dataset on the kNN path: what it needs, one line naming the key otherwise (``auto``:
     the path was chosen by ``kmax.mode: auto``, which the line says)."""
+    from ia_stages.core.groups import make_group
     from ia_stages.ia.settings import ia_config, ia_settings, sized
 
     ds = cfg["datasets"][name]
     key = f"config key 'datasets.{name}.kmax.mode'"
-    group = ds.get("group", {})
-    if group.get("name", "se2") != "se2" or group.get("mirror"):
-        raise ConfigError(f"{key}: 'candidates' supports the group se2 without mirror only")
     n = dataset_size(cfg, name)
-    try:  # the estimator's check of the kNN path (attention, read-out, list width)
-        sized(ia_settings(**ia_config(cfg, name)), n)
+    try:  # the estimator's check of the kNN path (attention, read-out, group, list width)
+        group = make_group(**ds.get("group", {}))
+        sized(ia_settings(**ia_config(cfg, name), group=group), n)
     except ValueError as err:
         head, rest = str(err).replace("path.", "kmax.").split(" ", 1)
         if auto:

@@ -13,8 +13,9 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   later image is in its rows (:func:`ia_stages.kmax.candidates.refine_rows`; each pair in one
   block), as refined pairs;
 - ``knn-gather``: every sample's k nearest from all blocks' pairs
-  (:func:`ia_stages.kmax.candidates.knn_from_pairs`): the kNN store, equal to one unsharded
-  ``kappa_max(X, k=k, mode="candidates")``.
+  (:func:`ia_stages.kmax.candidates.knn_from_pairs`), for a dataset group with more
+  parameters than SE(2) refined over the group: the kNN store, equal to one unsharded
+  ``kappa_max(X, k=k, mode="candidates", group=...)``.
 
 With ``features.n_expand`` > 0 the first gather writes ``knn_first.zarr``; ``knn-expand`` row
 block jobs refine each row's best neighbours of neighbours in those lists that no block has
@@ -36,7 +37,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily, make_group
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.candidates import (
     CandidatePairs,
@@ -48,6 +49,7 @@ from ia_stages.kmax.candidates import (
     refine_rows,
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.group_search import refine_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.pipeline.stages.common import (
     InputError,
@@ -86,6 +88,14 @@ def _prepared(path: str | Path, settings: dict) -> np.ndarray:
         raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
 
 
+def _group(settings: dict) -> SE2:
+    """The dataset's group (its ``group`` block; plain SE(2) when the settings hold none)."""
+    try:
+        return make_group(**settings.get("group", {}))
+    except (TypeError, ValueError) as err:
+        raise InputError(f"settings key 'group': {err}") from None
+
+
 def _on_device(Un: np.ndarray, settings: dict) -> tuple[Any, str]:
     """The prepared images on the settings' backend (a GPU job refines there: cupy arrays
     run the scan and the refinement's CUDA builds); numpy when the settings name none."""
@@ -110,7 +120,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
         cand = candidate_lists(U, F, fs, search)
         km = kappa_max(
             V[pick], beta=settings["beta"], normalization=settings["normalization"],
-            settings=search, sigma=settings["sigma"],
+            settings=search, sigma=settings["sigma"], group=_group(settings),
         )  # fmt: skip
     ds = xr.Dataset(
         {
@@ -237,9 +247,20 @@ def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out, backend) -> 
 
 
 def gather(
-    blocks: list[str | Path], feats: str | Path, out: str | Path, settings: dict
+    blocks: list[str | Path],
+    feats: str | Path,
+    out: str | Path,
+    settings: dict,
+    images: str | Path | None = None,
 ) -> xr.Dataset:
-    """Merge the row blocks' pairs into the kNN store (see the module docstring)."""
+    """Merge the row blocks' pairs into the kNN store (see the module docstring).
+
+    The blocks search SE(2); with ``images`` and a dataset group with more parameters
+    (``settings['group']``: similarity, affine), the merged lists are refined over the group
+    from their SE(2) optima and re-ranked (:func:`ia_stages.kmax.group_search.refine_knn`, as
+    ``kappa_max(k=..., group=...)`` does). The first round's gather (the expansion's lists)
+    is called without ``images``.
+    """
     if not blocks:
         raise InputError(f"{out}: no kNN row blocks to gather")
     f = read_store(feats, required=("norm2", "sample_index", "sample_sqdist"))
@@ -262,6 +283,15 @@ def gather(
     )
     with timer() as t:
         knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values)
+        group = _group(settings)
+        refined = images is not None and isinstance(group, AffineFamily)
+        if refined:
+            V = require_images(load_features(images), images)
+            knn = refine_knn(
+                V, knn, settings["beta"], settings["normalization"], group,
+                SearchSettings(**settings["search"]), settings["sigma"],
+            )  # fmt: skip
+    names = (group if refined else SE2()).param_names
     ds = xr.Dataset(
         {
             "indices": (("sample", "neighbour"), knn.indices),
@@ -271,7 +301,7 @@ def gather(
             "sample_index": (("pick",), f["sample_index"].values),
             "sample_sqdist": (("pick", "pick_j"), f["sample_sqdist"].values),
         },
-        coords={"sample": np.arange(n), "param": strings(SE2().param_names)},
+        coords={"sample": np.arange(n), "param": strings(names)},
     )
     seconds = float(f.attrs["wall_seconds"]) + t["seconds"]
     ds.attrs = provenance(

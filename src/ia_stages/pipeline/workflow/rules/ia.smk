@@ -124,17 +124,20 @@ rule knn_gather:
     conda:
         CONDA_ENV
     input:
+        images=features_of,
         blocks=knn_pair_stores,
         features="results/{dataset}/ia/iter{t}/knn_features.zarr",
     output:
         directory("results/{dataset}/ia/iter{t}/knn.zarr"),
     params:
         settings=settings("knn"),
+    threads: config["threads"]
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_gather.log",
     shell:
         "ia-stages knn-gather --blocks {input.blocks} --features {input.features}"
-        " --settings {params.settings} --out {output} 2> {log}"
+        " --images {input.images} --threads {threads} --settings {params.settings}"
+        " --out {output} 2> {log}"
 
 
 rule means_block:
