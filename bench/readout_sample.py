@@ -2,6 +2,7 @@
 sample's seed and size, on one stored kNN graph.
 
 Usage: python bench/readout_sample.py RUN [--iteration 1] [--sizes 300 1000] [--seeds 0 1 2 3]
+       [--per-resolution]
 
 RUN is an ``ia-stages cluster`` output folder whose dataset took the kNN path (e.g. from
 ``bench/cluster_large.py``), or ``digits:N``: N MNIST digits rotated by scipy, clustered by the
@@ -11,7 +12,10 @@ and seed a new random sample of the iteration's features gets its exact all-pair
 (the settings the run used), and IA's read-out (:func:`ia_stages.ia.loop.read_out`, no K) is
 run on the lists with that sample, as the ``classes`` stage would. Printed per row: size, seed,
 clusters, ACC, NMI and the seconds the sample's kappa^max took; the run's own read-out (its
-own sample) is the reference row.
+own sample) is the reference row. ``--per-resolution`` adds, per row, every resolution's
+partition as clusters:mean silhouette on the sample (t), t = the paired difference of the
+samples' silhouettes to the read-out's chosen partition over its standard error (with the finite
+population correction sqrt(1 - s/n)): t below ~2 means the sample cannot tell the two apart.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from sklearn.metrics import silhouette_samples
 
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy, nmi
@@ -29,7 +35,7 @@ from ia_stages.ia.settings import ia_config, ia_settings, sized
 from ia_stages.pipeline.config import load_config
 from ia_stages.pipeline.stages.knn import read_knn
 from ia_stages.pipeline.store import read_store
-from ia_stages.readout.graph import KnnDistances, sample_indices
+from ia_stages.readout.graph import KnnDistances, leiden_knn, sample_indices
 
 
 def from_run(run: Path, t: int) -> tuple:
@@ -60,12 +66,40 @@ def from_digits(n: int) -> tuple:
     return labels, res.settings, V, res.kmax[res.n_iter], res.seed
 
 
+def per_resolution(kd: KnnDistances, s, seed: int, chosen: np.ndarray) -> str:
+    """Every resolution's partition on the sample: clusters:mean silhouette(t against the
+    read-out's ``chosen`` labels), as :func:`ia_stages.readout.graph.leiden_silhouette`
+    scores them (it scores the first partition of each count only)."""
+    g = s.readout.graph()
+    lists = kd.lists(int(g["k"]) + 1)
+    D = np.sqrt(np.maximum(kd.sample_sqdist, 0.0))
+    D = 0.5 * (D + D.T)
+    np.fill_diagonal(D, 0.0)
+    n, size = kd.n, kd.sample.size
+    scores = []
+    for r in sorted(g["resolutions"]):
+        on = leiden_knn(lists, seed, r)[kd.sample]
+        if 2 <= np.unique(on).size < size:
+            scores.append((int(on.max()) + 1, silhouette_samples(D, on, metric="precomputed")))
+    if not scores:
+        return ""
+    best = silhouette_samples(D, chosen[kd.sample], metric="precomputed")
+    fpc = np.sqrt(max(1.0 - size / n, 0.0))
+    out = []
+    for m, v in scores:
+        d = best - v
+        se = d.std(ddof=1) / np.sqrt(size) * fpc
+        out.append(f"{m}:{v.mean():.3f}({d.mean() / se if se > 0 else 0.0:.1f})")
+    return "  " + " ".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="an ia-stages cluster output folder, or digits:N")
     ap.add_argument("--iteration", type=int, default=1)
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument("--per-resolution", action="store_true", help="every partition's score")
     a = ap.parse_args()
 
     run, t = a.run, a.iteration
@@ -79,8 +113,9 @@ def main() -> None:
 
     def row(size: str, draw: str, kd: KnnDistances, sec: float) -> None:
         lab = read_out(kd, s.readout, None, seed)
+        more = per_resolution(kd, s, seed, lab) if a.per_resolution else ""
         print(f"{size:>4}  {draw:>4}  {lab.max() + 1:8d}  {accuracy(labels, lab):.3f}  "
-              f"{nmi(labels, lab):.3f}  {sec:11.1f}", flush=True)  # fmt: skip
+              f"{nmi(labels, lab):.3f}  {sec:11.1f}{more}", flush=True)  # fmt: skip
 
     row(str(stored.sample.size), "run", stored, 0.0)
     for size in a.sizes:
