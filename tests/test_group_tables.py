@@ -123,6 +123,19 @@ def test_pixel_and_group_methods_run_on_a_dataset_with_any_group() -> None:
 def test_a_group_name_outside_the_schema_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"^config key 'benchmark.groups.1': "):
         validate_config(_cfg(groups=["se2", "projective"]))
+    with pytest.raises(ConfigError, match=r"^config key 'benchmark.groups.affnist.0': "):
+        validate_config(_cfg(groups={"affnist": ["projective"]}))
+
+
+def test_a_mapping_of_groups_makes_variants_of_the_named_datasets_only() -> None:
+    cfg = validate_config(_cfg(groups={"affnist": ["affine"]}))
+    assert group_variants(cfg) == {"affnist@affine": "affnist"}
+    assert "mnist_rot@affine" not in cfg["datasets"]
+    assert cfg["datasets"]["affnist@affine"]["group"]["name"] == "affine"
+    assert validate_config(cfg) == cfg
+    with pytest.raises(ConfigError, match=r"^config key 'benchmark.groups.mnist': ") as err:
+        validate_config(_cfg(groups={"mnist": ["affine"]}))  # not a benchmark dataset
+    assert "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------- tables

@@ -71,7 +71,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
     errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
         err = _most_specific(errors[0])
-        raise ConfigError(f"config key '{_key(err.path)}': {_short(err)}")
+        raise ConfigError(f"config key '{_key(err.absolute_path)}': {_short(err)}")
     for name, ds in cfg["datasets"].items():
         if "preset" in ds:
             _apply_preset(ds, given[name])
@@ -105,14 +105,16 @@ def data_of(name: str) -> str:
 def group_variants(cfg: dict) -> dict[str, str]:
     """Group variants of the benchmark datasets, name -> base dataset (``benchmark.groups``).
 
-    For every benchmark dataset and every group of ``benchmark.groups`` other than the
-    dataset's own, ``{dataset}@{group}``: the dataset's images under that group (its own
-    ``group`` block with the name replaced: bounds, mirror and refinement kept).
+    For every benchmark dataset and every group of ``benchmark.groups`` (a list: for every
+    dataset; a mapping: the dataset's list) other than the dataset's own,
+    ``{dataset}@{group}``: the dataset's images under that group (its own ``group`` block with
+    the name replaced: bounds, mirror and refinement kept).
     """
     out = {}
+    groups = cfg["benchmark"]["groups"]
     for base in cfg["benchmark"]["datasets"]:
         own = cfg["datasets"][base].get("group", {}).get("name", "se2")
-        for g in cfg["benchmark"]["groups"]:
+        for g in groups.get(base, []) if isinstance(groups, dict) else groups:
             if g != own:
                 out[f"{base}{VARIANT_SEP}{g}"] = base
     return out
@@ -122,6 +124,13 @@ def _add_group_variants(cfg: dict) -> None:
     """Add the group variants (:func:`group_variants`) to ``cfg['datasets']``: copies of their
     base dataset's entry with the group's name. Idempotent (a validated config validates to
     itself); any other name with the separator is refused."""
+    groups = cfg["benchmark"]["groups"]
+    for name in groups if isinstance(groups, dict) else ():
+        if name not in cfg["benchmark"]["datasets"]:
+            raise ConfigError(
+                f"config key 'benchmark.groups.{name}': {name!r} is not one of "
+                f"benchmark.datasets {cfg['benchmark']['datasets']}"
+            )
     variants = group_variants(cfg)
     for name in list(cfg["datasets"]):
         if VARIANT_SEP in name and name not in variants:
