@@ -132,3 +132,37 @@ def test_dense_attention_leaves_the_means_settings_as_they_were(
     assert set(s) == {"seed", "backend", "dataset", "init", "mean"}  # hash unchanged
     knn = stage_settings(cfg, "means", "mnist_rot")
     assert knn["attention"]["kind"] == "knn" and knn["attention"]["k"] == 10
+
+
+def test_the_ablation_is_ia_with_the_kernel_in_place_of_kmax() -> None:
+    """run_ia's ``kernel`` (the kappa^avg / kappa^soft rows): given kappa^max itself it is the
+    plain IA; given a pooled kernel it is called once per iteration read out, on that
+    iteration's features, and nothing else of IA changes; the kNN path refuses it."""
+    from ia_stages.data.render import letter, render
+    from ia_stages.ia.loop import run_ia
+    from ia_stages.ia.settings import ia_settings
+    from ia_stages.kmax.grid import GridSettings, group_kernel
+
+    rng = np.random.default_rng(2)
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2))])
+    X = np.concatenate(
+        [render(letter(ch, 14), (32, 32), params=p[i::3], psf=1.0) for i, ch in enumerate("RFP")]
+    ).astype(float)
+    s = ia_settings(iterations=1)
+    ref = run_ia(X, s, 3, 0)
+    same = run_ia(X, s, 3, 0, kernel=lambda V, st: st.kmax(V))
+    np.testing.assert_array_equal(same.partitions, ref.partitions)
+    np.testing.assert_array_equal(same.labels, ref.labels)
+    seen = []
+
+    def pooled(V, st):
+        seen.append(np.array(V))
+        return group_kernel(V, beta=st.beta, sigma=st.sigma, grid=GridSettings(n_angles=12))
+
+    res = run_ia(X, s, 3, 0, kernel=pooled)
+    assert len(seen) == res.partitions.shape[0] == 2
+    np.testing.assert_array_equal(seen[0], X)
+    np.testing.assert_array_equal(seen[1], res.steps[0].features)
+    assert res.labels.max() + 1 == 3
+    with pytest.raises(ValueError, match=r"^kernel: "):
+        run_ia(X, ia_settings(path={"mode": "candidates"}), 3, 0, kernel=pooled)

@@ -141,13 +141,7 @@ def _ablation_settings(pooling: str) -> Callable[[dict, str], dict]:
         ablation = dict(cfg["benchmark"]["ablation"])
         if pooling == "avg":  # the average has no temperature
             ablation.pop("temperature")
-        return {
-            **_kernel(cfg, dataset),
-            **_mean(cfg),
-            "readout": _readout(cfg, dataset),
-            "ia_iterations": cfg["ia"]["iterations"],
-            "ablation": ablation,
-        }
+        return {**_ia_settings(cfg, dataset), "ablation": ablation}
 
     return settings
 
@@ -275,39 +269,29 @@ def _ti_kmeans(job: Job) -> Prediction:
 
 
 def _ablation(pooling: str) -> Callable[[Job], Prediction]:
-    """IA with the group-pooled kernel in place of kappa^max, then the K-cluster cut."""
+    """The dataset's IA (its attention, means, read-out and stopping rule: :func:`ia_stages.ia.
+    loop.run_ia`) with kappa^max replaced by the group-pooled kernel, K given."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.core.backend import to_numpy
-        from ia_stages.ia.attention import invariant_attention_step
-        from ia_stages.ia.invariant_mean import MeanSettings
+        from ia_stages.ia.loop import run_ia
+        from ia_stages.ia.settings import IASettings, ia_settings
+        from ia_stages.kmax import KappaMaxResult
         from ia_stages.kmax.grid import GridSettings, group_kernel
-        from ia_stages.readout.linkage import cluster_by_distance
 
-        s = job.settings
-        abl = s["ablation"]
+        abl = job.settings["ablation"]
         grid = GridSettings(
             n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
         )
-        mean = dict(s["mean"])
-        mean["sigmas"] = tuple(mean["sigmas"])
 
-        def kernel(F: Any) -> Any:
+        def kernel(V: Any, s: IASettings) -> KappaMaxResult:
             return group_kernel(
-                F,
-                beta=s["beta"],
-                pooling=pooling,
-                temperature=abl.get("temperature", 1.0),
-                normalization=s["normalization"],
-                sigma=s["sigma"],
-                grid=grid,
-            )
+                V, beta=s.beta, pooling=pooling, temperature=abl.get("temperature", 1.0),
+                normalization=s.normalization, sigma=s.sigma, grid=grid,
+            )  # fmt: skip
 
-        V = job.to_backend(job.images)
-        for _ in range(s["ia_iterations"]):
-            V = invariant_attention_step(V, kernel(V), s["init"], MeanSettings(**mean)).features
-        sq = to_numpy(kernel(V).sqdist)
-        return cluster_by_distance(sq, 0.0, s["readout"]["linkage"], n_clusters=job.n_clusters), {}
+        s = ia_settings(**job.settings["ia"])
+        res = run_ia(job.to_backend(job.images), s, job.n_clusters, job.seed, kernel=kernel)
+        return res.labels, {ATTRS: {"stopped_at": res.n_iter, "stop_reason": res.stop_reason}}
 
     return predict
 

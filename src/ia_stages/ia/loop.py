@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +189,7 @@ def run_ia(
     n_clusters: int | None = None,
     seed: int = 0,
     verbose: int = 0,
+    kernel: Callable[[Any, IASettings], KappaMaxResult] | None = None,
 ) -> IAResult:
     """Invariant Attention clustering of images: the one algorithm behind every entry point.
 
@@ -211,6 +212,10 @@ def run_ia(
         Seed of every read-out (and of the kNN path's sample).
     verbose : int, default 0
         >= 1 shows tqdm progress bars on stderr.
+    kernel : None (kappa^max), or a function ``(V, settings) -> KappaMaxResult`` giving the
+        similarity of the features ``V`` with themselves in its place at every iteration
+        (dense path only): the benchmark's ablation with group-pooled kernels
+        (:func:`ia_stages.kmax.grid.group_kernel`) changes nothing else of IA.
 
     Returns
     -------
@@ -236,7 +241,12 @@ def run_ia(
         yield
         seconds[part] += time.perf_counter() - start
 
+    if kernel is not None and knn_path:
+        raise ValueError("kernel: a kernel in place of kappa^max needs path.mode 'dense'")
+
     def kmax_of(V: Any, progress: Any) -> KappaMaxResult | KnnDistances:
+        if kernel is not None:
+            return kernel(V, s)
         if knn_path:
             return s.knn_distances(V, seed, progress)
         return s.kmax(V, progress=progress)
