@@ -347,6 +347,32 @@ def test_dataset_settings_ignore_kernel_keys(cfg: dict, schema_path: Path) -> No
     assert not {"beta", "ka_beta", "kernel_sigma", "normalization"} & set(gen)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted((ROOT / "config").glob("*.yaml")) if p.name != "my_images.yaml"]
+)
+def test_every_shipped_config_gives_each_generator_only_keys_it_takes(path: Path) -> None:
+    """The dataset stage passes ``dataset_config`` to its kind's generator: every key of
+    every shipped config's datasets (presets and group variants included) must be one of
+    its parameters (config/groups.yaml's ``preset`` reached ``affnist()`` and failed)."""
+    import inspect
+
+    from ia_stages.data import datasets
+    from ia_stages.data.large import digit_copies
+    from ia_stages.data.user_images import load_images
+
+    factory = {"shapes3": datasets.shapes3, "mnist3": datasets.mnist3, "blobs": datasets.blobs,
+               "mnist": datasets.mnist, "mnist_rot": datasets.mnist, "affnist": datasets.affnist,
+               "images": load_images, "digit_copies": digit_copies}  # fmt: skip
+    cfg = load_config(path)
+    for name in cfg["datasets"]:
+        gen = dict(stage_settings(cfg, "dataset", name)["dataset_config"])
+        taken = set(inspect.signature(factory[gen.pop("kind")]).parameters)
+        assert set(gen) <= taken, (name, sorted(set(gen) - taken))
+
+
 def test_ka_settings_use_ka_beta_or_fall_back_to_beta(cfg: dict) -> None:
     cfg = copy.deepcopy(cfg)
     ds = cfg["datasets"]["shapes3"]

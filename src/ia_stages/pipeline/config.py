@@ -20,7 +20,8 @@ KERNEL_KEYS = (
     "attention",
     "group",
     "kmax",
-)  # dataset keys that only the methods read
+    "preset",
+)  # dataset keys that only the methods read (the preset's are filled in by validate_config)
 
 
 WORKFLOW_DIR = Path(__file__).resolve().parent / "workflow"
