@@ -1,20 +1,22 @@
-"""How the kNN path's read-out without K depends on its sample: clusters and ACC against the
-sample's seed and size, on one stored kNN graph.
+"""How the kNN path's read-out without K depends on its sample and on its own (Leiden) seed:
+clusters and ACC against the sample's seed and size, and against the read-out seed, on one
+stored kNN graph.
 
 Usage: python bench/readout_sample.py RUN [--iteration 1] [--sizes 300 1000] [--seeds 0 1 2 3]
-       [--per-resolution]
+       [--readout-seeds 1 2 3] [--per-resolution]
 
 RUN is an ``ia-stages cluster`` output folder whose dataset took the kNN path (e.g. from
 ``bench/cluster_large.py``), or ``digits:N``: N MNIST digits rotated by scipy, clustered by the
 estimator with the kNN path forced (its kept iteration; ``--iteration`` ignored). Its kNN store
-of ``--iteration`` gives the lists; for every size
-and seed a new random sample of the iteration's features gets its exact all-pairs kappa^max
-(the settings the run used), and IA's read-out (:func:`ia_stages.ia.loop.read_out`, no K) is
-run on the lists with that sample, as the ``classes`` stage would. Printed per row: size, seed,
+of ``--iteration`` gives the lists; for every size and sample draw a new random sample of the
+iteration's features gets its exact all-pairs kappa^max (the settings the run used), and IA's
+read-out (:func:`ia_stages.ia.loop.read_out`, no K) is run on the lists with that sample and
+the run's read-out seed, as the ``classes`` stage would; ``--readout-seeds`` reads out the
+run's own sample with other read-out seeds. Printed per row: size, sample draw, read-out seed,
 clusters, ACC, NMI and the seconds the sample's kappa^max took; the run's own read-out (its
-own sample) is the reference row. ``--per-resolution`` adds, per row, every resolution's
-partition as clusters:mean silhouette on the sample (t), t = the paired difference of the
-samples' silhouettes to the read-out's chosen partition over its standard error (with the finite
+own sample and seed) is the first row. ``--per-resolution`` adds every resolution's partition
+as clusters:mean silhouette on the sample (t), t = the paired difference of the samples'
+silhouettes to the read-out's chosen partition over its standard error (with the finite
 population correction sqrt(1 - s/n)): t below ~2 means the sample cannot tell the two apart.
 """
 
@@ -99,31 +101,38 @@ def main() -> None:
     ap.add_argument("--iteration", type=int, default=1)
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument(
+        "--readout-seeds", type=int, nargs="*", default=[],
+        help="read-out (Leiden) seeds to try on the run's own sample",
+    )  # fmt: skip
     ap.add_argument("--per-resolution", action="store_true", help="every partition's score")
     a = ap.parse_args()
 
     run, t = a.run, a.iteration
     if run.startswith("digits:"):
-        labels, s, V, stored, seed = from_digits(int(run.split(":")[1]))
+        labels, s, V, stored, run_seed = from_digits(int(run.split(":")[1]))
     else:
-        labels, s, V, stored, seed = from_run(Path(run), t)
+        labels, s, V, stored, run_seed = from_run(Path(run), t)
     n = labels.size
-    print(f"{run}: n = {n}, iteration {t}, read-out graph k = {s.readout.k}")
-    print("size  seed  clusters    ACC    NMI  kappa^max s")
+    print(f"{run}: n = {n}, iteration {t}, read-out graph k = {s.readout.k}, run seed {run_seed}")
+    print("size  sample  leiden  clusters    ACC    NMI  kappa^max s")
 
-    def row(size: str, draw: str, kd: KnnDistances, sec: float) -> None:
-        lab = read_out(kd, s.readout, None, seed)
-        more = per_resolution(kd, s, seed, lab) if a.per_resolution else ""
-        print(f"{size:>4}  {draw:>4}  {lab.max() + 1:8d}  {accuracy(labels, lab):.3f}  "
-              f"{nmi(labels, lab):.3f}  {sec:11.1f}{more}", flush=True)  # fmt: skip
+    def row(size: int, draw: str, kd: KnnDistances, leiden: int, sec: float) -> None:
+        lab = read_out(kd, s.readout, None, leiden)
+        more = per_resolution(kd, s, leiden, lab) if a.per_resolution else ""
+        print(f"{size:>4}  {draw:>6}  {leiden:>6}  {lab.max() + 1:8d}  "
+              f"{accuracy(labels, lab):.3f}  {nmi(labels, lab):.3f}  {sec:11.1f}{more}",
+              flush=True)  # fmt: skip
 
-    row(str(stored.sample.size), "run", stored, 0.0)
-    for size in a.sizes:
-        for seed in a.seeds:
-            pick = sample_indices(n, size, 1000 + seed)
+    row(stored.sample.size, "run", stored, run_seed, 0.0)
+    for leiden in a.readout_seeds:  # the run's own sample, another read-out seed
+        row(stored.sample.size, "run", stored, leiden, 0.0)
+    for size in a.sizes:  # another sample, the run's read-out seed
+        for draw in a.seeds:
+            pick = sample_indices(n, size, 1000 + draw)
             t0 = time.perf_counter()
             kd = KnnDistances(stored.knn, pick, s.sample_sqdist(V, pick))
-            row(str(size), str(seed), kd, time.perf_counter() - t0)
+            row(size, str(draw), kd, run_seed, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
