@@ -258,7 +258,6 @@ def leiden_silhouette(
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
     best, best_score = None, -np.inf
-    tried: dict[int, float] = {}
     s = D.shape[0]
     for r in sorted(resolutions):
         labels = leiden_knn(knn, seed, r)
@@ -268,10 +267,11 @@ def leiden_silhouette(
         if not 2 <= m < knn.n or not 2 <= seen < s:
             best = labels if best_score == -np.inf else best
             continue
-        if m not in tried:
-            tried[m] = float(silhouette_score(D, on, metric="precomputed"))
-            if tried[m] > best_score:
-                best, best_score = labels, tried[m]
+        # every partition is scored: two resolutions can give different partitions with the
+        # same number of communities
+        score = float(silhouette_score(D, on, metric="precomputed"))
+        if score > best_score:
+            best, best_score = labels, score
     return best
 
 
