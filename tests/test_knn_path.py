@@ -245,3 +245,30 @@ def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):
     chunked = class_averages.align_to(means, V, settings)
     for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [1, 20])
+def test_the_silhouette_read_out_keeps_the_best_partition_of_all_resolutions(seed):
+    """Two resolutions can give different partitions with the same number of communities
+    (on these planted point sets they do): the read-out keeps the best silhouette among all
+    partitions, not among the first of each count."""
+    from sklearn.metrics import silhouette_score
+
+    from ia_stages.readout.graph import leiden_knn, leiden_silhouette
+
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-6, 6, (5, 2))
+    P = np.concatenate([c + rng.normal(0, rng.uniform(0.6, 1.6), (30, 2)) for c in centers])
+    sq = ((P[:, None] - P[None]) ** 2).sum(-1)
+    knn = knn_from_dense(sq, 9)
+    res = tuple(np.round(np.arange(0.1, 2.01, 0.1), 2))
+    D = np.sqrt(sq)
+    scores, first_of_count = [], {}
+    for r in res:
+        lab = leiden_knn(knn, 0, r)
+        if 2 <= lab.max() + 1 < len(P):
+            scores.append(silhouette_score(D, lab, metric="precomputed"))
+            first_of_count.setdefault(lab.max() + 1, scores[-1])
+    assert max(scores) > max(first_of_count.values())  # the case the rule must handle
+    chosen = leiden_silhouette(knn, sq, res, seed=0)
+    assert silhouette_score(D, chosen, metric="precomputed") == pytest.approx(max(scores))
