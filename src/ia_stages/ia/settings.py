@@ -142,9 +142,9 @@ class PathSettings:
         (the default) follows n (:meth:`sample_size`)
     min_sample, sample_per_root_n : with ``sample`` None, the sample is
         max(min_sample, sample_per_root_n * sqrt(n)) images: a fixed small sample made the
-        read-out without K depend on the sample's seed at large n; a larger one lessens that
-        but does not remove it where two resolutions score alike (``bench/readout_sample.py``;
-        README "Large image sets")
+        read-out without K depend on the sample at large n; a larger one lessens that but
+        does not remove it where partitions score alike (``bench/readout_sample.py``; README
+        "Large image sets")
     features : kNN path: :class:`~ia_stages.kmax.features.FeatureSettings` (the invariant
         features and the candidate count c, sized to n when None)
 
