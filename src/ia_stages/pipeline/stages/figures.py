@@ -310,7 +310,8 @@ def classes(inputs: list[str], out: str | Path) -> None:
         fig,
         out,
         "Left: each cluster's invariant mean (its class average), with the cluster's size; "
-        "right: its members closest to it, each rotated and shifted onto it by its pose, with "
+        "right: its members closest to it, each aligned onto it by its pose (rotation and shift; "
+        "also scale and shear under a similarity or affine group), with "
         "its file name and distance d to the class average (normalised images).",
     )
 
