@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.noise import NoiseSettings
 from ia_stages.core.smoothing import NORMALIZATIONS
@@ -28,7 +27,13 @@ from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_max
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
-from ia_stages.readout.graph import COMMUNITIES, WITH_K, KnnDistances, sample_indices
+from ia_stages.readout.graph import (
+    COMMUNITIES,
+    WITH_K,
+    KnnDistances,
+    sample_indices,
+    sample_sqdist,
+)
 from ia_stages.readout.linkage import LINKAGES
 from ia_stages.readout.stopping import STOP_RULES
 
@@ -342,15 +347,9 @@ class IASettings:
     def sample_sqdist(self, V: Any, pick: np.ndarray) -> np.ndarray:
         """``(s, s)`` exact kappa^max squared distances among the images ``V[pick]`` (the kNN
         path's sample, :class:`~ia_stages.readout.graph.KnnDistances`)."""
-        sq = kappa_max(
-            V[pick],
-            beta=self.beta,
-            normalization=self.normalization,
-            group=self.group,
-            settings=self.knn_search(),
-            sigma=self.sigma,
-        ).sqdist
-        return np.asarray(to_numpy(sq), dtype=float)
+        return sample_sqdist(
+            V, pick, self.beta, self.normalization, self.group, self.knn_search(), self.sigma
+        )
 
     def kmax(self, V: Any, U: Any = None, progress: Any = None) -> KappaMaxResult:
         """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V`` under these

@@ -78,6 +78,41 @@ def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(rng.permutation(n)[: min(int(size), n)])
 
 
+def sample_sqdist(
+    V: Any,
+    pick: np.ndarray,
+    beta: float,
+    normalization: str,
+    group: Any,
+    search: Any,
+    sigma: float,
+) -> np.ndarray:
+    """``(s, s)`` exact kappa^max squared distances among the images ``V[pick]``: the sample
+    of :class:`KnnDistances` (the estimator's :meth:`ia_stages.ia.settings.IASettings.
+    sample_sqdist` and the pipeline's ``knn-features`` stage both call this).
+
+    Parameters
+    ----------
+    V : ``(n, H, W)`` images (numpy or cupy)
+    pick : ``(s,)`` sample indices (:func:`sample_indices`)
+    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
+    search : the per-pair :class:`~ia_stages.kmax.SearchSettings`
+
+    Example
+    -------
+    >>> sq = sample_sqdist(V, sample_indices(len(V), 300, 0), 20.0, "unit", SE2(),
+    ...                    EXACT_SEARCH, 1.0)  # doctest: +SKIP
+    """
+    from ia_stages.core.backend import to_numpy
+    from ia_stages.kmax import kappa_max
+
+    sq = kappa_max(
+        V[pick], beta=beta, normalization=normalization, group=group, settings=search,
+        sigma=sigma,
+    ).sqdist  # fmt: skip
+    return np.asarray(to_numpy(sq), dtype=float)
+
+
 def spectral_affinity(affinity: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     """Spectral clustering of a precomputed affinity ``(n, n)`` (e.g. kappa^max); labels."""
     from sklearn.cluster import SpectralClustering

@@ -38,7 +38,7 @@ import xarray as xr
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, AffineFamily, make_group
-from ia_stages.kmax import SearchSettings, kappa_max
+from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
     candidate_lists,
@@ -59,7 +59,7 @@ from ia_stages.pipeline.stages.common import (
     timer,
 )
 from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
-from ia_stages.readout.graph import KnnDistances, sample_indices
+from ia_stages.readout.graph import KnnDistances, sample_indices, sample_sqdist
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
 
@@ -118,9 +118,9 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     with timer() as t:
         F = invariant_features(U, fs)
         cand = candidate_lists(U, F, fs, search)
-        km = kappa_max(
-            V[pick], beta=settings["beta"], normalization=settings["normalization"],
-            settings=search, sigma=settings["sigma"], group=_group(settings),
+        sq = sample_sqdist(
+            V, pick, settings["beta"], settings["normalization"], _group(settings), search,
+            settings["sigma"],
         )  # fmt: skip
     ds = xr.Dataset(
         {
@@ -128,7 +128,7 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
             "candidates": (("sample", "candidate"), cand),
             "norm2": (("sample",), (Un**2).reshape(n, -1).sum(1)),
             "sample_index": (("pick",), pick),
-            "sample_sqdist": (("pick", "pick_j"), np.asarray(km.sqdist, dtype=float)),
+            "sample_sqdist": (("pick", "pick_j"), sq),
         },
         coords={"sample": np.arange(n)},
     )
