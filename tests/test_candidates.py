@@ -207,6 +207,34 @@ def test_row_blocks_give_the_one_calls_lists(copies):
     assert sharded.margin_used == one.margin_used
 
 
+def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
+    """On the CPU the refinement lays out the targets once per chunk of images that
+    ``memory_mb`` holds and the moving images once per block: chunks of two images give every
+    pair's squared distance, parameters and scan value bit for bit as one chunk does."""
+    from dataclasses import replace
+
+    from ia_stages.kmax.candidates import (
+        TARGET_BYTES_PER_PIXEL,
+        _targets_per_chunk,
+        candidate_lists,
+        prepared_images,
+        refine_pairs,
+    )
+
+    X = copies.data[:24].astype(float)
+    fs = FeatureSettings(n_candidates=6, n_dims=16, n_expand=0)
+    Un = prepared_images(X, 3, 1.0, features=fs)
+    cand = candidate_lists(Un, invariant_features(Un, fs), fs)
+    owner = np.arange(X.shape[0])
+    one = refine_pairs(Un, owner, cand, 3, 2.0, sigma=1.0)
+    tiny = replace(EXACT_SEARCH, memory_mb=2 * TARGET_BYTES_PER_PIXEL * X[0].size / 2**20)
+    assert _targets_per_chunk(X.shape[1:], tiny) == 2
+    chunked = refine_pairs(Un, owner, cand, 3, 2.0, settings=tiny, sigma=1.0)
+    assert one.a.size > 24
+    for name in ("a", "b", "sqdist", "params", "scanned"):
+        assert np.array_equal(getattr(one, name), getattr(chunked, name)), name
+
+
 @pytest.mark.slow
 def test_expansion_finds_neighbours_the_features_missed(copies):
     """The pass over neighbours of neighbours adds pairs not refined before, keeps every list

@@ -65,6 +65,7 @@ PAIR_BATCH = 256  # pairs scored at once (each holds the spectra of all its cent
 # on a GPU: larger launches (its memory holds them; one thread per pair needs many pairs)
 GPU_COLUMN_BLOCK = 4096
 GPU_PAIR_BATCH = 16384
+TARGET_BYTES_PER_PIXEL = 54  # the refinement's targets: 3 float64 per pixel, 2 + 1/4 times
 MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
 
 
@@ -368,34 +369,54 @@ def refine_pairs(
     uu = to_numpy((Ul**2).reshape(need.size, -1).sum(1))
     scan = _PairScan(Ul, settings)
     la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
-    by_b = np.argsort(lb, kind="stable")  # one moving image's pairs together, in (a, b) order
-    cols, first = np.unique(lb[by_b], return_index=True)
-    bounds = np.r_[first, by_b.size]
     width = COLUMN_BLOCK if xp is np else GPU_COLUMN_BLOCK
-    # on a GPU the refinement's layout (several copies of each image) of all these images, once
-    layout = None if xp is np else _pair_layout(Ul, Ul, sigma, settings)
-    for c0 in range(0, cols.size, width):
-        block = cols[c0 : c0 + width]
-        sel = by_b[bounds[c0] : bounds[min(c0 + width, cols.size)]]
-        starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
-        if layout is None:
-            # on the CPU the layout of this block's images only: memory follows the block
-            sub = np.unique(np.concatenate([la[sel], block]))
-            images = _pair_layout(Ul[sub], Ul[sub], sigma, settings)
-        else:
-            sub, images = None, layout
-        for r in range(0, sel.size, REFINE_BATCH):
-            s = sel[r : r + REFINE_BATCH]
-            fixed, moving = (la[s], lb[s]) if sub is None else (
-                np.searchsorted(sub, la[s]), np.searchsorted(sub, lb[s]))  # fmt: skip
-            p, d2 = _refine_candidates(
-                images, fixed, moving, xp.asarray(starts[r : r + REFINE_BATCH]), settings, beta
-            )
-            out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
-        out.scanned[sel] = scanned
-        if progress is not None:
-            progress(int(sel.size))
+    if xp is np:
+        # on the CPU the targets are laid out once per chunk of images that memory_mb holds
+        # (not once per block of moving images: each block's pairs reach most images), and
+        # each block's moving images per block
+        step = _targets_per_chunk(Ul.shape[1:], settings)
+        chunks = [range(f, min(f + step, need.size)) for f in range(0, need.size, step)]
+    else:
+        # on a GPU the refinement's layout (several copies of each image) of all images, once
+        chunks = [range(0, need.size)]
+        layout = _pair_layout(Ul, Ul, sigma, settings)
+    for chunk in chunks:
+        ours = np.flatnonzero((la >= chunk.start) & (la < chunk.stop))
+        if ours.size == 0:
+            continue
+        if xp is np:
+            fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
+        by_b = ours[np.argsort(lb[ours], kind="stable")]  # one moving image's pairs together
+        cols, first = np.unique(lb[by_b], return_index=True)
+        bounds = np.r_[first, by_b.size]
+        for c0 in range(0, cols.size, width):
+            block = cols[c0 : c0 + width]
+            sel = by_b[bounds[c0] : bounds[min(c0 + width, cols.size)]]
+            starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
+            if xp is np:
+                images = fixed_side.with_moving(_pair_layout(Ul[:1], Ul[block], sigma, settings))
+                fixed, moving = la[sel] - chunk.start, np.searchsorted(block, lb[sel])
+            else:
+                images, fixed, moving = layout, la[sel], lb[sel]
+            for r in range(0, sel.size, REFINE_BATCH):
+                s, part = sel[r : r + REFINE_BATCH], slice(r, r + REFINE_BATCH)
+                p, d2 = _refine_candidates(
+                    images, fixed[part], moving[part], xp.asarray(starts[part]), settings, beta
+                )
+                out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
+            out.scanned[sel] = scanned
+            if progress is not None:
+                progress(int(sel.size))
     return out
+
+
+def _targets_per_chunk(shape: tuple[int, ...], settings: SearchSettings) -> int:
+    """How many images' refinement targets the CPU lays out at once: as many as
+    ``settings.memory_mb`` holds at the layout's bytes per pixel (pixel coordinates and value,
+    float64, at full resolution twice over — all pixels, and those split at ``full_floor`` —
+    and at half resolution), at least one."""
+    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape))
+    return max(1, int(settings.memory_mb * 2**20 // per_image))
 
 
 def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarray:

@@ -599,6 +599,12 @@ class Resolution:
         off, gy, gx, t, uu = _target_pixels(U)
         return replace(self, off=off, gy=gy, gx=gx, t=t, uu=uu)
 
+    def with_moving(self, other: Resolution) -> Resolution:
+        """These targets with ``other``'s moving images (the two sides are laid out
+        independently, so a block of pairs can join targets made once with moving images made
+        per block)."""
+        return replace(self, V=other.V, vv=other.vv)
+
     def arrays(self) -> tuple:
         return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
 
@@ -666,6 +672,28 @@ class PairImages:
         """The same images as ``xp`` arrays (e.g. cupy: on the GPU)."""
         layouts = (self.full, self.half, self.search, self.tail)  # the fields' order
         return PairImages(*(None if r is None else r.to(xp) for r in layouts), self.interpolation)
+
+    def with_moving(self, other: PairImages) -> PairImages:
+        """These targets against ``other``'s moving images (both laid out with the same
+        settings): a pair's result depends only on its own two images' layouts.
+
+        Example
+        -------
+        >>> U = np.random.default_rng(0).random((3, 8, 8))
+        >>> joined = pair_images(U, U[:1]).with_moving(pair_images(U[:1], U[1:]))
+        >>> joined.full.off.size - 1, joined.full.V.shape[0]
+        (3, 2)
+        """
+        if (self.half is None) != (other.half is None):
+            raise ValueError("with_moving: one side has a half-resolution layout, the other not")
+        full = self.full.with_moving(other.full)
+        return PairImages(
+            full,
+            None if self.half is None else self.half.with_moving(other.half),
+            None if self.search is None else self.search.with_moving(full),
+            None if self.tail is None else self.tail.with_moving(full),
+            self.interpolation,
+        )
 
     def taps(self) -> tuple:
         """The interpolation's 16 tap coefficients, as the kernels take them."""

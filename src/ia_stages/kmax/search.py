@@ -84,7 +84,9 @@ class SearchSettings:
         squared distance by at most ``prune_margin`` from the candidate's cost; the
         reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
     prune_margin : that bound, in squared distance of unit-norm images
-    memory_mb : working memory of the scan; chunk sizes follow from it
+    memory_mb : working memory of the scan, and of the candidates mode's refinement targets
+        (laid out once per chunk of images it holds); chunk sizes follow from it, results
+        do not
     centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
         from each centroid along the image axes, for pairs whose best match is not
         centroid-aligned (5x the scan of the centroids alone)
@@ -148,7 +150,7 @@ class SearchSettings:
     pair_chunk: int = 64
     prune_kappa: float = 1e-5
     prune_margin: float = 0.05
-    memory_mb: float = 1024.0
+    memory_mb: float = 2048.0
     centre_offset: float = 2.0
     refine_tol: float = 1e-9
     kappa_stop_fraction: float = 0.1
