@@ -146,6 +146,29 @@ def test_class_averages_recover_the_base_image_and_the_poses():
     assert np.all(np.diff(found) <= 0)  # a larger threshold never finds more clusters
 
 
+def test_aligning_onto_own_means_equals_the_full_rectangle():
+    """Given labels, every image is aligned onto its own class average only (n pairs): its
+    pose and distance equal those picked from kappa^max of every average against every image
+    (K n pairs), and without labels each image goes to its nearest average."""
+    from ia_stages.data.large import digit_copies
+    from ia_stages.ia.class_averages import align_to
+
+    X = digit_copies(copies=1, n_digits=30, seed=3).data.astype(float)
+    settings = ia_settings(beta=2.0, sigma=1.0)
+    means = X[[0, 1, 2]]
+    labels = np.arange(30) % 3
+    calls = []
+    _, params, distance = align_to(means, X, settings, labels, progress=calls.append)
+    full = settings.kmax(X, U=means)
+    cols = np.arange(30)
+    np.testing.assert_array_equal(params, full.params[labels, cols])
+    np.testing.assert_array_equal(distance, np.sqrt(np.maximum(full.sqdist[labels, cols], 0)))
+    assert sum(calls) == 30
+    nearest, _, d_nearest = align_to(means, X, settings)
+    np.testing.assert_array_equal(nearest, np.argmin(full.sqdist, axis=0))
+    assert np.all(d_nearest <= distance + 1e-12)
+
+
 # ---- bad input: one line naming the file or key, exit 2, results/ untouched ----------------
 
 

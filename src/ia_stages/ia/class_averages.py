@@ -87,20 +87,36 @@ def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None
     """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
 
     Returns ``labels (n,)``, ``params (n, n_params)`` and ``distance (n,)`` from the
-    kappa^max of ``means`` ``(K, H, W)`` against ``V`` ``(n, H, W)``, taken ``ALIGN_CHUNK``
+    kappa^max of the means ``(K, H, W)`` against ``V`` ``(n, H, W)``, taken ``ALIGN_CHUNK``
     images at a time (the polar scan's memory grows with the images scanned at once; every
-    pair's result is its own).
+    pair's result is its own). With ``labels`` each image is aligned onto its own mean only
+    (n pairs, not K n); ``progress`` is called with the number of pairs aligned.
+
+    Example
+    -------
+    >>> labels, params, distance = align_to(averages.means, V, settings, labels)  # doctest: +SKIP
     """
-    parts = [
-        settings.kmax(V[c0 : c0 + ALIGN_CHUNK], U=means, progress=progress)
-        for c0 in range(0, V.shape[0], ALIGN_CHUNK)
-    ]
-    sq = np.concatenate([to_numpy(km.sqdist) for km in parts], 1)  # (K, n)
     if labels is None:
+        parts = [
+            settings.kmax(V[c0 : c0 + ALIGN_CHUNK], U=means, progress=progress)
+            for c0 in range(0, V.shape[0], ALIGN_CHUNK)
+        ]
+        sq = np.concatenate([to_numpy(km.sqdist) for km in parts], 1)  # (K, n)
         labels = np.argmin(sq, axis=0).astype(np.int64)
-    cols = np.arange(V.shape[0])
-    params = np.concatenate([to_numpy(km.params) for km in parts], 1)[labels, cols]
-    return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
+        cols = np.arange(V.shape[0])
+        params = np.concatenate([to_numpy(km.params) for km in parts], 1)[labels, cols]
+        return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
+    labels = np.asarray(labels, dtype=np.int64)
+    xp = array_module(V)
+    params = np.empty((V.shape[0], settings.group.n_params))
+    sq = np.empty(V.shape[0])
+    for k in np.unique(labels):
+        members = np.flatnonzero(labels == k)
+        for c0 in range(0, members.size, ALIGN_CHUNK):
+            idx = members[c0 : c0 + ALIGN_CHUNK]
+            km = settings.kmax(V[xp.asarray(idx)], U=means[int(k) : int(k) + 1], progress=progress)
+            params[idx], sq[idx] = to_numpy(km.params)[0], to_numpy(km.sqdist)[0]
+    return labels, params, np.sqrt(np.maximum(sq, 0.0))
 
 
 def class_averages(
@@ -122,7 +138,7 @@ def class_averages(
         and one kappa^max of each medoid against its members gives the starts
     settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
         ``max_images`` is ignored: all members count equally) and the kappa^max of the poses
-    progress : called with the number of (mean, image) pairs aligned
+    progress : called with the number of (average, member) pairs aligned (n in all)
 
     Returns
     -------

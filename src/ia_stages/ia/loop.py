@@ -284,7 +284,7 @@ def run_ia(
         top.total = top.n + 1
         top.refresh()
         with (
-            bar(n * (int(labels.max()) + 1), "class averages and poses", "pair") as b,
+            bar(n, "class averages and poses", "image") as b,
             clock("averages"),
         ):
             labels, averages = cluster_averages(X, labels, kms[0], s, n_clusters, b.update)

@@ -245,7 +245,7 @@ def pair_joint_peaks(
     return theta, centre
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _lattice_pair_centre(A, B, i, j, o, synthesis, g, out_po):
     """Rotation scores ``out_po (M,)`` of fixed image i's centroid rings ``A[:, i]`` against
     moving image j's rings about lattice centre o ``B[:, j, o]``; scratch ``g (2K,)``.
@@ -269,7 +269,7 @@ def _lattice_pair_centre(A, B, i, j, o, synthesis, g, out_po):
         out_po[t] = acc
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=True)
 def lattice_pair_scores(A, B, ia, jb, synthesis, out):
     """Rotation scores of chosen pairs against a lattice of centres, into ``out``.
 
@@ -278,7 +278,8 @@ def lattice_pair_scores(A, B, ia, jb, synthesis, out):
     against those of its moving image about every lattice centre ``B[:, jb[p]]``
     ``(K, n_o, 2R)``: G_k = sum over rings of u_k conj(v_k), then the scores over ``M`` angles
     ``[Re G_0, Im G_0, Re G_1, ...] @ synthesis`` (:func:`ia_stages.kmax.polar.
-    angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. Pairs in parallel (numba threads);
+    angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. Pairs in parallel (numba threads;
+    fastmath: the sums reassociated, as the refinement's CPU kernels);
     :func:`ia_stages.kmax.cuda.lattice_pair_scores_cuda` runs the same
     :func:`_lattice_pair_centre` one thread per (pair, centre).
     """
