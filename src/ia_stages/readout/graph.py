@@ -151,8 +151,15 @@ def spectral_knn(knn: KnnResult, n_clusters: int, seed: int) -> np.ndarray:
     return sc.fit_predict(A).astype(np.int64)
 
 
-def _igraph(knn: KnnResult) -> Any:
-    """The kNN graph (:func:`knn_graph`) as an igraph graph."""
+def igraph_of(knn: KnnResult) -> Any:
+    """The kNN graph (:func:`knn_graph`) as an igraph graph, built once for several Leiden
+    runs on it.
+
+    Example
+    -------
+    >>> g = igraph_of(knn)  # doctest: +SKIP
+    >>> labels = [leiden_knn(knn, seed, 1.0, g) for seed in range(3)]  # doctest: +SKIP
+    """
     import igraph as ig
 
     A = knn_graph(knn).tocoo()
@@ -163,10 +170,10 @@ def _igraph(knn: KnnResult) -> Any:
 
 def leiden_knn(knn: KnnResult, seed: int, resolution: float = 1.0, graph: Any = None) -> np.ndarray:
     """Leiden communities (modularity with ``resolution``) of the kNN graph; labels ``(n,)``.
-    ``graph``: the graph as :func:`_igraph` makes it, when the caller has it already."""
+    ``graph``: the graph as :func:`igraph_of` makes it, when the caller has it already."""
     import leidenalg
 
-    g = _igraph(knn) if graph is None else graph
+    g = igraph_of(knn) if graph is None else graph
     part = leidenalg.find_partition(
         g,
         leidenalg.RBConfigurationVertexPartition,
@@ -210,7 +217,7 @@ def leiden_n_clusters(
     -------
     >>> labels = leiden_n_clusters(knn, 10, seed=0, restarts=8)  # doctest: +SKIP
     """
-    g = _igraph(knn)
+    g = igraph_of(knn)
     best, best_key = None, None
     labels, found = _leiden_bisect(knn, n_clusters, seed, bounds, max_tries, g)
     near = (found / restart_bracket, found * restart_bracket)
@@ -294,8 +301,9 @@ def leiden_silhouette(
     np.fill_diagonal(D, 0.0)
     best, best_score = None, -np.inf
     s = D.shape[0]
+    graph = igraph_of(knn)
     for r in sorted(resolutions):
-        labels = leiden_knn(knn, seed, r)
+        labels = leiden_knn(knn, seed, r, graph)
         m = int(labels.max()) + 1
         on = labels if sample is None else labels[sample]
         seen = np.unique(on).size

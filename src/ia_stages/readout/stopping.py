@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import KnnDistances, leiden_knn
+from ia_stages.readout.graph import KnnDistances, igraph_of, leiden_knn
 
 STOP_RULES = ("stability", "partition", "contraction", "none")
 
@@ -46,7 +46,8 @@ def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
         knn = sqdist.lists(width)
     else:
         knn = knn_from_dense(np.asarray(sqdist, dtype=float), width)
-    parts = [leiden_knn(knn, s, graph["resolution"]) for s in range(n_seeds)]
+    g = igraph_of(knn)
+    parts = [leiden_knn(knn, s, graph["resolution"], g) for s in range(n_seeds)]
     pairs = [
         adjusted_rand_score(parts[a], parts[b])
         for a in range(n_seeds)
