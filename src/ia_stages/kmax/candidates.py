@@ -100,9 +100,10 @@ def kappa_max_candidates(
     features : :class:`ia_stages.kmax.features.FeatureSettings`; its ``n_candidates`` (c)
         must be >= k; None sizes it to n (:meth:`~ia_stages.kmax.features.FeatureSettings.sized`)
 
-    Memory: the images and their refinement layout (a few copies of X in float64), the
-    features (n x ``n_dims``), one block of candidate search (``batch`` x n float32), the
-    lattice spectra of ``COLUMN_BLOCK`` images and the refined pairs (at most n c); never n^2.
+    Memory: the images (float64), the refinement's targets of as many images as
+    ``settings.memory_mb`` holds (on a GPU: the layout of all images), the features
+    (n x ``n_dims``), one block of candidate search (``batch`` x n float32), the lattice
+    spectra of ``COLUMN_BLOCK`` images and the refined pairs (at most n c); never n^2.
 
     Returns
     -------
