@@ -59,6 +59,18 @@ def test_feature_neighbours_equal_brute_force():
     assert np.array_equal(feature_neighbours(F, 5, batch=7, rows=range(10, 23)), got[10:23])
 
 
+def test_feature_neighbours_break_ties_to_the_lower_index():
+    """Equal distances (duplicated images have equal features) list the lower index first,
+    whatever the block the row falls in, so the lists do not depend on how rows are split."""
+    F = np.zeros((9, 2), dtype=np.float32)
+    F[:, 0] = [0, 1, 1, 1, 5, 1, 9, 1, 20]  # rows 1, 2, 3, 5, 7 are the same point
+    want = {0: [1, 2, 3, 5], 4: [1, 2, 3, 5], 7: [1, 2, 3, 5], 1: [2, 3, 5, 7]}
+    for batch in (2, 4, 9):
+        got = feature_neighbours(F, 4, batch=batch)
+        for row, nearest in want.items():
+            assert got[row].tolist() == nearest, (batch, row)
+
+
 def test_candidates_are_sized_to_n():
     """c follows sqrt(n) beyond the minimum, never falls as n grows, stays within [k, n - 1],
     and a c given explicitly is kept."""
