@@ -337,33 +337,27 @@ def _nearest_of_block(product, sq, lo, out):
                     hd[k], hj[k] = hd[p], hj[p]
                     k = p
                 hd[k], hj[k] = d, j
-            elif d < hd[0] or (d == hd[0] and j < hj[0]):  # replace the farthest, sift down
-                k = 0
-                while True:
-                    a = 2 * k + 1
-                    if a >= c:
-                        break
-                    b = a + 1
-                    if b < c and (hd[b] > hd[a] or (hd[b] == hd[a] and hj[b] > hj[a])):
-                        a = b
-                    if hd[a] < d or (hd[a] == d and hj[a] < j):
-                        break
-                    hd[k], hj[k] = hd[a], hj[a]
-                    k = a
-                hd[k], hj[k] = d, j
+            elif d < hd[0] or (d == hd[0] and j < hj[0]):  # replace the farthest
+                _sift_down(hd, hj, c, d, j)
         for t in range(c - 1, -1, -1):  # pop the farthest into the last place
             out[r, t] = hj[0]
-            last_d, last_j = hd[t], hj[t]
-            k = 0
-            while True:
-                a = 2 * k + 1
-                if a >= t:
-                    break
-                b = a + 1
-                if b < t and (hd[b] > hd[a] or (hd[b] == hd[a] and hj[b] > hj[a])):
-                    a = b
-                if hd[a] < last_d or (hd[a] == last_d and hj[a] < last_j):
-                    break
-                hd[k], hj[k] = hd[a], hj[a]
-                k = a
-            hd[k], hj[k] = last_d, last_j
+            _sift_down(hd, hj, t, hd[t], hj[t])
+
+
+@njit(cache=True, inline="always")
+def _sift_down(hd, hj, size, d, j):
+    """Put (d, j) at the root of the max-heap ``hd, hj`` of ``size`` entries (ordered by d,
+    then j) and sift it down."""
+    k = 0
+    while True:
+        a = 2 * k + 1
+        if a >= size:
+            break
+        b = a + 1
+        if b < size and (hd[b] > hd[a] or (hd[b] == hd[a] and hj[b] > hj[a])):
+            a = b
+        if hd[a] < d or (hd[a] == d and hj[a] < j):
+            break
+        hd[k], hj[k] = hd[a], hj[a]
+        k = a
+    hd[k], hj[k] = d, j
