@@ -177,7 +177,9 @@ PTX = textwrap.dedent(
     import types
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda, types as nt
-    from ia_stages.kmax.cuda import _joint_peaks_kernel, _kernel, _lattice_kernel, _peaks_kernel
+    from ia_stages.kmax.cuda import (
+        _joint_peaks_kernel, _kernel, _lattice_kernel, _nearest_kernel, _peaks_kernel,
+    )
 
     # no GPU here: compile the device functions for compute capability 9.0 (H100 / H200)
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
@@ -201,7 +203,10 @@ PTX = textwrap.dedent(
     lattice_sig = (a(f64, 3), a(f64, 4), a(i64, 1), a(i64, 1), a(f64, 2), a(f64, 2),
                    nt.Array(nt.float32, 3, "C"))
     ptx_lattice, _ = cuda.compile_ptx(_lattice_kernel().py_func, lattice_sig, cc=(9, 0))
-    ptxs = (ptx, ptx_peaks, ptx_joint, ptx_lattice)
+    f32 = nt.float32
+    nearest_sig = (a(f32, 2), a(f32, 1), i64, a(f32, 2), a(i64, 2), a(i64, 2))
+    ptx_nearest, _ = cuda.compile_ptx(_nearest_kernel().py_func, nearest_sig, cc=(9, 0))
+    ptxs = (ptx, ptx_peaks, ptx_joint, ptx_lattice, ptx_nearest)
     print(sum(len(p) for p in ptxs), all(".entry" in p for p in ptxs))
     """
 )
@@ -216,6 +221,39 @@ def _nvvm_available() -> bool:
     except Exception:
         return False
     return True
+
+
+NEAREST = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from numba import config
+    from ia_stages.kmax.cuda import nearest_of_block_cuda
+    from ia_stages.kmax.features import feature_neighbours
+    from ia_stages.kmax.selection import nearest_of_block
+
+    assert config.ENABLE_CUDASIM
+    rng = np.random.default_rng(4)
+    F = rng.normal(size=(40, 5)).astype(np.float32)
+    F[[3, 8, 21]] = F[5]  # equal distances: ties
+    sq = (F**2).sum(1)
+    product = F[10:30] @ F.T
+    cpu = np.empty((20, 7), dtype=np.int64)
+    gpu = np.empty_like(cpu)
+    nearest_of_block(product, sq, 10, cpu)
+    nearest_of_block_cuda(product, sq, 10, gpu)
+    whole = feature_neighbours(F, 7)
+    print(json.dumps({"same": bool((cpu == gpu).all()), "rows": bool((cpu == whole[10:30]).all())}))
+    """
+)
+
+
+def test_cuda_nearest_in_feature_space_equals_the_cpu_build():
+    """The feature-space selection's CUDA build (one thread per row, the same scalar
+    function) lists the CPU build's neighbours, ties included, in the simulator."""
+    proc = _run(NEAREST, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"same": True, "rows": True}
 
 
 @pytest.mark.skipif(not _nvvm_available(), reason="NVVM / NVRTC not installed (pip: nvidia-nvvm)")

@@ -33,7 +33,7 @@ from numba import cuda
 
 from ia_stages.core import taps
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.kmax import group_refine, refine, rings
+from ia_stages.kmax import group_refine, refine, rings, selection
 from ia_stages.kmax.refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
@@ -59,7 +59,8 @@ def _sources() -> dict:
         name: getattr(rings, name)
         for name in ("_peaks_of_pair", "_joint_peaks_of_pair", "_lattice_pair_centre")
     }
-    return {**tap_functions, **refine.SHARED, **peaks}
+    heap = {name: getattr(selection, name) for name in ("_nearest_of_row", "_sift_down")}
+    return {**tap_functions, **refine.SHARED, **peaks, **heap}
 
 
 @cache
@@ -136,6 +137,32 @@ def pair_peaks_cuda(scores: Any, ii: Any, jj: Any, n_peaks: int) -> tuple[Any, A
         xp.asarray(jj, dtype=np.int64), int(n_peaks), env, top, at, theta, centre,
     )  # fmt: skip
     return theta, centre
+
+
+@cache
+def _nearest_kernel() -> Any:
+    nearest_of_row = _device_functions()["_nearest_of_row"]
+
+    @cuda.jit
+    def nearest_kernel(product, sq, lo, hd, hj, out):
+        r = cuda.grid(1)
+        if r < product.shape[0]:
+            nearest_of_row(product, sq, lo, r, hd[r], hj[r], out[r])
+
+    return nearest_kernel
+
+
+def nearest_of_block_cuda(product: Any, sq: Any, lo: int, out: Any) -> None:
+    """:func:`ia_stages.kmax.selection.nearest_of_block` on the GPU, one thread per row: the
+    same arguments (device arrays), ``out (m, c)`` filled in place."""
+    xp = array_module(product)
+    m, c = int(product.shape[0]), int(out.shape[1])
+    if m == 0:
+        return
+    _nearest_kernel()[-(-m // THREADS), THREADS](
+        xp.ascontiguousarray(product), xp.ascontiguousarray(sq), int(lo),
+        xp.empty((m, c), dtype=np.float32), xp.empty((m, c), dtype=np.int64), out,
+    )  # fmt: skip
 
 
 @cache

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
 
 from ia_stages.core.backend import array_module, fft_module
 from ia_stages.kmax.polar import centroids, polar_spectra
+from ia_stages.kmax.selection import nearest_of_block
 
 FEATURE_ROUTES = ("spectrum", "centroid", "both")
 
@@ -264,8 +264,8 @@ def feature_neighbours(
     """Each row's ``c`` nearest other rows by Euclidean distance, nearest first.
 
     Exact, by blocked float32 matrix products: d2 = |a|^2 + |b|^2 - 2 a.b for ``batch`` rows
-    against all at once, then for numpy a compiled bounded heap per row (ties to the lower
-    index), for cupy a partial sort per row.
+    against all at once, then each row's nearest by a compiled bounded heap (ties to the
+    lower index; :func:`ia_stages.kmax.selection.nearest_of_block`, on a GPU its CUDA build).
 
     Parameters
     ----------
@@ -292,72 +292,16 @@ def feature_neighbours(
         raise ValueError(f"features.n_candidates must be in [1, n - 1 = {n - 1}], got {c}")
     F = F.astype(np.float32)
     sq = (F**2).sum(1)
+    if xp is np:
+        nearest = nearest_of_block
+    else:
+        from ia_stages.kmax.cuda import nearest_of_block_cuda as nearest
     rows = range(n) if rows is None else rows
     out = xp.empty((len(rows), c), dtype=np.int64)
     for a in range(rows.start - rows.start % batch, rows.stop, batch):
         lo, hi = max(a, rows.start), min(a + batch, rows.stop)
         product = F[lo:hi] @ F.T
-        m = product.shape[0]
-        if xp is np:  # a compiled selection: no n-wide partial sort per row
-            _nearest_of_block(product, sq, lo, out[lo - rows.start : hi - rows.start])
-        else:
-            d2 = sq[lo:hi, None] + sq[None] - 2 * product
-            d2[xp.arange(m), xp.arange(lo, hi)] = xp.inf
-            part = xp.argpartition(d2, c - 1, axis=1)[:, :c]
-            order = xp.argsort(xp.take_along_axis(d2, part, 1), axis=1, kind="stable")
-            out[lo - rows.start : hi - rows.start] = xp.take_along_axis(part, order, 1)
+        nearest(product, sq, lo, out[lo - rows.start : hi - rows.start])
         if progress is not None:
-            progress(m)
+            progress(product.shape[0])
     return out
-
-
-@njit(cache=True, parallel=True)
-def _nearest_of_block(product, sq, lo, out):
-    """Rows ``lo + r`` of ``product (m, n)`` = F[lo:lo+m] F^T: each row's ``out.shape[1]``
-    nearest others by d2 = sq_i + sq_j - 2 product (float32, as the array code computes it),
-    nearest first, ties to the lower index; a bounded max-heap per row."""
-    m, n = product.shape
-    c = out.shape[1]
-    for r in prange(m):
-        i = lo + r
-        hd = np.empty(c, dtype=np.float32)
-        hj = np.empty(c, dtype=np.int64)
-        size = 0
-        for j in range(n):
-            if j == i:
-                continue
-            d = np.float32(sq[i] + sq[j]) - np.float32(2.0) * product[r, j]
-            if size < c:  # push, sift up
-                k = size
-                size += 1
-                while k > 0:
-                    p = (k - 1) // 2
-                    if hd[p] > d or (hd[p] == d and hj[p] > j):
-                        break
-                    hd[k], hj[k] = hd[p], hj[p]
-                    k = p
-                hd[k], hj[k] = d, j
-            elif d < hd[0] or (d == hd[0] and j < hj[0]):  # replace the farthest
-                _sift_down(hd, hj, c, d, j)
-        for t in range(c - 1, -1, -1):  # pop the farthest into the last place
-            out[r, t] = hj[0]
-            _sift_down(hd, hj, t, hd[t], hj[t])
-
-
-@njit(cache=True, inline="always")
-def _sift_down(hd, hj, size, d, j):
-    """Put (d, j) at the root of the max-heap ``hd, hj`` of ``size`` entries (ordered by d,
-    then j) and sift it down."""
-    k = 0
-    while True:
-        a = 2 * k + 1
-        if a >= size:
-            break
-        b = a + 1
-        if b < size and (hd[b] > hd[a] or (hd[b] == hd[a] and hj[b] > hj[a])):
-            a = b
-        if hd[a] < d or (hd[a] == d and hj[a] < j):
-            break
-        hd[k], hj[k] = hd[a], hj[a]
-        k = a
-    hd[k], hj[k] = d, j

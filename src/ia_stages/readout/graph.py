@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ia_stages.core.backend import to_numpy
 from ia_stages.core.seeds import stage_seed
+from ia_stages.kmax import kappa_max
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense
 
 GRAPH_READOUTS = ("spectral", "leiden", "hdbscan", "average")
@@ -103,9 +105,6 @@ def sample_sqdist(
     >>> sq = sample_sqdist(V, sample_indices(len(V), 300, 0), 20.0, "unit", SE2(),
     ...                    EXACT_SEARCH, 1.0)  # doctest: +SKIP
     """
-    from ia_stages.core.backend import to_numpy
-    from ia_stages.kmax import kappa_max
-
     sq = kappa_max(
         V[pick], beta=beta, normalization=normalization, group=group, settings=search,
         sigma=sigma,
