@@ -7,8 +7,8 @@ On ``--digits`` x 20 digit copies (:func:`ia_stages.data.large.digit_copies`, as
 ``bench/scale.py``, the same reference rows), for every c: the first pass (features,
 candidates, exact refinement), then for every ``x:R`` R rounds of the expansion pass
 (:func:`ia_stages.kmax.candidates.expansion_candidates`, each round from the previous round's
-lists, never refining a pair twice: :func:`ia_stages.kmax.candidates.expansion_round`, the
-library's one pass). Printed after every round: recall of the exact 9 nearest
+lists, never refining a pair twice: :func:`ia_stages.kmax.candidates.second_pass` without
+the screen, the library's one pass). Printed after every round: recall of the exact 9 nearest
 (mean, median, worst row, share of rows below 0.9), the farthest listed neighbour's exact d2
 over the true 9th's, distinct pairs refined per image and cumulative CPU seconds. One round is
 what the library runs (``FeatureSettings.n_expand``).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,11 +26,12 @@ from ia_stages.core.groups import SE2
 from ia_stages.data.large import digit_copies
 from ia_stages.kmax import EXACT_SEARCH, kappa_max
 from ia_stages.kmax.candidates import (
+    CandidatePairs,
     candidate_lists,
-    expansion_round,
     knn_from_pairs,
     prepared_images,
     refine_rows,
+    second_pass,
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 
@@ -70,7 +72,7 @@ def main() -> None:
               f"pairs/image | CPU s {cpu:.0f}", flush=True)  # fmt: skip
 
     for c in args.c:
-        fs = FeatureSettings(n_candidates=c)
+        fs = FeatureSettings(n_candidates=c, screen=False)
         t = time.process_time()
         Un = prepared_images(X, k, args.sigma, "unit", search, fs)
         uu = (Un**2).reshape(n, -1).sum(1)
@@ -84,9 +86,12 @@ def main() -> None:
             t = time.process_time()
             pairs, lists = first, lists0
             for r in range(rounds):
-                pairs, lists = expansion_round(
-                    Un, pairs, lists, x, beta, uu, group, search, args.sigma
-                )
+                more = second_pass(
+                    Un, lists, pairs.a * n + pairs.b, range(n), beta, group, search, args.sigma,
+                    replace(fs, n_expand=x),
+                )  # fmt: skip
+                pairs = CandidatePairs.concat([pairs, more])
+                lists = knn_from_pairs(n, k, pairs, beta, uu, group)
                 cpu = base + time.process_time() - t
                 report(f"c {c}, x {x} round {r + 1}", lists, pairs.a.size, cpu)
 

@@ -1,5 +1,7 @@
 """The candidate kNN mode: invariant features, feature-space candidates, exact refinement."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.ndimage import rotate
@@ -185,38 +187,81 @@ def test_digit_copies_schema_defaults_equal_the_generator():
 
 
 def test_row_blocks_give_the_one_calls_lists(copies):
-    """Sharded into row blocks (features and lists once, each block the candidate pairs whose
-    later image is in its rows, pairs merged), the candidates mode gives exactly the lists of
-    one call, even where the row blocks cut the feature search's batches."""
+    """Sharded into row blocks (features and lists once; each block the candidate pairs whose
+    later image is in its rows, screened; the first lists gathered; each block's second pass:
+    its listed pairs refined exactly and its neighbours' neighbours; all pairs merged), the
+    candidates mode gives exactly the lists of one call, even where the row blocks cut the
+    feature search's batches."""
     from ia_stages.kmax.candidates import (
         CandidatePairs,
         candidate_lists,
+        first_pass_search,
         knn_from_pairs,
         prepared_images,
         refine_rows,
+        second_pass,
     )
 
     X = copies.data[:24].astype(float)
     n = X.shape[0]
-    fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4, n_expand=0)
+    fs = FeatureSettings(n_candidates=5, n_dims=16, batch=4, n_refine=4, n_expand=3)
     one = kappa_max(X, k=3, sigma=1.0, beta=2.0, mode="candidates", features=fs)
     Un = prepared_images(X, 3, 1.0, features=fs)
+    uu = (Un**2).reshape(n, -1).sum(1)
     cand = candidate_lists(Un, invariant_features(Un, fs), fs)
     for a in (0, 9):  # a block's lists equal the rows of all lists (batches cut at 4)
         assert np.array_equal(candidate_lists(Un, invariant_features(Un, fs), fs,
                                               rows=range(a, a + 7)), cand[a : a + 7])  # fmt: skip
-    blocks = [refine_rows(Un, cand, range(a, min(a + 7, n)), 3, 2.0, sigma=1.0)
-              for a in range(0, n, 7)]  # fmt: skip
-    pairs = CandidatePairs.concat(blocks)
-    sharded = knn_from_pairs(n, 3, pairs, 2.0, (Un**2).reshape(n, -1).sum(1))
-    assert sum(b.a.size for b in blocks) == pairs.a.size  # each pair in one block
-    for a0, blk in zip(range(0, n, 7), blocks, strict=True):
-        assert ((blk.b >= a0) & (blk.b < a0 + 7)).all()  # the block of the later image
+    blocks = [range(a, min(a + 7, n)) for a in range(0, n, 7)]
+    screen = first_pass_search(EXACT_SEARCH, fs)
+    assert screen != EXACT_SEARCH
+    firsts = [refine_rows(Un, cand, r, 3, 2.0, settings=screen, sigma=1.0) for r in blocks]
+    first = CandidatePairs.concat(firsts)
+    assert sum(b.a.size for b in firsts) == first.a.size  # each pair in one block
+    for r, blk in zip(blocks, firsts, strict=True):
+        assert ((blk.b >= r.start) & (blk.b < r.stop)).all()  # the block of the later image
+    lists = knn_from_pairs(n, 3, first, 2.0, uu)
+    skip = first.a * n + first.b
+    seconds = [second_pass(Un, lists, skip, r, 2.0, sigma=1.0, features=fs) for r in blocks]
+    for r, blk in zip(blocks, seconds, strict=True):
+        assert ((blk.b >= r.start) & (blk.b < r.stop)).all()
+    sharded = knn_from_pairs(n, 3, CandidatePairs.concat(firsts + seconds), 2.0, uu)
     assert sharded.pairs_refined == one.pairs_refined
     assert np.array_equal(sharded.indices, one.indices)
     for name in ("sqdist", "params", "value"):
         assert np.array_equal(getattr(sharded, name), getattr(one, name)), name
     assert sharded.margin_used == one.margin_used
+
+
+def test_the_screened_lists_keep_each_pairs_better_optimum_and_match_the_exact_ones(copies):
+    """The cascade (screen, then the exact preset on the screened lists) lists the same
+    neighbours as refining every candidate pair exactly, each listed d2 at most the exact
+    pass's (a pair keeps the better of its two optima), and refines the lists' pairs exactly:
+    none of the screened run's listed d2 lies above the all-exact run's value of that pair."""
+    X = copies.data[:40].astype(float)
+    kw = dict(k=4, sigma=1.0, mode="candidates")
+    fs = FeatureSettings(n_candidates=8, n_dims=16, n_expand=4)
+    screened = kappa_max(X, **kw, features=fs)
+    exact = kappa_max(X, **kw, features=replace(fs, screen=False))
+    assert np.array_equal(np.sort(screened.indices, 1), np.sort(exact.indices, 1))
+    assert (screened.sqdist <= exact.sqdist + 1e-12).all()
+    np.testing.assert_allclose(screened.sqdist, exact.sqdist, atol=1e-6)
+    # the screen's own lists (not refined again) are nowhere nearer than the cascade's
+    from ia_stages.kmax.candidates import (
+        candidate_lists,
+        first_pass_search,
+        knn_from_pairs,
+        prepared_images,
+        refine_rows,
+    )
+
+    Un = prepared_images(X, 4, 1.0, features=fs)
+    n = Un.shape[0]
+    cand = candidate_lists(Un, invariant_features(Un, fs), fs)
+    screen = first_pass_search(EXACT_SEARCH, fs)
+    scr = refine_rows(Un, cand, range(n), 4, settings=screen, sigma=1.0)
+    alone = knn_from_pairs(n, 4, scr, 1.0, (Un**2).reshape(n, -1).sum(1))
+    assert (alone.sqdist >= screened.sqdist - 1e-12).all()
 
 
 def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):

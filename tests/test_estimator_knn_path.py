@@ -46,15 +46,19 @@ def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_can
     assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn.settings_.knn_width())
     sq = dense.kmax_.sqdist
     expect = np.sort(sq, axis=1)[:, : lists.k]
-    np.testing.assert_allclose(lists.sqdist, expect, atol=1e-9)
-    np.testing.assert_allclose(np.take_along_axis(sq, lists.indices, 1), lists.sqdist, atol=1e-9)
+    # the kNN path's pairs keep the better of the screen's and the exact preset's optima
+    assert (lists.sqdist <= expect + 1e-12).all()
+    np.testing.assert_allclose(lists.sqdist, expect, atol=1e-6)
+    np.testing.assert_allclose(np.take_along_axis(sq, lists.indices, 1), lists.sqdist, atol=1e-6)
     assert adjusted_rand_score(dense.labels_, knn.labels_) == 1.0
     assert adjusted_rand_score(y, knn.labels_) == 1.0
     A = knn.affinity_matrix_
     assert issparse(A) and A.shape == (n, n) and A.nnz == lists.indices.size
     rows = np.repeat(np.arange(n), lists.k)
     np.testing.assert_allclose(
-        A[rows, lists.indices.ravel()], dense.affinity_matrix_[rows, lists.indices.ravel()]
+        A[rows, lists.indices.ravel()],
+        dense.affinity_matrix_[rows, lists.indices.ravel()],
+        rtol=1e-5,
     )
 
 

@@ -15,7 +15,12 @@ n^2 pairs. This mode never does:
    the compiled per-pair search (``settings``, the exact preset by default) refines them, and
    each image keeps its k nearest, itself first: a :class:`ia_stages.kmax.KnnResult`.
 
-Each candidate pair is refined once and counts for both of its images. The lists are exact
+With ``features.screen`` (the default) step 4 is a cascade: every candidate pair is first
+refined by the default search (the screen), and only each image's k nearest by it are refined
+again with the exact preset (:func:`second_pass`); each pair keeps the better optimum.
+
+Each candidate pair is refined once (twice where screened and listed) and counts for both of
+its images. The lists are exact
 wherever every true neighbour is among the candidates of one of the pair's two images;
 ``bench/scale.py`` measures that recall against the all-pairs kappa^max.
 """
@@ -129,16 +134,47 @@ def kappa_max_candidates(
     clock.lap("features")
     cand = candidate_lists(Un, F, features, settings, clock=clock)
     del F
-    pairs = refine_rows(Un, cand, range(n), k, beta, group, settings, sigma, progress)
+    first = first_pass_search(settings, features)
+    pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
-    if features.n_expand and k > 2:
-        pairs, result = expansion_round(
-            Un, pairs, result, features.n_expand, beta, uu, group, settings, sigma, progress
-        )
+    if has_second_pass(settings, features, k):
+        more = second_pass(
+            Un, result, pairs.a * n + pairs.b, range(n), beta, group, settings, sigma,
+            features, progress,
+        )  # fmt: skip
+        pairs = CandidatePairs.concat([pairs, more])
+        result = knn_from_pairs(n, k, pairs, beta, uu, group)
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
+
+
+def first_pass_search(
+    settings: SearchSettings = EXACT_SEARCH, features: FeatureSettings = DEFAULT_FEATURES
+) -> SearchSettings:
+    """The per-pair search of the first pass over the candidate pairs: with
+    ``features.screen`` the default search (the screen, with ``settings.memory_mb``), else
+    ``settings`` itself.
+
+    Example
+    -------
+    >>> first_pass_search(EXACT_SEARCH) == SearchSettings(memory_mb=EXACT_SEARCH.memory_mb)
+    True
+    >>> first_pass_search(EXACT_SEARCH, FeatureSettings(screen=False)) == EXACT_SEARCH
+    True
+    """
+    if not features.screen:
+        return settings
+    return SearchSettings(memory_mb=settings.memory_mb)
+
+
+def has_second_pass(settings: SearchSettings, features: FeatureSettings, k: int) -> bool:
+    """Whether the candidates mode runs :func:`second_pass`: to refine the screened lists
+    with ``settings`` (when the screen is another search) or to expand them
+    (``features.n_expand`` > 0, lists of k > 2)."""
+    screened = first_pass_search(settings, features) != settings
+    return k > 1 and (screened or (features.n_expand > 0 and k > 2))
 
 
 def prepared_images(
@@ -204,11 +240,19 @@ class CandidatePairs:
     scanned: np.ndarray
 
     @classmethod
+    def none(cls, n_params: int) -> CandidatePairs:
+        """No pairs (``n_params`` alignment parameters each)."""
+        return cls(*(np.zeros(0, np.int64) for _ in "ab"), np.zeros(0), np.zeros((0, n_params)),
+                   np.zeros(0))  # fmt: skip
+
+    @classmethod
     def concat(cls, parts: list[CandidatePairs]) -> CandidatePairs:
-        """The pairs of several row blocks, each pair once (a pair two blocks share is
-        refined identically in both), sorted by (a, b)."""
+        """The pairs of several row blocks or passes, each pair once, sorted by (a, b): where
+        a pair was refined more than once (screened, then exactly) the lower sqdist, on a
+        tie the earlier part's (a pair two blocks share is refined identically in both)."""
         a, b = np.concatenate([q.a for q in parts]), np.concatenate([q.b for q in parts])
-        order = np.lexsort((b, a))
+        d2 = np.concatenate([q.sqdist for q in parts])
+        order = np.lexsort((d2, b, a))
         a, b = a[order], b[order]
         first = order[np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]]
         return cls(*(np.concatenate([getattr(q, f) for q in parts])[first] for f in _PAIR_FIELDS))
@@ -464,43 +508,71 @@ def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarr
     return out
 
 
-def expansion_round(
+def second_pass(
     Un: Any,
-    pairs: CandidatePairs,
     knn: KnnResult,
-    n_expand: int,
-    beta: float,
-    uu: np.ndarray,
+    skip: np.ndarray,
+    rows: range,
+    beta: float = 1.0,
     group: SE2 = SE2(),
     settings: SearchSettings = EXACT_SEARCH,
     sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
     progress: Callable[[int], None] | None = None,
-) -> tuple[CandidatePairs, KnnResult]:
-    """One expansion pass over all n rows: :func:`expansion_candidates` of ``knn``, refined
-    (no pair of ``pairs`` twice), merged with ``pairs`` into new lists of ``knn``'s length.
+) -> CandidatePairs:
+    """The second pass over the first pass's lists, for the pairs whose later image is in
+    ``rows`` (a row block; ``range(n)``: all).
+
+    1. With a screened first pass (:func:`first_pass_search` is not ``settings``): every
+       listed pair refined again with ``settings``.
+    2. With ``features.n_expand`` (x) > 0 and k > 2: each row's x best neighbours of
+       neighbours (:func:`expansion_candidates`), less the pairs in ``skip``, refined with the
+       first pass's search; when that is the screen, those whose screened d2 would enter the
+       list of either image (at most its k-th d2) refined again with ``settings``.
+
+    :meth:`CandidatePairs.concat` of the first pass and this one keeps each pair's better
+    optimum, and :func:`knn_from_pairs` makes the final lists.
 
     Parameters
     ----------
     Un : ``(n, H, W)`` :func:`prepared_images` (numpy or cupy)
-    pairs : every pair refined so far; ``knn`` : the lists made from them
-    n_expand : x, candidates per row
-    beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
-    uu : ``(n,)`` squared norms of ``Un``
+    knn : the first pass's lists of all n samples (k long, itself first)
+    skip : sorted keys ``a * n + b`` (a < b) of the first pass's pairs
+    rows : the block's samples
+    beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
 
     Returns
     -------
-    (all refined pairs, the merged lists)
+    CandidatePairs, each pair once with its better optimum
 
     Example
     -------
-    >>> pairs, knn = expansion_round(Un, pairs, knn, 32, 1.0, uu)  # doctest: +SKIP
+    >>> more = second_pass(Un, knn, pairs.a * n + pairs.b, range(n))  # doctest: +SKIP
     """
     n, k = knn.indices.shape
-    cand = expansion_candidates(knn, range(n), n_expand)
-    skip = pairs.a * n + pairs.b
-    more = refine_pairs(Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, skip)
-    pairs = CandidatePairs.concat([pairs, more])
-    return pairs, knn_from_pairs(n, k, pairs, beta, uu, group)
+    screen = first_pass_search(settings, features)
+    screened = screen != settings
+    parts = []
+    if screened:
+        listed = knn.indices[:, 1:]
+        exact = refine_pairs(
+            Un, np.arange(n), listed, k, beta, group, settings, sigma, progress, moving=rows
+        )
+        parts.append(exact)
+    if features.n_expand and k > 2:
+        cand = expansion_candidates(knn, range(n), features.n_expand)
+        more = refine_pairs(
+            Un, np.arange(n), cand, k, beta, group, screen, sigma, progress, skip, rows
+        )
+        parts.append(more)
+        if screened:
+            kth = np.asarray(knn.sqdist, dtype=np.float64)[:, -1]
+            enter = (more.sqdist <= kth[more.a]) | (more.sqdist <= kth[more.b])
+            a, b = more.a[enter], more.b[enter, None]
+            parts.append(refine_pairs(Un, a, b, k, beta, group, settings, sigma, progress))
+    if not parts:
+        return CandidatePairs.none(group.n_params)
+    return CandidatePairs.concat(parts)
 
 
 def knn_from_pairs(

@@ -52,6 +52,13 @@ class FeatureSettings:
     n_expand : x; after the candidates are refined, each image's x best neighbours of its
         neighbours (not yet in its list, ranked by the triangle bound) are refined too and the
         lists merged again; 0: no such pass
+    screen : True: the candidate pairs (and the expansion's) are first refined with the
+        default search (``SearchSettings()``, the ``memory_mb`` of the exact one), a fraction
+        of the exact preset's cost per pair; only each image's k nearest by it, and the
+        expansion's pairs that would enter them, are refined again with the exact preset, and
+        each pair keeps the better of its two optima. A pair the screen left out of both its
+        images' lists has k pairs below it on either side, so it cannot enter the lists.
+        False: every candidate pair with the exact preset
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -67,6 +74,7 @@ class FeatureSettings:
     candidates_per_root_n: float = 0.68
     n_refine: int = 0
     n_expand: int = 32
+    screen: bool = True
     batch: int = 2048
     seed: int = 0
 

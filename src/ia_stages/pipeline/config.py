@@ -501,6 +501,19 @@ def _knn_settings(cfg: dict, dataset: str) -> dict:
     }
 
 
+def knn_second_pass(cfg: dict, dataset: str) -> bool:
+    """Whether a dataset's kNN path runs ``knn_expand`` jobs (the screened lists refined
+    exactly, neighbours' neighbours): :func:`ia_stages.kmax.candidates.has_second_pass` of
+    its settings."""
+    from ia_stages.kmax.candidates import has_second_pass
+    from ia_stages.kmax.features import FeatureSettings
+    from ia_stages.kmax.search import SearchSettings
+
+    s = _knn_settings(cfg, dataset)
+    features = FeatureSettings(**s["features"])
+    return has_second_pass(SearchSettings(**s["search"]), features, s["k"])
+
+
 def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
     """Row blocks of a dataset's ``knn_block`` jobs (``kmax.rows_per_job`` rows each)."""
     rows = cfg["datasets"][dataset]["kmax"]["rows_per_job"]

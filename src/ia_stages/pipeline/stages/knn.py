@@ -9,18 +9,20 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   and the exact all-pairs kappa^max among a seeded random sample of images (what the
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
   KnnDistances`);
-- ``knn-block`` (row blocks, one job each): the exact refinement of the candidate pairs whose
+- ``knn-block`` (row blocks, one job each): the refinement of the candidate pairs whose
   later image is in its rows (:func:`ia_stages.kmax.candidates.refine_rows`; each pair in one
-  block), as refined pairs;
+  block), as refined pairs: by the screen (the default search) with ``features.screen``, else
+  by the exact preset;
 - ``knn-gather``: every sample's k nearest from all blocks' pairs
   (:func:`ia_stages.kmax.candidates.knn_from_pairs`), for a dataset group with more
   parameters than SE(2) refined over the group: the kNN store, equal to one unsharded
   ``kappa_max(X, k=k, mode="candidates", group=...)``.
 
-With ``features.n_expand`` > 0 the first gather writes ``knn_first.zarr``; ``knn-expand`` row
-block jobs refine each row's best neighbours of neighbours in those lists that no block has
-refined yet (:func:`ia_stages.kmax.candidates.expansion_candidates`), and the gather of both
-rounds' pairs writes the kNN store.
+With ``features.screen`` or ``features.n_expand`` > 0 the first gather writes
+``knn_first.zarr``; ``knn-expand`` row block jobs run the second pass over those lists
+(:func:`ia_stages.kmax.candidates.second_pass`: the screened lists' pairs refined exactly,
+each row's best neighbours of neighbours that no block has refined yet), and the gather of
+both passes' pairs (each pair's better optimum) writes the kNN store.
 
 The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` and ``params``
 ``(sample, neighbour, param)`` of a :class:`ia_stages.kmax.KnnResult`, and the sample's
@@ -42,11 +44,12 @@ from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
     candidate_lists,
-    expansion_candidates,
+    first_pass_search,
+    has_second_pass,
     knn_from_pairs,
     prepared_images,
-    refine_pairs,
     refine_rows,
+    second_pass,
 )
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 from ia_stages.kmax.group_search import refine_knn
@@ -169,11 +172,12 @@ def block(
     if cand.shape[0] != n:
         raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
     rows = _block_rows(images, n, rows_per_job, bi)
-    _, search, k = _parts(settings, n)
+    fs, search, k = _parts(settings, n)
+    first = first_pass_search(search, fs)
     U, backend = _on_device(Un, settings)
     with timer() as t:
         pairs = refine_rows(
-            U, cand, rows, k, settings["beta"], SE2(), search, settings["sigma"], progress
+            U, cand, rows, k, settings["beta"], SE2(), first, settings["sigma"], progress
         )
     return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out, backend)
 
@@ -188,10 +192,11 @@ def expand(
     settings: dict,
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
-    """The expansion pass of row block ``bi``: of every sample's ``features.n_expand`` best
-    neighbours of neighbours in the first gather's lists (``first``), the pairs whose later
-    image is in the block's rows, less the pairs the first round's ``blocks`` refined, refined
-    and written as :func:`block` writes its pairs.
+    """The second pass of row block ``bi`` over the first gather's lists (``first``):
+    :func:`ia_stages.kmax.candidates.second_pass` of the pairs whose later image is in the
+    block's rows (the screened lists' pairs refined exactly; every sample's
+    ``features.n_expand`` best neighbours of neighbours, less the pairs the first round's
+    ``blocks`` refined), written as :func:`block` writes its pairs.
 
     Example
     -------
@@ -202,17 +207,18 @@ def expand(
     n = Un.shape[0]
     lists = read_knn(first, n).knn
     fs, search, k = _parts(settings, n)
-    if fs.n_expand < 1:
-        raise InputError(f"{out}: settings key 'kmax.features.n_expand' is 0: nothing to expand")
+    if not has_second_pass(search, fs, k):
+        raise InputError(
+            f"{out}: settings keys 'kmax.features.screen' and 'n_expand': no second pass to run"
+        )
     rows = _block_rows(images, n, rows_per_job, bi)
     done = [read_store(p, required=("a", "b")) for p in blocks]
     skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
     U, backend = _on_device(Un, settings)
     with timer() as t:
-        cand = expansion_candidates(lists, range(n), fs.n_expand)
-        pairs = refine_pairs(
-            U, np.arange(n), cand, k, settings["beta"], SE2(), search, settings["sigma"],
-            progress, skip, moving=rows,
+        pairs = second_pass(
+            U, lists, skip, rows, settings["beta"], SE2(), search, settings["sigma"], fs,
+            progress,
         )  # fmt: skip
     return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out, backend)
 

@@ -7,6 +7,7 @@ from ia_stages.pipeline.config import (
     kmax_blocks,
     knn_path,
     knn_row_blocks,
+    knn_second_pass,
     means_block_size,
     stage_settings_json,
 )
@@ -89,8 +90,9 @@ def knn_block_stores(w):
 
 
 def knn_expands(d):
-    """True when dataset d's kNN path has an expansion pass (kmax.features.n_expand > 0)."""
-    return config["datasets"][d]["kmax"]["features"]["n_expand"] > 0
+    """True when dataset d's kNN path has a second pass (knn_expand jobs): the screened lists
+    refined exactly (kmax.features.screen) or expanded (kmax.features.n_expand > 0)."""
+    return knn_second_pass(config, d)
 
 
 def knn_pair_stores(w):

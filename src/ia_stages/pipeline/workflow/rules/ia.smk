@@ -78,8 +78,9 @@ rule knn_block:
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-# With kmax.features.n_expand > 0: the first round's lists, then row blocks of neighbours'
-# neighbours refined (knn_expand), then knn_gather merges both rounds' pairs.
+# With kmax.features.screen or n_expand > 0: the first round's lists, then row blocks of the
+# second pass (knn_expand: screened lists refined exactly, neighbours' neighbours), then
+# knn_gather merges both rounds' pairs.
 rule knn_first:
     conda:
         CONDA_ENV
