@@ -63,7 +63,10 @@ def test_default_config_is_valid_and_defaults_are_filled(
     assert "search" not in default_config["ia"]  # so all of ia.search comes from the schema
     search_schema = schema["properties"]["ia"]["properties"]["search"]["properties"]
     assert cfg["ia"]["search"] == _defaults(search_schema)
-    mean_keys = {"steps", "step_size", "sigmas", "preconditioner", "weight_floor", "max_images"}
+    mean_keys = {
+        "steps", "step_size", "sigmas", "preconditioner", "weight_floor", "max_images",
+        "average_members",
+    }  # fmt: skip
     assert set(cfg["ia"]["mean"]) == mean_keys
     assert cfg["readout"]["linkage"] == "average"
     # per-kind defaults come from the matching if/then branch; values in the file are kept

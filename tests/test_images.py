@@ -169,6 +169,37 @@ def test_aligning_onto_own_means_equals_the_full_rectangle():
     assert np.all(d_nearest <= distance + 1e-12)
 
 
+def test_a_class_average_aligns_at_most_average_members_nearest_its_medoid():
+    """With ``mean.average_members`` = m below a cluster's size, its average is the invariant
+    mean of the m members nearest its medoid (from their kappa^max starts), every member still
+    gets a pose and distance; with m at least the size, every member enters."""
+    from dataclasses import replace
+
+    from ia_stages.data.large import digit_copies
+    from ia_stages.ia.class_averages import class_averages, medoids
+    from ia_stages.ia.invariant_mean import invariant_mean
+
+    data = digit_copies(copies=6, n_digits=2, seed=3)  # two digits, six copies each
+    X, labels = data.data.astype(float), np.asarray(data.label)
+    base = ia_settings(beta=2.0, sigma=1.0)
+    K = base.kmax(X)
+    capped = replace(base, mean=replace(base.mean, average_members=3))
+    got = class_averages(X, labels, K, capped)
+    med = medoids(K.sqdist, labels)
+    for k in range(2):
+        members = np.flatnonzero(labels == k)
+        near = members[np.sort(np.argsort(K.sqdist[med[k], members], kind="stable")[:3])]
+        want = invariant_mean(X[near], np.ones(3), K.params[med[k]][near], capped.mean)
+        np.testing.assert_array_equal(got.means[k], want.mean)
+    assert got.distance.shape == (12,) and np.isfinite(got.distance).all()
+    every = replace(base, mean=replace(base.mean, average_members=6))
+    assert not np.array_equal(class_averages(X, labels, K, every).means, got.means)
+    unlimited = replace(base, mean=replace(base.mean, average_members=None))
+    np.testing.assert_array_equal(
+        class_averages(X, labels, K, every).means, class_averages(X, labels, K, unlimited).means
+    )
+
+
 # ---- bad input: one line naming the file or key, exit 2, results/ untouched ----------------
 
 

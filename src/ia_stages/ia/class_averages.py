@@ -137,7 +137,8 @@ def class_averages(
         :class:`~ia_stages.readout.graph.KnnDistances`: :func:`knn_medoids` picks the medoids
         and one kappa^max of each medoid against its members gives the starts
     settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
-        ``max_images`` is ignored: all members count equally) and the kappa^max of the poses
+        ``max_images`` is ignored: members count equally, at most ``average_members`` of
+        them, those nearest the medoid) and the kappa^max of the poses
     progress : called with the number of (average, member) pairs aligned (n in all)
 
     Returns
@@ -164,15 +165,31 @@ def class_averages(
             continue
         idx = xp.asarray(members)
         if lists is None:
-            start = kmax.params[int(med)][idx]
+            start, d2 = kmax.params[int(med)][idx], kmax.sqdist[int(med)][idx]
         else:  # v_i onto the medoid, for the members only
-            start = settings.kmax(V[idx], U=V[int(med) : int(med) + 1]).params[0]
-        res = invariant_mean(V[idx], xp.ones(members.size), start, mean, settings.group)
+            onto = settings.kmax(V[idx], U=V[int(med) : int(med) + 1])
+            start, d2 = onto.params[0], onto.sqdist[0]
+        keep = xp.asarray(nearest_members(to_numpy(d2), mean.average_members))
+        res = invariant_mean(V[idx[keep]], xp.ones(keep.size), start[keep], mean, settings.group)
         means.append(res.mean)
     means = xp.stack(means)
     _, params, distance = align_to(means, V, settings, labels, progress)
     sizes = np.bincount(labels, minlength=meds.size)
     return ClassAverages(means, params, distance, sizes, meds)
+
+
+def nearest_members(sqdist: np.ndarray, limit: int | None) -> np.ndarray:
+    """Positions of the ``limit`` members nearest the medoid (all when ``limit`` is None or
+    not smaller), in their original order; equal distances keep the earlier member.
+
+    Example
+    -------
+    >>> nearest_members(np.array([0.3, 0.0, 0.1, 0.2]), 2)
+    array([1, 2])
+    """
+    if limit is None or sqdist.size <= limit:
+        return np.arange(sqdist.size)
+    return np.sort(np.argsort(sqdist, kind="stable")[:limit])
 
 
 def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASettings) -> np.ndarray:

@@ -40,6 +40,11 @@ class MeanSettings:
     max_images : None, or keep only the images with the largest weights, at most this many
         (the cost of a mean is linear in the images it aligns; the weight left out is
         reported as ``dropped_weight``)
+    average_members : class averages only: None, or at most this many members of a cluster
+        enter its invariant mean, those nearest its medoid by kappa^max (every member is still
+        aligned onto the average and gets its pose and distance). The cost of an average is
+        linear in the members it aligns, and a few hundred aligned members make it as sharp
+        as thousands
     """
 
     steps: int = 20
@@ -48,6 +53,7 @@ class MeanSettings:
     preconditioner: str = "gauss-newton"
     weight_floor: float = 1e-4
     max_images: int | None = None
+    average_members: int | None = 256
 
 
 @dataclass

@@ -240,7 +240,8 @@ class IASettings:
     readout : :class:`ReadoutSettings`
     stop : :class:`StopSettings`
     mean : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of the columns' means and of
-        the class averages (these ignore ``max_images``: every member counts)
+        the class averages (these ignore ``max_images``: their members count equally, the
+        ``average_members`` nearest the medoid)
     search : :class:`~ia_stages.kmax.SearchSettings` of kappa^max
     group : the transformations factored out: :class:`~ia_stages.core.groups.SE2` (default)
         or a similarity / affine group (:func:`~ia_stages.core.groups.make_group`), used by
@@ -296,6 +297,8 @@ class IASettings:
         self.stop.check()
         check_choice(self.mean.preconditioner, "mean.preconditioner", PRECONDITIONERS)
         check_number(self.mean.steps, "mean.steps", integer=True, low=0)
+        if self.mean.average_members is not None:
+            check_number(self.mean.average_members, "mean.average_members", integer=True, low=1)
         self.path.check()
         if n is not None and self.path.uses_knn(n):
             self._check_knn_path(n)
