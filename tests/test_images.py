@@ -265,6 +265,29 @@ def test_bad_input_fails_in_one_line_and_keeps_results(tmp_path, capsys, case):
     assert sorted(p.name for p in out.rglob("*")) == ["clusters.csv", "images", "results"]
 
 
+def test_a_stack_larger_than_memory_fails_in_one_line(tmp_path, capsys, monkeypatch):
+    """A stack whose float64 pixels exceed the memory available is refused from its header
+    (one line naming the file, what it needs and what is free), before anything is read."""
+    import psutil
+
+    np.save(tmp_path / "big.npy", _stack(6))
+    free = 6 * 12 * 12 * 8 - 1  # a byte short of the six images as float64
+
+    class Memory:
+        available = free
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory)
+    rc = main(["cluster", str(tmp_path / "big.npy"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "big.npy" in err[0] and "6 images of 12x12 px" in err[0] and "available" in err[0]
+    assert not (tmp_path / "out" / "results").exists()
+    monkeypatch.setattr(Memory, "available", free + 1)  # exactly enough: accepted
+    from ia_stages.data.user_images import check
+
+    assert check(tmp_path / "big.npy") == 6
+
+
 @pytest.mark.parametrize(
     ("path", "value"),
     [

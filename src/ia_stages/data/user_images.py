@@ -259,7 +259,26 @@ def check(
         read_label_csv(labels, p.names)
     if max_images is not None and max_images > p.n:
         raise DatasetError(f"{path}: max_images={max_images} is larger than the {p.n} images")
-    return p.n if max_images is None else max_images
+    n = p.n if max_images is None else max_images
+    side = (canvas, canvas) if canvas else (h // downsample, w // downsample)
+    _check_fits_in_memory(path, n, side)
+    return n
+
+
+def _check_fits_in_memory(path: str | Path, n: int, side: tuple[int, int]) -> None:
+    """A one-line error naming ``path`` when its ``n`` images of ``side`` pixels, as the float64
+    array every stage holds, need more than the memory available here (the images are read
+    whole: nothing streams them in chunks)."""
+    import psutil
+
+    need = n * side[0] * side[1] * 8
+    free = psutil.virtual_memory().available
+    if need > free:
+        raise DatasetError(
+            f"{path}: {n} images of {side[0]}x{side[1]} px need {need / 2**30:.1f} GiB as "
+            f"float64, more than the {free / 2**30:.1f} GiB of memory available here; take "
+            "fewer (max_images), shrink them (downsample) or split the stack"
+        )
 
 
 def _to_float(a: np.ndarray) -> np.ndarray:
