@@ -144,7 +144,7 @@ def _cmd_knn_block(a: argparse.Namespace) -> None:
 def _cmd_knn_expand(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import knn
 
-    with _use_threads(a.threads), _progress(None, f"kNN expansion {a.block}: pairs") as tick:
+    with _use_threads(a.threads), _progress(None, f"kNN second pass {a.block}: pairs") as tick:
         ds = knn.expand(
             a.images, a.first, a.blocks, a.out, a.block, a.rows, _settings(a.settings), tick
         )
@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
-    sp = add("knn-expand", _cmd_knn_expand, "kNN path: one row block's neighbours' neighbours")
+    sp = add("knn-expand", _cmd_knn_expand, "kNN path: one row block's second pass")
     sp.add_argument("--images", required=True)
     sp.add_argument("--first", required=True, help="the first round's gathered kNN store")
     sp.add_argument("--blocks", nargs="+", required=True, help="the first round's pair stores")
