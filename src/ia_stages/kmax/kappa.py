@@ -69,7 +69,9 @@ def kappa_max(
     mode : with ``k``: 'exact' scans all pairs and refines those that can enter a list
         (:func:`ia_stages.kmax.knn.kappa_max_knn`, the reference); 'candidates' refines only
         each image's ``features.n_candidates`` nearest in invariant-feature space
-        (:func:`ia_stages.kmax.candidates.kappa_max_candidates`), for large n
+        (:func:`ia_stages.kmax.candidates.kappa_max_candidates`), for large n; with
+        ``features.screen`` (default) every candidate pair by the default search first and
+        only the lists' pairs again by ``settings``
     features : the invariant features and candidate count of ``mode='candidates'``
 
     Returns
