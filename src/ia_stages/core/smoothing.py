@@ -23,11 +23,12 @@ def smooth(images: Any, sigma: float) -> Any:
     return nd.gaussian_filter(images, sig, mode="constant", cval=0.0, truncate=4.0)
 
 
-def normalize(images: Any, mode: str = "unit") -> Any:
+def normalize(images: Any, mode: str = "unit", inplace: bool = False) -> Any:
     """Scale each sample (leading axis) to unit L2 norm (``'unit'``) or leave it (``'none'``).
 
     An all-zero sample stays all-zero under ``'unit'`` (its kernel value with any other sample
-    is then exp(-beta * ||other||^2) = exp(-beta)).
+    is then exp(-beta * ||other||^2) = exp(-beta)). ``inplace``: scale ``images`` itself (a
+    floating array the caller owns) instead of a copy; the values are the same.
     """
     if mode == "none":
         return images
@@ -40,10 +41,26 @@ def normalize(images: Any, mode: str = "unit") -> Any:
     # result equals images / ||images|| bit for bit, as power-of-two scaling is exact.
     peak = xp.abs(images.reshape(images.shape[0], -1)).max(1)
     _, exponent = xp.frexp(xp.where(peak > 0, peak, 1.0))
-    images = xp.ldexp(images, -exponent.reshape(shape))
+    out = images if inplace else None
+    images = xp.ldexp(images, -exponent.reshape(shape), out=out)
     norms = xp.sqrt((images.reshape(images.shape[0], -1) ** 2).sum(1))
     norms = xp.where(norms > 0, norms, 1.0)
-    return images / norms.reshape(shape)
+    return xp.divide(images, norms.reshape(shape), out=out)
+
+
+def smooth_normalize(images: Any, sigma: float, mode: str = "unit") -> Any:
+    """:func:`normalize` of :func:`smooth`: the images as kappa^max compares them, made with
+    one new array (the smoothed copy is scaled in place; with ``sigma`` 0 a copy is scaled).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((3, 8, 8))
+    >>> bool(np.array_equal(smooth_normalize(X, 1.0), normalize(smooth(X, 1.0))))
+    True
+    """
+    smoothed = smooth(images, sigma)
+    return normalize(smoothed, mode, inplace=smoothed is not images)
 
 
 def half_resolution(images: Any) -> Any:

@@ -36,7 +36,7 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.features import (
     DEFAULT_FEATURES,
@@ -72,6 +72,7 @@ GPU_COLUMN_BLOCK = 4096
 GPU_PAIR_BATCH = 16384
 TARGET_BYTES_PER_PIXEL = 54  # the refinement's targets: 3 float64 per pixel, 2 + 1/4 times
 MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
+SPECTRA_BATCH = 4096  # images whose centroid ring spectra are made at once (bounds memory)
 
 
 def kappa_max_candidates(
@@ -218,7 +219,7 @@ def prepared_images(
             f"X: image {i} is constant (every pixel {float(X[i].flat[0]):g}; {constant.size} "
             "such images): it has no rotation-invariant features for mode='candidates'"
         )
-    return normalize(smooth(X, sigma), normalization)
+    return smooth_normalize(X, sigma, normalization)
 
 
 @dataclass
@@ -253,9 +254,22 @@ class CandidatePairs:
         a, b = np.concatenate([q.a for q in parts]), np.concatenate([q.b for q in parts])
         d2 = np.concatenate([q.sqdist for q in parts])
         order = np.lexsort((d2, b, a))
+        del d2
         a, b = a[order], b[order]
         first = order[np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]]
-        return cls(*(np.concatenate([getattr(q, f) for q in parts])[first] for f in _PAIR_FIELDS))
+        del a, b, order
+        # each field gathered from its parts (no concatenated copy of every field)
+        offsets = np.cumsum([0] + [q.a.size for q in parts])
+        part = np.searchsorted(offsets, first, side="right") - 1
+        fields = []
+        for f in _PAIR_FIELDS:
+            like = getattr(parts[0], f)
+            out = np.empty((first.size, *like.shape[1:]), dtype=like.dtype)
+            for p, q in enumerate(parts):
+                mine = part == p
+                out[mine] = getattr(q, f)[first[mine] - offsets[p]]
+            fields.append(out)
+        return cls(*fields)
 
 
 _PAIR_FIELDS = ("a", "b", "sqdist", "params", "scanned")
@@ -397,10 +411,13 @@ def refine_pairs(
     if moving is not None:
         later = key % n
         key = key[(later >= moving.start) & (later < moving.stop)]
+        del later
     key = np.unique(key)
+    del i, j, ok
     if skip is not None and skip.size:
         key = key[~np.isin(key, skip, assume_unique=True)]
     a, b = key // n, key % n  # a < b: the later image b is warped onto a
+    del key
     out = CandidatePairs(
         a, b, np.empty(a.size), np.empty((a.size, group.n_params)), np.empty(a.size)
     )
@@ -430,6 +447,7 @@ def refine_pairs(
         if ours.size == 0:
             continue
         if xp is np:
+            fixed_side = images = None  # the last chunk's layout goes before this one's is made
             fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
         by_b = ours[np.argsort(lb[ours], kind="stable")]  # one moving image's pairs together
         cols, first = np.unique(lb[by_b], return_index=True)
@@ -620,9 +638,16 @@ class _PairScan:
         self.offs = lattice
         self.neighbours = lattice_neighbours(lattice)
         self.synthesis = xp.asarray(angle_synthesis(self.M))
-        interp = settings.interpolation
-        self.A = scan_spectra(Un, xp.asarray(self.m)[None], self.M, interpolation=interp)[:, :, 0]
-        self.interp = interp
+        self.interp = interp = settings.interpolation
+        n = Un.shape[0]
+        self.A = None  # (K, n, 2R): every image's rings about its centroid, made in batches
+        for s in range(0, n, SPECTRA_BATCH):
+            part = slice(s, min(s + SPECTRA_BATCH, n))
+            centre = xp.asarray(self.m[None, part])
+            A = scan_spectra(Un[part], centre, self.M, interpolation=interp)[:, :, 0]
+            if self.A is None:
+                self.A = xp.empty((A.shape[0], n, A.shape[2]))
+            self.A[:, part] = A
 
     def centroid_sqdist(self, a: np.ndarray, b: np.ndarray, uu: np.ndarray) -> np.ndarray:
         """Coarse d2 ``(m,)`` of pairs (a, b): best rotation about both centroids."""

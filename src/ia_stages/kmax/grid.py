@@ -25,7 +25,7 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, fft_module
 from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.warp import warp
 from ia_stages.kmax import KappaMaxResult
 
@@ -86,8 +86,8 @@ def group_kernel(
     xp = array_module(U)
     fft = fft_module(xp)
     symmetric = V is None
-    Un = normalize(smooth(U, sigma), normalization)
-    Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
+    Un = smooth_normalize(U, sigma, normalization)
+    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     H, W = Un.shape[1:]
     s = grid.max_shift if grid.max_shift is not None else max(H, W) // 3

@@ -12,7 +12,7 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
-from ia_stages.core.smoothing import half_resolution, normalize, smooth
+from ia_stages.core.smoothing import half_resolution, smooth_normalize
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.group_refine import N_Q, refine_pairs
 from ia_stages.kmax.neighbours import KnnResult
@@ -110,8 +110,8 @@ def kappa_max_group(
         if symmetric:
             np.fill_diagonal(flip, False)
         P = np.where(flip[..., None], PF, P)
-    Un = normalize(smooth(U, sigma), normalization)
-    Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
+    Un = smooth_normalize(U, sigma, normalization)
+    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     Un_h, Vn_h = (np.asarray(to_numpy(a), dtype=np.float64) for a in (Un, Vn))
     if xp is not np:
         Un_h, Vn_h = Un, Vn
@@ -152,7 +152,7 @@ def refine_knn(
     ...                  SearchSettings(), 2.0)  # doctest: +SKIP
     """
     X = np.asarray(to_numpy(U), dtype=np.float64)
-    Un = normalize(smooth(X, sigma), normalization)
+    Un = smooth_normalize(X, sigma, normalization)
     n, kk = knn.indices.shape
     rows, cols = np.nonzero(knn.indices[:, 1:] >= 0)
     cols = cols + 1

@@ -43,7 +43,7 @@ import numpy as np
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, wrap_angle
-from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
@@ -114,7 +114,7 @@ def kappa_max_knn(
         raise ValueError(f"settings.knn_pool must be >= 1, got {settings.knn_pool}")
     X = np.asarray(to_numpy(X), dtype=np.float64)  # the kNN mode runs on the CPU
     n = X.shape[0]
-    Un = normalize(smooth(X, sigma), normalization)
+    Un = smooth_normalize(X, sigma, normalization)
     uu = (Un**2).reshape(n, -1).sum(1)
     others = k - 1
     pool = max(settings.knn_pool, others)

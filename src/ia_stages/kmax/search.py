@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits
 
 from ia_stages.core.backend import array_module, fft_module, to_numpy
 from ia_stages.core.groups import SE2, wrap_angle
-from ia_stages.core.smoothing import half_resolution, normalize, smooth
+from ia_stages.core.smoothing import half_resolution, smooth, smooth_normalize
 from ia_stages.core.validation import check_images
 from ia_stages.core.warp import INTERPOLATIONS, warp
 from ia_stages.kmax.polar import (
@@ -249,8 +249,8 @@ def kappa_max_all_pairs(
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
     symmetric = V is None
-    Un = normalize(smooth(U, sigma), normalization)
-    Vn = Un if symmetric else normalize(smooth(V, sigma), normalization)
+    Un = smooth_normalize(U, sigma, normalization)
+    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     block = _images_per_block(Un, Vn, settings)
     if block < max(n_i, n_j):
