@@ -140,12 +140,17 @@ def kappa_max_candidates(
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
     if has_second_pass(settings, features, k):
+        skip = pairs.a * n + pairs.b
+        # a first-pass pair outside both its images' lists stays beaten by their k - 1 listed
+        # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
+        pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
         more = second_pass(
-            Un, result, pairs.a * n + pairs.b, range(n), beta, group, settings, sigma,
-            features, progress,
-        )  # fmt: skip
-        pairs = CandidatePairs.concat([pairs, more])
-        result = knn_from_pairs(n, k, pairs, beta, uu, group)
+            Un, result, skip, range(n), beta, group, settings, sigma, features, progress
+        )
+        refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
+        del skip
+        result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
+        result.pairs_scanned = result.pairs_refined = refined
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
@@ -239,6 +244,10 @@ class CandidatePairs:
     sqdist: np.ndarray
     params: np.ndarray
     scanned: np.ndarray
+
+    def subset(self, keep: np.ndarray) -> CandidatePairs:
+        """The pairs where the boolean ``keep`` ``(m,)`` is true."""
+        return CandidatePairs(*(getattr(self, f)[keep] for f in _PAIR_FIELDS))
 
     @classmethod
     def none(cls, n_params: int) -> CandidatePairs:
@@ -480,6 +489,24 @@ def _targets_per_chunk(shape: tuple[int, ...], settings: SearchSettings) -> int:
     and at half resolution), at least one."""
     per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape))
     return max(1, int(settings.memory_mb * 2**20 // per_image))
+
+
+def listed_keys(knn: KnnResult) -> np.ndarray:
+    """Sorted keys ``a * n + b`` (a < b) of the pairs in the lists of ``knn``, each once.
+
+    Example
+    -------
+    >>> knn = KnnResult.itself_only(3, 2, 3)
+    >>> knn.indices[:, 1] = [2, 2, 0]
+    >>> listed_keys(knn).tolist()
+    [2, 5]
+    """
+    idx = np.asarray(knn.indices)
+    n = idx.shape[0]
+    i = np.repeat(np.arange(n), idx.shape[1] - 1)
+    j = idx[:, 1:].ravel()
+    ok = j >= 0
+    return np.unique(np.minimum(i[ok], j[ok]) * n + np.maximum(i[ok], j[ok]))
 
 
 def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarray:
