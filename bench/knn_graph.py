@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import resource
 import time
 
 import numpy as np
 from cluster_large import add_stack_arguments, digit_stack  # bench/, beside this script
+from knn_rate import peak_gb
 
 from ia_stages.kmax import kappa_max
-
-
-def peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def main() -> None:

