@@ -24,6 +24,7 @@ from ia_stages.pipeline.config import (
     ConfigError,
     column_blocks,
     knn_row_blocks,
+    knn_rows_per_job,
     knn_width,
     stage_settings_json,
     validate_config,
@@ -247,7 +248,7 @@ def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("seed", [1, 20])
+@pytest.mark.parametrize("seed", [14, 48])
 def test_the_silhouette_read_out_keeps_the_best_partition_of_all_resolutions(seed):
     """Two resolutions can give different partitions with the same number of communities
     (on these planted point sets they do): the read-out keeps the best silhouette among all
@@ -272,3 +273,15 @@ def test_the_silhouette_read_out_keeps_the_best_partition_of_all_resolutions(see
     assert max(scores) > max(first_of_count.values())  # the case the rule must handle
     chosen = leiden_silhouette(knn, sq, res, seed=0)
     assert silhouette_score(D, chosen, metric="precomputed") == pytest.approx(max(scores))
+
+
+@pytest.mark.parametrize(("n", "given", "rows", "blocks"), [
+    (100_000, None, 12_500, 8), (20_001, None, 2_501, 8), (5_000, None, 2_048, 3),
+    (100_000, 7_000, 7_000, 15),
+])  # fmt: skip
+def test_knn_jobs_are_eighths_of_n_unless_the_config_sets_their_rows(n, given, rows, blocks):
+    """kmax.rows_per_job null: n / 8 rows per job (at least 2,048), so that a pass does not
+    spend its time reading all images once per small job; a given count wins."""
+    cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": n, "kmax": {"rows_per_job": given}}}}
+    assert knn_rows_per_job(cfg, "d") == rows
+    assert len(knn_row_blocks(cfg, "d")) == blocks

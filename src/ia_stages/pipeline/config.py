@@ -514,9 +514,33 @@ def knn_second_pass(cfg: dict, dataset: str) -> bool:
     return has_second_pass(SearchSettings(**s["search"]), features, s["k"])
 
 
-def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
-    """Row blocks of a dataset's ``knn_block`` jobs (``kmax.rows_per_job`` rows each)."""
+KNN_JOBS = 8  # row blocks per kNN pass when kmax.rows_per_job is null
+KNN_MIN_ROWS = 2048
+
+
+def knn_rows_per_job(cfg: dict, dataset: str) -> int:
+    """Rows of one ``knn_block``/``knn_expand``/kNN ``means_block`` job of a dataset:
+    ``kmax.rows_per_job``, or when null n / 8 rounded up, at least 2,048. Every job reads
+    and prepares all n images, so a fixed row count would spend a pass's time in start-up at
+    large n; a cluster profile that spreads the blocks over nodes sets the count. The result
+    does not depend on it.
+
+    Example
+    -------
+    >>> cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": 100_000,
+    ...                           "kmax": {"rows_per_job": None}}}}
+    >>> knn_rows_per_job(cfg, "d")
+    12500
+    """
     rows = cfg["datasets"][dataset]["kmax"]["rows_per_job"]
+    if rows is not None:
+        return int(rows)
+    return max(KNN_MIN_ROWS, -(-dataset_size(cfg, dataset) // KNN_JOBS))
+
+
+def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
+    """Row blocks of a dataset's ``knn_block`` jobs (:func:`knn_rows_per_job` rows each)."""
+    rows = knn_rows_per_job(cfg, dataset)
     return list(range(-(-dataset_size(cfg, dataset) // rows)))
 
 
@@ -603,10 +627,10 @@ def dataset_size(cfg: dict, dataset: str) -> int:
 
 def means_block_size(cfg: dict, dataset: str) -> int:
     """Columns per invariant-mean job: ``block_size``, or on the kNN path
-    ``kmax.rows_per_job`` (a column there aligns only its k listed neighbours, so a job of
+    :func:`knn_rows_per_job` (a column there aligns only its k listed neighbours, so a job of
     ``block_size`` columns would be mostly process start-up). The means do not depend on it."""
     if knn_path(cfg, dataset):
-        return int(cfg["datasets"][dataset]["kmax"]["rows_per_job"])
+        return knn_rows_per_job(cfg, dataset)
     return int(cfg["block_size"])
 
 

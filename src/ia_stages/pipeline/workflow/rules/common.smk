@@ -7,6 +7,7 @@ from ia_stages.pipeline.config import (
     kmax_blocks,
     knn_path,
     knn_row_blocks,
+    knn_rows_per_job,
     knn_second_pass,
     means_block_size,
     stage_settings_json,

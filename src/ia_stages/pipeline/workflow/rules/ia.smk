@@ -66,7 +66,7 @@ rule knn_block:
         directory("results/{dataset}/ia/iter{t}/knn/{bi}.zarr"),
     params:
         settings=settings("knn"),
-        rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+        rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
         gpu=GPU_PER_JOB,
     threads: config["threads"]
@@ -109,7 +109,7 @@ rule knn_expand:
         directory("results/{dataset}/ia/iter{t}/knn_expand/{bi}.zarr"),
     params:
         settings=settings("knn"),
-        rows=lambda w: config["datasets"][w.dataset]["kmax"]["rows_per_job"],
+        rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
         gpu=GPU_PER_JOB,
     threads: config["threads"]
