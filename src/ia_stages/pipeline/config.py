@@ -514,28 +514,22 @@ def knn_second_pass(cfg: dict, dataset: str) -> bool:
     return has_second_pass(SearchSettings(**s["search"]), features, s["k"])
 
 
-KNN_JOBS = 8  # row blocks per kNN pass when kmax.rows_per_job is null
-KNN_MIN_ROWS = 2048
-
-
 def knn_rows_per_job(cfg: dict, dataset: str) -> int:
     """Rows of one ``knn_block``/``knn_expand``/kNN ``means_block`` job of a dataset:
-    ``kmax.rows_per_job``, or when null n / 8 rounded up, at least 2,048. Every job reads
-    and prepares all n images, so a fixed row count would spend a pass's time in start-up at
-    large n; a cluster profile that spreads the blocks over nodes sets the count. The result
-    does not depend on it.
+    ``kmax.rows_per_job``, or when null all n (one job per pass). Every job prepares all the
+    images its pairs reach (nearly all), their scan spectra and refinement targets, so on one
+    machine more jobs repeat that set-up without adding parallelism; a cluster profile that
+    spreads the blocks over nodes sets the count. The result does not depend on it.
 
     Example
     -------
     >>> cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": 100_000,
     ...                           "kmax": {"rows_per_job": None}}}}
     >>> knn_rows_per_job(cfg, "d")
-    12500
+    100000
     """
     rows = cfg["datasets"][dataset]["kmax"]["rows_per_job"]
-    if rows is not None:
-        return int(rows)
-    return max(KNN_MIN_ROWS, -(-dataset_size(cfg, dataset) // KNN_JOBS))
+    return dataset_size(cfg, dataset) if rows is None else int(rows)
 
 
 def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
