@@ -248,7 +248,7 @@ def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("seed", [14, 48])
+@pytest.mark.parametrize("seed", [1, 20])
 def test_the_silhouette_read_out_keeps_the_best_partition_of_all_resolutions(seed):
     """Two resolutions can give different partitions with the same number of communities
     (on these planted point sets they do): the read-out keeps the best silhouette among all

@@ -168,30 +168,18 @@ def igraph_of(knn: KnnResult) -> Any:
 
 
 def leiden_knn(knn: KnnResult, seed: int, resolution: float = 1.0, graph: Any = None) -> np.ndarray:
-    """Leiden communities (modularity with ``resolution``, iterated until no node moves) of
-    the kNN graph; labels ``(n,)``. ``graph``: the graph as :func:`igraph_of` makes it, when
-    the caller has it already.
-
-    igraph's own Leiden (``Graph.community_leiden``) with its random numbers drawn from
-    ``random.Random(seed)``: it reaches a higher modularity than leidenalg's optimiser on the
-    same graphs in a fraction of the time (``bench/leiden.py``).
-
-    Example
-    -------
-    >>> labels = leiden_knn(knn_from_dense(sq, 11), seed=0, resolution=0.5)  # doctest: +SKIP
-    """
-    import random
-
-    import igraph as ig
+    """Leiden communities (modularity with ``resolution``) of the kNN graph; labels ``(n,)``.
+    ``graph``: the graph as :func:`igraph_of` makes it, when the caller has it already."""
+    import leidenalg
 
     g = igraph_of(knn) if graph is None else graph
-    ig.set_random_number_generator(random.Random(int(seed)))
-    try:
-        part = g.community_leiden(
-            objective_function="modularity", resolution=float(resolution), n_iterations=-1
-        )
-    finally:
-        ig.set_random_number_generator(random)
+    part = leidenalg.find_partition(
+        g,
+        leidenalg.RBConfigurationVertexPartition,
+        resolution_parameter=resolution,
+        seed=int(seed) % 2**31,
+        n_iterations=-1,
+    )
     return np.asarray(part.membership, dtype=np.int64)
 
 
