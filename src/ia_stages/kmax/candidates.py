@@ -270,13 +270,14 @@ class CandidatePairs:
         # each field gathered from its parts (no concatenated copy of every field)
         offsets = np.cumsum([0] + [q.a.size for q in parts])
         part = np.searchsorted(offsets, first, side="right") - 1
+        mine = [np.flatnonzero(part == p) for p in range(len(parts))]
+        local = [first[m] - offsets[p] for p, m in enumerate(mine)]
         fields = []
         for f in _PAIR_FIELDS:
             like = getattr(parts[0], f)
             out = np.empty((first.size, *like.shape[1:]), dtype=like.dtype)
-            for p, q in enumerate(parts):
-                mine = part == p
-                out[mine] = getattr(q, f)[first[mine] - offsets[p]]
+            for q, m, at in zip(parts, mine, local, strict=True):
+                out[m] = getattr(q, f)[at]
             fields.append(out)
         return cls(*fields)
 
@@ -416,7 +417,7 @@ def refine_pairs(
     j = cand.ravel()
     ok = (j >= 0) & (j != i)
     i, j = i[ok], j[ok]
-    key = np.minimum(i, j) * n + np.maximum(i, j)
+    key = pair_keys(i, j, n)
     if moving is not None:
         later = key % n
         key = key[(later >= moving.start) & (later < moving.stop)]
@@ -506,7 +507,19 @@ def listed_keys(knn: KnnResult) -> np.ndarray:
     i = np.repeat(np.arange(n), idx.shape[1] - 1)
     j = idx[:, 1:].ravel()
     ok = j >= 0
-    return np.unique(np.minimum(i[ok], j[ok]) * n + np.maximum(i[ok], j[ok]))
+    return np.unique(pair_keys(i[ok], j[ok], n))
+
+
+def pair_keys(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
+    """The keys ``min * n + max`` of the unordered pairs (i, j) of ``n`` samples: one
+    integer per pair, the same for (i, j) and (j, i), sorted as (a, b) with a < b.
+
+    Example
+    -------
+    >>> pair_keys(np.array([2, 0]), np.array([0, 1]), 3).tolist()
+    [2, 1]
+    """
+    return np.minimum(i, j) * n + np.maximum(i, j)
 
 
 def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarray:
