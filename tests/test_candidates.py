@@ -264,6 +264,48 @@ def test_the_screened_lists_keep_each_pairs_better_optimum_and_match_the_exact_o
     assert (alone.sqdist >= screened.sqdist - 1e-12).all()
 
 
+def test_exact_width_refines_the_first_places_exactly_and_keeps_the_screen_beyond(copies):
+    """``exact_width`` w: the first w places are the cascade's (the same neighbours as refining
+    every place exactly, at the same d2), the later places are the screen's achieved values,
+    never below the all-exact cascade's for the same pair; w = k is the cascade itself."""
+    X = copies.data[:40].astype(float)
+    kw = dict(k=8, sigma=1.0, mode="candidates")
+    fs = FeatureSettings(n_candidates=12, n_dims=16, n_expand=4)
+    full = kappa_max(X, **kw, features=fs)
+    same = kappa_max(X, **kw, features=replace(fs, exact_width=8))
+    assert np.array_equal(same.indices, full.indices)
+    assert np.array_equal(same.sqdist, full.sqdist)
+    part = kappa_max(X, **kw, features=replace(fs, exact_width=4))
+    assert np.array_equal(part.indices[:, :4], full.indices[:, :4])
+    np.testing.assert_allclose(part.sqdist[:, :4], full.sqdist[:, :4], atol=1e-12)
+    exact_d2 = {
+        (i, int(j)): d
+        for i in range(40)
+        for j, d in zip(full.indices[i], full.sqdist[i], strict=True)
+    }
+    later = [
+        (d, exact_d2[(i, int(j))])
+        for i in range(40)
+        for j, d in zip(part.indices[i, 4:], part.sqdist[i, 4:], strict=True)
+        if (i, int(j)) in exact_d2
+    ]
+    assert later and all(d >= e - 1e-12 for d, e in later)
+    assert any(d > e + 1e-9 for d, e in later)  # the screen's optimum was kept somewhere
+    with pytest.raises(ValueError, match=r"features\.exact_width"):
+        FeatureSettings(exact_width=1)
+
+
+def test_ia_refines_exactly_the_places_its_attention_weighs():
+    """IA's kNN path sets ``exact_width`` to the attention's k (sized to n) unless given."""
+    from ia_stages.ia.settings import ia_settings
+
+    assert ia_settings().knn_features(100_000).exact_width == 10
+    assert ia_settings().knn_features(48).exact_width == 4
+    given = ia_settings(path={"features": {"exact_width": 15}})
+    assert given.knn_features(100_000).exact_width == 15
+    assert ia_settings(attention={"kind": "knn", "k": 6}).knn_features(10**5).exact_width == 6
+
+
 def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
     """On the CPU the refinement lays out the targets once per chunk of images that
     ``memory_mb`` holds and the moving images once per block: chunks of two images give every

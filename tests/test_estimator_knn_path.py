@@ -34,13 +34,18 @@ def _fit(X, **params):
 
 
 def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_candidate(letters):
-    """With every other image a candidate (c = n - 1) and the sample everyone, the kNN path's
-    lists are the dense kappa^max's nearest, and the clusters are the same."""
+    """With every other image a candidate (c = n - 1), every place refined exactly and the
+    sample everyone, the kNN path's lists are the dense kappa^max's nearest, and the clusters
+    are the same."""
     X, y = letters
     n = X.shape[0]
     dense = _fit(X)  # 30 images <= dense_max: dense
     assert isinstance(dense.kmax_, KappaMaxResult)
-    knn = _fit(X, kmax_options={"dense_max": n - 1, "sample": n, "search": "ia"})
+    every_place = {"exact_width": n}
+    knn = _fit(
+        X,
+        kmax_options={"dense_max": n - 1, "sample": n, "search": "ia", "features": every_place},
+    )
     assert isinstance(knn.result_.kmax[0], KnnDistances)
     lists = knn.kmax_
     assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn.settings_.knn_width())

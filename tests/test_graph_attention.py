@@ -195,10 +195,11 @@ def test_leiden_with_k_finds_exactly_k_communities() -> None:
         assert labels.max() + 1 == K
 
 
-def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity() -> None:
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity(engine: str) -> None:
     """Restarts from other seeds: the partition kept has K communities and the highest
-    modularity of those tried, so at least that of one seed's bisection, and here (4 blobs,
-    K = 3: the seeds join different pairs) strictly more."""
+    modularity of those tried, so at least that of one seed's bisection; with leidenalg here
+    (4 blobs, K = 3: its seeds join different pairs) strictly more."""
     from ia_stages.readout.graph import _leiden_bisect, igraph_of
 
     rng = np.random.default_rng(2)
@@ -206,17 +207,39 @@ def test_leiden_with_k_restarts_keep_the_k_partition_of_highest_modularity() -> 
     P = np.concatenate([rng.normal(c, 1.8, (40, 2)) for c in centres])
     lists = knn_from_dense(((P[:, None] - P[None]) ** 2).sum(-1), 11)
     g = igraph_of(lists)
-    one = leiden_n_clusters(lists, 3, seed=0, restarts=1)
-    kept = leiden_n_clusters(lists, 3, seed=0, restarts=6, restart_bracket=3.0, restart_tries=6)
+    one = leiden_n_clusters(lists, 3, seed=0, restarts=1, with_k_engine=engine)
+    kept = leiden_n_clusters(
+        lists, 3, seed=0, restarts=6, restart_bracket=3.0, restart_tries=6, with_k_engine=engine
+    )
     assert kept.max() + 1 == 3
-    assert g.modularity(kept.tolist()) > g.modularity(one.tolist()) + 0.002
-    first, r = _leiden_bisect(lists, 3, 0, (1e-3, 20.0), 40, g)
+    if engine == "leidenalg":
+        assert g.modularity(kept.tolist()) > g.modularity(one.tolist()) + 0.002
+    first, r = _leiden_bisect(lists, 3, 0, (1e-3, 20.0), 40, g, engine)
     assert np.array_equal(first, one)
     tried = [first] + [
-        _leiden_bisect(lists, 3, s, (r / 3.0, r * 3.0), 6, g)[0] for s in range(1, 6)
+        _leiden_bisect(lists, 3, s, (r / 3.0, r * 3.0), 6, g, engine)[0] for s in range(1, 6)
     ]
     q = [g.modularity(lab.tolist()) for lab in tried if lab.max() + 1 == 3]
     assert g.modularity(kept.tolist()) == pytest.approx(max(q))
+    assert g.modularity(kept.tolist()) >= g.modularity(one.tolist())
+
+
+def test_igraph_leiden_is_seeded_and_leaves_the_global_generator_alone() -> None:
+    """The same seed gives the same partition; igraph's generator is Python's ``random``
+    again afterwards, so a caller's ``random`` stream is not the read-out's business."""
+    import random
+
+    rng = np.random.default_rng(4)
+    P = np.concatenate([rng.normal(c, 1.5, (30, 2)) for c in ([0, 0], [4, 0], [0, 4])])
+    lists = knn_from_dense(((P[:, None] - P[None]) ** 2).sum(-1), 8)
+    random.seed(7)
+    expected = random.random()
+    random.seed(7)
+    a = leiden_knn(lists, 3, 1.0, engine="igraph")
+    assert random.random() == expected
+    assert np.array_equal(a, leiden_knn(lists, 3, 1.0, engine="igraph"))
+    with pytest.raises(ValueError, match="with_k_engine"):
+        leiden_knn(lists, 3, 1.0, engine="networkx")
 
 
 def test_read_out_rejects_k_not_below_n() -> None:

@@ -76,6 +76,7 @@ _OPTIONS = {
             "restarts",
             "restart_bracket",
             "restart_tries",
+            "with_k_engine",
             "community",
             "resolution",
             "resolutions",

@@ -29,6 +29,7 @@ from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_m
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.readout.graph import (
     COMMUNITIES,
+    LEIDEN_ENGINES,
     WITH_K,
     KnnDistances,
     sample_indices,
@@ -65,6 +66,9 @@ class ReadoutSettings:
     restart_bracket : the restarts after the first bisect within [r / b, b r] of the first
         seed's resolution r (> 1)
     restart_tries : at most this many Leiden runs per restart (>= 1)
+    with_k_engine : with_k 'leiden': the Leiden implementation, 'igraph' (igraph's own, the
+        default: the highest-modularity rule is served by the faster optimiser that reaches
+        higher modularity) or 'leidenalg' (the one the read-outs without K run)
     community : 'graph' without K: 'silhouette' (Leiden at each of ``resolutions``, the
         partition with the highest silhouette on the kappa^max distances kept), 'leiden' (at
         ``resolution``) or 'hdbscan'
@@ -86,6 +90,7 @@ class ReadoutSettings:
     restarts: int = 8
     restart_bracket: float = 2.0
     restart_tries: int = 8
+    with_k_engine: str = "igraph"
     community: str = "silhouette"
     resolution: float = 1.0
     resolutions: tuple[float, ...] = RESOLUTIONS
@@ -104,6 +109,7 @@ class ReadoutSettings:
         check_number(self.restarts, "readout.restarts", integer=True, low=1)
         check_number(self.restart_bracket, "readout.restart_bracket", low=1.0, low_open=True)
         check_number(self.restart_tries, "readout.restart_tries", integer=True, low=1)
+        check_choice(self.with_k_engine, "readout.with_k_engine", LEIDEN_ENGINES)
         check_choice(self.community, "readout.community", COMMUNITIES)
         check_number(self.resolution, "readout.resolution", low=0.0, low_open=True)
         if not isinstance(self.resolutions, (tuple, list)) or not self.resolutions:
@@ -121,6 +127,7 @@ class ReadoutSettings:
             "restarts": self.restarts,
             "restart_bracket": self.restart_bracket,
             "restart_tries": self.restart_tries,
+            "with_k_engine": self.with_k_engine,
             "community": self.community,
             "resolution": self.resolution,
             "resolutions": list(self.resolutions),
@@ -342,6 +349,23 @@ class IASettings:
             k_read = sized_read if k_read is None else k_read
         return max(int(k_att), int(k_read) + 1)
 
+    def knn_features(self, n: int) -> FeatureSettings:
+        """The kNN path's :class:`~ia_stages.kmax.features.FeatureSettings` for ``n``
+        samples: ``path.features`` with ``exact_width`` None set to the attention's k (sized
+        to n): the places the means weigh are refined exactly, the read-out graph's further
+        places keep the screen's optimum (its 0/1 links need who is near, not the exact d2).
+
+        Example
+        -------
+        >>> ia_settings().knn_features(100_000).exact_width
+        10
+        """
+        f = self.path.features
+        if f.exact_width is not None:
+            return f
+        k_att = self.attention.k if self.attention.k is not None else sized_neighbours(n)[0]
+        return replace(f, exact_width=int(k_att))
+
     def knn_search(self) -> SearchSettings:
         """The per-pair search of the kNN path's candidate pairs and sample: the exact preset
         (``path.search`` 'exact') or ``search`` ('ia')."""
@@ -407,7 +431,7 @@ class IASettings:
             group=self.group,
             settings=self.knn_search(),
             sigma=self.sigma,
-            features=self.path.features,
+            features=self.knn_features(n),
             progress=progress,
         )
         pick = sample_indices(n, self.path.sample_size(n), seed)
@@ -629,6 +653,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
             "restarts": g["restarts"],
             "restart_bracket": g["restart_bracket"],
             "restart_tries": g["restart_tries"],
+            "with_k_engine": g["with_k_engine"],
             "community": g["community"],
             "resolution": g["resolution"],
             "resolutions": g["resolutions"],

@@ -582,11 +582,13 @@ def second_pass(
     ``rows`` (a row block; ``range(n)``: all).
 
     1. With a screened first pass (:func:`first_pass_search` is not ``settings``): every
-       listed pair refined again with ``settings``.
+       pair listed in the first w places refined again with ``settings`` (w =
+       ``features.exact_places(k)``; k by default).
     2. With ``features.n_expand`` (x) > 0 and k > 2: each row's x best neighbours of
        neighbours (:func:`expansion_candidates`), less the pairs in ``skip``, refined with the
        first pass's search; when that is the screen, those whose screened d2 would enter the
-       list of either image (at most its k-th d2) refined again with ``settings``.
+       first w places of either image's list (at most its w-th d2) refined again with
+       ``settings``.
 
     :meth:`CandidatePairs.concat` of the first pass and this one keeps each pair's better
     optimum, and :func:`knn_from_pairs` makes the final lists.
@@ -608,11 +610,12 @@ def second_pass(
     >>> more = second_pass(Un, knn, pairs.a * n + pairs.b, range(n))  # doctest: +SKIP
     """
     n, k = knn.indices.shape
+    w = features.exact_places(k)
     screen = first_pass_search(settings, features)
     screened = screen != settings
     parts = []
     if screened:
-        listed = knn.indices[:, 1:]
+        listed = knn.indices[:, 1:w]
         exact = refine_pairs(
             Un, np.arange(n), listed, k, beta, group, settings, sigma, progress, moving=rows
         )
@@ -624,7 +627,7 @@ def second_pass(
         )
         parts.append(more)
         if screened:
-            kth = np.asarray(knn.sqdist, dtype=np.float64)[:, -1]
+            kth = np.asarray(knn.sqdist, dtype=np.float64)[:, w - 1]
             enter = (more.sqdist <= kth[more.a]) | (more.sqdist <= kth[more.b])
             a, b = more.a[enter], more.b[enter, None]
             parts.append(refine_pairs(Un, a, b, k, beta, group, settings, sigma, progress))

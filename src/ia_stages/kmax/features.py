@@ -59,6 +59,13 @@ class FeatureSettings:
         each pair keeps the better of its two optima. A pair the screen left out of both its
         images' lists has k pairs below it on either side, so it cannot enter the lists.
         False: every candidate pair with the exact preset
+    exact_width : with ``screen``: the second pass refines with the exact preset only what
+        reaches the first ``exact_width`` places of a list (the image itself included): those
+        listed pairs, and the expansion's pairs whose screened d2 would enter them; the later
+        places keep the screen's optimum (an achieved value of the same objective, never below
+        the exact one). None (the default): every place of the k. IA's kNN path sets it to the
+        attention's k (:meth:`ia_stages.ia.settings.IASettings.knn_features`): the read-out
+        graph's further places are 0/1 links, which need who is near, not the exact d2
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -75,6 +82,7 @@ class FeatureSettings:
     n_refine: int = 0
     n_expand: int = 32
     screen: bool = True
+    exact_width: int | None = None
     batch: int = 2048
     seed: int = 0
 
@@ -103,6 +111,8 @@ class FeatureSettings:
             )
         if self.n_expand < 0:
             raise ValueError(f"features.n_expand must be >= 0, got {self.n_expand}")
+        if self.exact_width is not None and int(self.exact_width) < 2:
+            raise ValueError(f"features.exact_width must be >= 2 or null, got {self.exact_width}")
         if self.n_dims < 0:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
 
@@ -124,6 +134,17 @@ class FeatureSettings:
             return self
         c = max(self.min_candidates, round(self.candidates_per_root_n * np.sqrt(n)))
         return replace(self, n_candidates=int(min(max(c, k), n - 1)))
+
+    def exact_places(self, k: int) -> int:
+        """How many places of a k-long list the second pass refines exactly:
+        ``exact_width``, or k when None, at most k.
+
+        Example
+        -------
+        >>> FeatureSettings().exact_places(21), FeatureSettings(exact_width=10).exact_places(21)
+        (21, 10)
+        """
+        return int(k) if self.exact_width is None else min(int(self.exact_width), int(k))
 
 
 DEFAULT_FEATURES = FeatureSettings()

@@ -94,6 +94,7 @@ def images_config(
             "restarts": ia.readout.restarts,
             "restart_bracket": ia.readout.restart_bracket,
             "restart_tries": ia.readout.restart_tries,
+            "with_k_engine": ia.readout.with_k_engine,
             "community": ia.readout.community,
             "resolution": ia.readout.resolution,
             "resolutions": list(ia.readout.resolutions),

@@ -495,7 +495,7 @@ def _knn_settings(cfg: dict, dataset: str) -> dict:
     n = dataset_size(cfg, dataset)
     return {
         "k": s.knn_width(n),
-        "features": cfg["datasets"][dataset]["kmax"]["features"],
+        "features": asdict(s.knn_features(n)),
         "search": asdict(s.knn_search()),
         "sample": s.path.sample_size(n),  # sized to n as the estimator sizes it
     }
