@@ -12,35 +12,24 @@ estimator with the kNN path forced (``bench/readout_sample.py``'s). The graph is
 communities and modularity at that resolution for both, and the ratios (time: leidenalg over
 igraph; modularity: igraph minus leidenalg, higher is better), then the totals.
 
-igraph's Leiden was the read-outs' for one commit (22ae8e7 .. c298abb) and was reverted:
+igraph's Leiden was every read-out's for one commit (22ae8e7 .. c298abb) and was reverted:
 20 times faster on 20,000 images, but on 300 rotated digits in a folder it split one digit on
 2 of 4 estimator seeds where leidenalg found the 3 classes on all 4 (README, "Read-outs").
+Since session 15 it runs the read-outs with K (``readout.graph.with_k_engine``), whose rule
+keeps the highest-modularity K-partition; both engines here are
+:func:`ia_stages.readout.graph.leiden_knn`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from pathlib import Path
 
-import igraph as ig
 import numpy as np
 from readout_sample import from_digits, from_run  # bench/, beside this script
 
 from ia_stages.readout.graph import igraph_of, leiden_knn
-
-
-def by_igraph(g, seed: int, resolution: float) -> np.ndarray:
-    """igraph's own Leiden, modularity at ``resolution``, until no node moves, seeded."""
-    ig.set_random_number_generator(random.Random(seed))
-    try:
-        part = g.community_leiden(
-            objective_function="modularity", resolution=resolution, n_iterations=-1
-        )
-    finally:
-        ig.set_random_number_generator(random)
-    return np.asarray(part.membership, dtype=np.int64)
 
 
 def main() -> None:
@@ -63,7 +52,7 @@ def main() -> None:
             old = leiden_knn(lists, seed, r, g)
             t_old = time.perf_counter() - t
             t = time.perf_counter()
-            new = by_igraph(g, seed, r)
+            new = leiden_knn(lists, seed, r, g, "igraph")
             t_new = time.perf_counter() - t
             totals += (t_old, t_new)
             q_old = g.modularity(old.tolist(), resolution=r)
