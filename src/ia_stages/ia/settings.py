@@ -340,6 +340,12 @@ class IASettings:
         (:func:`sized_neighbours`: the stored lists do not depend on K)."""
         if self.path.k is not None:
             return int(self.path.k)
+        k_att, k_read = self._neighbour_counts(n)
+        return max(k_att, k_read + 1)
+
+    def _neighbour_counts(self, n: int | None) -> tuple[int, int]:
+        """The attention's and the read-out graph's k; a count left at None is sized to ``n``
+        without K (:func:`sized_neighbours`)."""
         k_att, k_read = self.attention.k, self.readout.k
         if k_att is None or k_read is None:
             if n is None:
@@ -347,7 +353,7 @@ class IASettings:
             sized_att, sized_read = sized_neighbours(n)
             k_att = sized_att if k_att is None else k_att
             k_read = sized_read if k_read is None else k_read
-        return max(int(k_att), int(k_read) + 1)
+        return int(k_att), int(k_read)
 
     def knn_features(self, n: int) -> FeatureSettings:
         """The kNN path's :class:`~ia_stages.kmax.features.FeatureSettings` for ``n``
@@ -363,8 +369,7 @@ class IASettings:
         f = self.path.features
         if f.exact_width is not None:
             return f
-        k_att = self.attention.k if self.attention.k is not None else sized_neighbours(n)[0]
-        return replace(f, exact_width=int(k_att))
+        return replace(f, exact_width=self._neighbour_counts(n)[0])
 
     def knn_search(self) -> SearchSettings:
         """The per-pair search of the kNN path's candidate pairs and sample: the exact preset

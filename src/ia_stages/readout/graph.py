@@ -224,7 +224,7 @@ def _igraph_leiden(g: Any, seed: int, resolution: float) -> np.ndarray:
     ig.set_random_number_generator(random.Random(int(seed)))
     try:
         part = g.community_leiden(
-            objective_function="modularity", resolution=resolution, n_iterations=-1
+            objective_function="modularity", resolution=float(resolution), n_iterations=-1
         )
     finally:
         ig.set_random_number_generator(random)
