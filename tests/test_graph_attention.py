@@ -17,6 +17,7 @@ from ia_stages.readout.graph import (
     leiden_knn,
     leiden_n_clusters,
     leiden_silhouette,
+    leiden_sweep,
 )
 from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 
@@ -180,6 +181,30 @@ def test_silhouette_read_out_keeps_large_classes_whole_where_modularity_splits_t
             scores[r] = silhouette_score(D, lab, metric="precomputed")
     best = max(scores, key=scores.get)
     assert np.array_equal(chosen, leiden_knn(knn_from_dense(sq, 21), 0, best))
+
+
+def test_leiden_sweep_in_worker_processes_gives_the_partitions_of_one_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resolution sweep spread over two worker processes (the size threshold lowered to
+    this graph's) returns, in order, the partitions the runs here give: each run is seeded
+    alone, so the read-out does not depend on how many cores it had."""
+    import ia_stages.readout.graph as graph
+
+    rng = np.random.default_rng(5)
+    centres = ([0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0])
+    P = np.concatenate([rng.normal(c, 1.5, (50, 2)) for c in centres])
+    sq = ((P[:, None] - P[None]) ** 2).sum(-1)
+    lists = knn_from_dense(sq, 11)
+    resolutions = (0.05, 0.3, 1.0, 2.0, 4.0)
+    here = [leiden_knn(lists, 3, r) for r in resolutions]
+    assert len({int(p.max()) for p in here}) > 2  # the resolutions give different partitions
+    monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
+    apart = leiden_sweep(lists, 3, resolutions, workers=2)
+    assert all(np.array_equal(a, b) for a, b in zip(here, apart, strict=True))
+    chosen = leiden_silhouette(lists, sq, resolutions, seed=3)
+    monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 10**9)
+    assert np.array_equal(chosen, leiden_silhouette(lists, sq, resolutions, seed=3))
 
 
 def test_silhouette_read_out_of_one_group_returns_one_cluster() -> None:

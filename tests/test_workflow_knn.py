@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 import yaml
 
+from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.loop import run_ia
 from ia_stages.ia.settings import ia_config, ia_settings
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.features import FeatureSettings
 from ia_stages.kmax.search import SearchSettings
 from ia_stages.pipeline.cluster_command import snakemake
-from ia_stages.pipeline.config import validate_config
+from ia_stages.pipeline.config import stage_settings, validate_config
 from ia_stages.pipeline.stages import knn
 from ia_stages.pipeline.store import read_store
 from ia_stages.readout.graph import KnnDistances
@@ -95,6 +96,27 @@ def test_iteration_means_read_out_and_classes(knn_run):
     # short); without K the silhouette chooses the number
     assert ((with_k["clusters_found"] - with_k["classes"]).abs() <= 1).all()
     assert metrics["acc"].notna().all() and (metrics["block_diagonality"] > 0).all()
+    # the rows without K are the classes stage's read-outs (made once), not made again
+    labels = read_store(knn_run / "results/data/mnist_rot.zarr")["label"].values
+    without_k = metrics[metrics["method"] == "IA"]
+    for t, pred in enumerate(classes["pred_iter"].values):
+        row = without_k[without_k["iteration"] == t].iloc[0]
+        assert row["clusters_found"] == np.unique(pred).size
+        assert row["acc"] == pytest.approx(accuracy(labels, pred), abs=1e-6)
+
+
+def test_metrics_refuse_read_outs_made_with_other_settings(knn_run):
+    from ia_stages.pipeline.stages.common import InputError
+    from ia_stages.pipeline.stages.metrics import classes_partitions
+
+    cfg = validate_config(yaml.safe_load(CONFIG.read_text()))
+    settings = stage_settings(cfg, "metrics", "mnist_rot")
+    store = knn_run / "results/mnist_rot/classes.zarr"
+    assert classes_partitions(store, settings, 2, N).shape == (2, N)
+    with pytest.raises(InputError, match=r"classes\.zarr: made with other 'seed'"):
+        classes_partitions(store, {**settings, "seed": settings["seed"] + 1}, 2, N)
+    with pytest.raises(InputError, match=r"pred_iter is \(2, \d+\), expected \(3, "):
+        classes_partitions(store, settings, 3, N)
 
 
 def test_the_estimator_on_the_knn_path_gives_the_pipelines_clusters(knn_run):

@@ -201,7 +201,9 @@ def _cmd_mean_trace(a: argparse.Namespace) -> None:
 def _cmd_metrics(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import metrics
 
-    df = metrics.run(a.dataset, a.out, _settings(a.settings), a.ia_features, a.ia_kmax, a.ka)
+    df = metrics.run(
+        a.dataset, a.out, _settings(a.settings), a.ia_features, a.ia_kmax, a.ka, a.classes
+    )
     log.info("wrote %s: %d rows", a.out, len(df))
 
 
@@ -232,7 +234,8 @@ def _cmd_run_method(a: argparse.Namespace) -> None:
 def _cmd_classes(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import classes
 
-    ds = classes.run(a.dataset, a.kmax, a.out, a.csv, _settings(a.settings))
+    with _use_threads(a.threads):
+        ds = classes.run(a.dataset, a.kmax, a.out, a.csv, _settings(a.settings))
     log.info("wrote %s and %s: %d clusters", a.out, a.csv, ds.sizes["cluster_id"])
 
 
@@ -401,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ka")
     sp.add_argument("--ia-features", nargs="*", default=[])
     sp.add_argument("--ia-kmax", nargs="*", default=[])
+    sp.add_argument(
+        "--classes", help="the classes store: IA's read-outs without K (else made here)"
+    )
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
@@ -488,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--csv", required=True, help="clusters.csv")
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
 
     sp = add("run-method", _cmd_run_method, "one benchmark method on one dataset and seed")
     sp.add_argument("--dataset", required=True)

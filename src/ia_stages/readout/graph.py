@@ -202,6 +202,11 @@ def leiden_knn(
         return _igraph_leiden(g, seed, resolution)
     if engine != "leidenalg":
         raise ValueError(f"readout.with_k_engine must be one of {LEIDEN_ENGINES}, got {engine!r}")
+    return _leidenalg_leiden(g, seed, resolution)
+
+
+def _leidenalg_leiden(g: Any, seed: int, resolution: float) -> np.ndarray:
+    """leidenalg's optimiser on ``g``: modularity at ``resolution``, until it improves no more."""
     import leidenalg
 
     part = leidenalg.find_partition(
@@ -312,6 +317,61 @@ def _leiden_bisect(
     return best, best_r
 
 
+PARALLEL_MIN_NODES = 5000
+"""Graphs with at least this many nodes have a resolution sweep's Leiden runs spread over
+worker processes (:func:`leiden_sweep`); below it a worker's start costs more than a run."""
+
+
+def leiden_sweep(
+    knn: KnnResult,
+    seed: int,
+    resolutions: list[float] | tuple[float, ...],
+    workers: int | None = None,
+) -> list[np.ndarray]:
+    """leidenalg's Leiden partition (:func:`leiden_knn`) of the kNN graph at every resolution;
+    the same labels in every case, run in ``workers`` processes when the graph is large.
+
+    leidenalg holds Python's lock while it runs, so threads would take turns; separate
+    processes (joblib's loky) run side by side. Each run is seeded with ``seed`` alone, so
+    the partitions do not depend on the order or the process a run gets.
+
+    Parameters
+    ----------
+    knn : the read-out graph's lists
+    seed : Leiden's seed
+    resolutions : the resolutions, each > 0
+    workers : processes to use; default None: numba's thread count (the CPU threads this
+        process was given: ``--threads`` in the pipeline, every core in a notebook). With
+        1 worker, fewer than :data:`PARALLEL_MIN_NODES` nodes or one resolution, the runs
+        are made here one after the other.
+
+    Returns
+    -------
+    labels : one ``(n,)`` int64 array per resolution, in the order given
+
+    Example
+    -------
+    >>> knn = knn_from_dense(np.kron(np.eye(2), np.ones((3, 3))) * -1 + 1, 3)
+    >>> [p.tolist() for p in leiden_sweep(knn, 0, (0.5, 1.0))]
+    [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
+    """
+    import numba
+
+    graph = igraph_of(knn)
+    workers = numba.get_num_threads() if workers is None else int(workers)
+    workers = min(workers, len(resolutions))
+    if workers <= 1 or knn.n < PARALLEL_MIN_NODES:
+        return [leiden_knn(knn, seed, r, graph) for r in resolutions]
+    from joblib import Parallel, delayed
+
+    # loky's worker processes start fresh (no fork of this process's kernel threads) and
+    # do not run the caller's main script again
+    runs = Parallel(n_jobs=workers, backend="loky")(
+        delayed(_leidenalg_leiden)(graph, seed, float(r)) for r in resolutions
+    )
+    return list(runs)
+
+
 def leiden_silhouette(
     knn: KnnResult,
     sqdist: Any,
@@ -355,9 +415,8 @@ def leiden_silhouette(
     np.fill_diagonal(D, 0.0)
     best, best_score = None, -np.inf
     s = D.shape[0]
-    graph = igraph_of(knn)
-    for r in sorted(resolutions):
-        labels = leiden_knn(knn, seed, r, graph)
+    ordered = sorted(resolutions)
+    for labels in leiden_sweep(knn, seed, ordered):
         m = int(labels.max()) + 1
         on = labels if sample is None else labels[sample]
         seen = np.unique(on).size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -61,11 +62,34 @@ def _knn_block_diagonality(knn, labels: np.ndarray) -> float:
     return float(W[labels[knn.indices] == labels[:, None]].sum() / W.sum())
 
 
-def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> list[dict]:
+def classes_partitions(path: str | Path, settings: dict, n_iter: int, n: int) -> np.ndarray:
+    """IA's read-out without K of every iteration, ``(n_iter, n)``, as the ``classes`` stage
+    made them (its ``pred_iter``) from the same IA settings and seed; a store made with
+    other settings or of another size is an :class:`InputError` naming it."""
+    ds = read_store(path, required=("pred_iter",))
+    made = json.loads(ds.attrs.get("settings", "{}"))
+    wanted = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    for key in ("ia", "seed"):
+        if made.get(key) != wanted.get(key):
+            raise InputError(f"{path}: made with other '{key}' settings than these metrics")
+    parts = ds["pred_iter"].values
+    if parts.shape != (n_iter, n):
+        raise InputError(f"{path}: pred_iter is {parts.shape}, expected ({n_iter}, {n})")
+    return parts
+
+
+def ia_rows(
+    settings: dict,
+    labels: np.ndarray,
+    features: list,
+    kmax: list,
+    classes: str | Path | None = None,
+) -> list[dict]:
     """Rows for IA iterations 0..T from features stores (dataset first) and kappa^max stores;
     IA's read-out of every iteration is :func:`ia_stages.ia.loop.read_iterations`'s, as in
-    ``clusters.csv`` and the estimator. On the kNN path (kNN stores) the block diagonality is
-    that of the lists' kernel and the largest within-class distance is the sample's."""
+    ``clusters.csv`` and the estimator: taken from the ``classes`` store when given (the
+    pipeline: made once), else made here. On the kNN path (kNN stores) the block diagonality
+    is that of the lists' kernel and the largest within-class distance is the sample's."""
     rows, seconds = [], 0.0
     knn = is_knn_store(kmax[0])
     kms = [read_knn(p) if knn else read_store(p, required=("value", "sqdist")) for p in kmax]
@@ -78,7 +102,10 @@ def ia_rows(settings: dict, labels: np.ndarray, features: list, kmax: list) -> l
         sqs, values = kms, None
     else:
         sqs, values = [k["sqdist"].values for k in kms], [k["value"].values for k in kms]
-    parts, _, _ = read_iterations(sqs, ia, None, int(settings["seed"]), values)
+    if classes is not None:
+        parts = list(classes_partitions(classes, settings, len(kmax), n))
+    else:
+        parts, _, _ = read_iterations(sqs, ia, None, int(settings["seed"]), values)
     for t, (fpath, km, pred) in enumerate(zip(features, kms, parts, strict=True)):
         f = load_features(fpath)
         norms = M.feature_norms(f["features"].values)
@@ -157,15 +184,17 @@ def run(
     ia_features: list[str | Path] = (),
     ia_kmax: list[str | Path] = (),
     ka: str | Path | None = None,
+    classes: str | Path | None = None,
 ) -> pd.DataFrame:
-    """Write metrics.csv for one dataset."""
+    """Write metrics.csv for one dataset; ``classes``: the classes store, whose read-outs
+    without K the IA rows take (:func:`ia_rows`)."""
     data = read_store(dataset)
     labels = data["label"].values if "label" in data else None  # unlabelled images
     rows = []
     if ka is not None:
         rows += ka_rows(settings, labels, ka)
     if ia_kmax:
-        rows += ia_rows(settings, labels, [dataset, *ia_features], list(ia_kmax))
+        rows += ia_rows(settings, labels, [dataset, *ia_features], list(ia_kmax), classes)
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_text_atomic(df.to_csv(index=False, float_format="%.6g"), out)
     return df

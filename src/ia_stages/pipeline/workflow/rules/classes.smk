@@ -19,8 +19,9 @@ rule classes:
         settings=settings("classes"),
     log:
         "results/logs/{dataset}/classes.log",
+    threads: config["threads"]
     shell:
-        "ia-stages classes --dataset {input.dataset} --kmax {input.kmax}"
+        "ia-stages classes --dataset {input.dataset} --kmax {input.kmax} --threads {threads}"
         " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"
 
 

@@ -132,6 +132,7 @@ def metrics_inputs(w):
     if d in IA_DATASETS:
         ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
         ins["ia_kmax"] = [kmax_store(d, t) for t in range(IA_ITERS + 1)]
+        ins["classes"] = f"results/{d}/classes.zarr"  # IA's read-outs without K, made once
     return ins
 
 
@@ -142,6 +143,7 @@ def metrics_args(w, input):
         args += ["--ka", input.ka]
     if "ia_features" in input.keys():
         args += ["--ia-features", *input.ia_features, "--ia-kmax", *input.ia_kmax]
+        args += ["--classes", input.classes]
     return " ".join(shlex.quote(a) for a in args)
 
 
