@@ -42,10 +42,8 @@ def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_can
     dense = _fit(X)  # 30 images <= dense_max: dense
     assert isinstance(dense.kmax_, KappaMaxResult)
     every_place = {"exact_width": n}
-    knn = _fit(
-        X,
-        kmax_options={"dense_max": n - 1, "sample": n, "search": "ia", "features": every_place},
-    )
+    options = {"dense_max": n - 1, "sample": n, "search": "ia", "sample_search": "exact"}
+    knn = _fit(X, kmax_options={**options, "features": every_place})
     assert isinstance(knn.result_.kmax[0], KnnDistances)
     lists = knn.kmax_
     assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn.settings_.knn_width())
@@ -81,6 +79,25 @@ def test_the_knn_path_refines_candidate_pairs_only(letters):
     assert est.cluster_means_.shape == (3, 32, 32)
 
 
+def test_the_screened_sample_keeps_near_pairs_and_the_clusters(letters):
+    """The sample's pairs by the screen (the default) against the exact preset: the pairs of
+    one letter (near: the searches converge to the same optimum) agree, and the read-outs
+    those distances choose are the same letters."""
+    X, y = letters
+    n = X.shape[0]
+    options = {"dense_max": n - 1, "sample": n, "features": {"exact_width": n}}
+    exact = _fit(X, kmax_options={**options, "sample_search": "exact"})
+    screen = _fit(X, kmax_options=options)
+    assert screen.settings_.path.sample_search == "screen"
+    sq_e = exact.result_.kmax[0].sample_sqdist
+    sq_s = screen.result_.kmax[0].sample_sqdist
+    same = (y[:, None] == y[None]) & ~np.eye(n, dtype=bool)
+    np.testing.assert_allclose(sq_s[same], sq_e[same], atol=1e-6)
+    assert not np.array_equal(sq_s, sq_e)  # the searches differ, on far pairs
+    assert adjusted_rand_score(y, screen.labels_) == 1.0
+    assert adjusted_rand_score(exact.labels_, screen.labels_) == 1.0
+
+
 @pytest.mark.parametrize(
     ("params", "needle"),
     [
@@ -90,6 +107,7 @@ def test_the_knn_path_refines_candidate_pairs_only(letters):
         ({"kmax_options": {"dense_max": 1}}, r"kmax_options\['dense_max'\] must be >= 2"),
         ({"kmax_options": {"dense_max": 5, "k": 40}}, r"kmax_options\['k'\] must be in 2..n-1"),
         ({"kmax_options": {"sample": 1}}, r"kmax_options\['sample'\] must be >= 2"),
+        ({"kmax_options": {"sample_search": "fast"}}, r"kmax_options\['sample_search'\] must be"),
         ({"kmax_options": {"pool": 1}}, "kmax_options has no key 'pool'"),
         ({"kmax_options": {"features": {"n_dims": -1}}}, r"\['features'\]\['n_dims'\] must be"),
     ],

@@ -156,6 +156,8 @@ def test_dense_datasets_keep_their_settings(default_config):
          "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(sample=1), "datasets.mnist_rot.kmax.sample"),
+        (lambda d: d["kmax"].update(sample_search="fast"),
+         "datasets.mnist_rot.kmax.sample_search"),
         # 'auto' above dense_max with dense attention: the line says 'auto' chose the path
         (lambda d: (d["kmax"].update(mode="auto", dense_max=10),
                     d["attention"].update(kind="dense")), r"datasets.mnist_rot.kmax.mode'.*auto"),
@@ -225,8 +227,10 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     # the scale freedom brings every image's listed neighbours nearer than SE(2) alone
     assert store["sqdist"].values[:, 1:].sum() < se2.sqdist[:, 1:].sum()
     sample = feats["sample_index"].values
+    # the sample's pairs: by the settings' sample search (the screen by default)
+    assert settings["sample_search"] != settings["search"]
     ref = kappa_max(X[sample], beta=settings["beta"], normalization=settings["normalization"],
-                    group=g, settings=SearchSettings(**settings["search"]),
+                    group=g, settings=SearchSettings(**settings["sample_search"]),
                     sigma=settings["sigma"])  # fmt: skip
     np.testing.assert_allclose(store["sample_sqdist"].values, ref.sqdist, atol=1e-12)
 

@@ -87,7 +87,16 @@ _OPTIONS = {
     "stop_options": ("stop", ("n_seeds", "min_ari")),
     "kmax_options": (
         "path",
-        ("dense_max", "k", "search", "sample", "min_sample", "sample_per_root_n", "features"),
+        (
+            "dense_max",
+            "k",
+            "search",
+            "sample",
+            "sample_search",
+            "min_sample",
+            "sample_per_root_n",
+            "features",
+        ),
     ),
 }
 
@@ -212,7 +221,8 @@ class InvariantAttentionClustering(
         ``attention='knn'`` and ``readout='graph'``
     kmax_options : dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
         ('exact' | 'ia'), ``sample`` (images whose all-pairs kappa^max the silhouette and the
-        stopping rule read; None follows n: ``min_sample``, ``sample_per_root_n``) and
+        stopping rule read; None follows n: ``min_sample``, ``sample_per_root_n``),
+        ``sample_search`` ('screen' | 'exact': the search of the sample's pairs) and
         ``features`` (a dict of
         :class:`~ia_stages.kmax.features.FeatureSettings` keys, e.g. ``n_candidates``)
 

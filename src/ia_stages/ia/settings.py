@@ -26,6 +26,7 @@ from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.kmax.candidates import first_pass_search
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.readout.graph import (
     COMMUNITIES,
@@ -44,6 +45,7 @@ RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
 INITS = ("kmax", "identity")
 PATH_MODES = ("auto", "dense", "candidates")
 PATH_SEARCHES = ("exact", "ia")
+SAMPLE_SEARCHES = ("screen", "exact")
 DENSE_MAX = 5000
 """``path.mode`` 'auto' takes the kNN path above this many samples by default: dense
 kappa^max holds n x n arrays (n = 5,000: 200 MB per array, 12.5 M pairs per iteration)."""
@@ -148,10 +150,15 @@ class PathSettings:
         attention's k and the read-out graph's k + 1 (:meth:`IASettings.knn_width`)
     search : kNN path: the per-pair search of the candidate pairs: 'exact' (the library's
         exact preset :data:`ia_stages.kmax.EXACT_SEARCH`) or 'ia' (``IASettings.search``)
-    sample : kNN path: samples (seeded, at random; all when n is smaller) whose exact
-        all-pairs kappa^max the read-out's silhouette and the stopping rules use in place of
-        the n x n distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2); None
-        (the default) follows n (:meth:`sample_size`)
+    sample : kNN path: samples (seeded, at random; all when n is smaller) whose all-pairs
+        kappa^max the read-out's silhouette and the stopping rules use in place of the n x n
+        distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2); None (the default)
+        follows n (:meth:`sample_size`)
+    sample_search : kNN path: the per-pair search of the sample's pairs: 'screen' (the
+        default: the first pass's screen, :func:`~ia_stages.kmax.candidates.first_pass_search`)
+        or 'exact' (the candidate pairs' search, ``search``). Most sample pairs are far apart,
+        where both searches stop early at a small kernel value; the screen costs a fraction
+        (``bench/sample_search.py``; README "Large image sets")
     min_sample, sample_per_root_n : with ``sample`` None, the sample is
         max(min_sample, sample_per_root_n * sqrt(n)) images: a fixed small sample made the
         read-out without K depend on the sample at large n; a larger one lessens that but
@@ -168,6 +175,7 @@ class PathSettings:
     k: int | None = None
     search: str = "exact"
     sample: int | None = None
+    sample_search: str = "screen"
     min_sample: int = 300
     sample_per_root_n: float = 7.0
     features: FeatureSettings = DEFAULT_FEATURES
@@ -179,6 +187,7 @@ class PathSettings:
         check_number(self.k, "path.k", integer=True, low=2, allow_none=True)
         check_choice(self.search, "path.search", PATH_SEARCHES)
         check_number(self.sample, "path.sample", integer=True, low=2, allow_none=True)
+        check_choice(self.sample_search, "path.sample_search", SAMPLE_SEARCHES)
         check_number(self.min_sample, "path.min_sample", integer=True, low=2)
         check_number(self.sample_per_root_n, "path.sample_per_root_n", low=0.0)
         if not isinstance(self.features, FeatureSettings):
@@ -372,16 +381,31 @@ class IASettings:
         return replace(f, exact_width=self._neighbour_counts(n)[0])
 
     def knn_search(self) -> SearchSettings:
-        """The per-pair search of the kNN path's candidate pairs and sample: the exact preset
+        """The per-pair search of the kNN path's candidate pairs: the exact preset
         (``path.search`` 'exact') or ``search`` ('ia')."""
         return EXACT_SEARCH if self.path.search == "exact" else self.search
 
+    def knn_sample_search(self) -> SearchSettings:
+        """The per-pair search of the kNN path's sample: the first pass's screen
+        (``path.sample_search`` 'screen') or :meth:`knn_search` ('exact').
+
+        Example
+        -------
+        >>> ia_settings().knn_sample_search() == SearchSettings(memory_mb=EXACT_SEARCH.memory_mb)
+        True
+        """
+        if self.path.sample_search == "exact":
+            return self.knn_search()
+        return first_pass_search(self.knn_search())
+
     def sample_sqdist(self, V: Any, pick: np.ndarray) -> np.ndarray:
-        """``(s, s)`` exact kappa^max squared distances among the images ``V[pick]`` (the kNN
-        path's sample, :class:`~ia_stages.readout.graph.KnnDistances`)."""
+        """``(s, s)`` kappa^max squared distances among the images ``V[pick]`` by
+        :meth:`knn_sample_search` (the kNN path's sample,
+        :class:`~ia_stages.readout.graph.KnnDistances`)."""
         return sample_sqdist(
-            V, pick, self.beta, self.normalization, self.group, self.knn_search(), self.sigma
-        )
+            V, pick, self.beta, self.normalization, self.group, self.knn_sample_search(),
+            self.sigma,
+        )  # fmt: skip
 
     def kmax(self, V: Any, U: Any = None, progress: Any = None) -> KappaMaxResult:
         """kappa^max of ``V`` with itself (``U`` None) or of ``U`` against ``V`` under these

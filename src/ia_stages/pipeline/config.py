@@ -498,6 +498,7 @@ def _knn_settings(cfg: dict, dataset: str) -> dict:
         "features": asdict(s.knn_features(n)),
         "search": asdict(s.knn_search()),
         "sample": s.path.sample_size(n),  # sized to n as the estimator sizes it
+        "sample_search": asdict(s.knn_sample_search()),
     }
 
 

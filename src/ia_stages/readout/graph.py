@@ -25,12 +25,13 @@ GRAPH_READOUTS = ("spectral", "leiden", "hdbscan", "average")
 @dataclass
 class KnnDistances:
     """What the read-outs know of one iteration's kappa^max when no n x n matrix exists
-    (the pipeline's kNN path): every sample's nearest and the exact distances among a sample.
+    (the pipeline's kNN path): every sample's nearest and the distances among a sample.
 
     knn : the kNN store's lists (:class:`~ia_stages.kmax.KnnResult`, itself first), at least
         as wide as the read-out graph's k + 1
     sample : ``(s,)`` sorted sample indices, drawn at random (seeded)
-    sample_sqdist : ``(s, s)`` the exact kappa^max squared distances among them
+    sample_sqdist : ``(s, s)`` the kappa^max squared distances among them (the path's
+        ``sample_search``)
 
     The graph read-outs use ``knn``; what needs every pair's distance (the silhouette that
     chooses Leiden's resolution, the contraction rule, the linkage stability) uses the sample
@@ -89,8 +90,8 @@ def sample_sqdist(
     search: Any,
     sigma: float,
 ) -> np.ndarray:
-    """``(s, s)`` exact kappa^max squared distances among the images ``V[pick]``: the sample
-    of :class:`KnnDistances` (the estimator's :meth:`ia_stages.ia.settings.IASettings.
+    """``(s, s)`` kappa^max squared distances among the images ``V[pick]`` by ``search``: the
+    sample of :class:`KnnDistances` (the estimator's :meth:`ia_stages.ia.settings.IASettings.
     sample_sqdist` and the pipeline's ``knn-features`` stage both call this).
 
     Parameters

@@ -2,7 +2,7 @@
 
 Reads the dataset store and the kappa^max of every IA iteration's features (iteration 0, the
 input images, first; on the kNN path the kNN stores, whose read-outs use the lists and the
-exact distances of a sample, :class:`ia_stages.readout.graph.KnnDistances`): IA's read-out of
+distances of a sample, :class:`ia_stages.readout.graph.KnnDistances`): IA's read-out of
 each, the iteration the stopping rule keeps, and the class averages started at the input's
 kappa^max alignments onto each cluster's medoid. Writes
 ``results/{dataset}/classes.zarr`` (class averages, sizes, poses, distances, the read-out's
@@ -81,7 +81,7 @@ def run(
         except ValueError as err:
             raise InputError(f"{kmax[0]}: settings key {err}") from None
         pred, res = cluster_averages(V, parts[chosen], km0, ia)
-        # the kNN path: the linkage stability of the sample's exact distances
+        # the kNN path: the linkage stability of the sample's distances
         sq = sqs[chosen].sample_sqdist if knn else sqs[chosen]
         thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
     names = sample_names(data)

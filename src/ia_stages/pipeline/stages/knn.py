@@ -6,7 +6,8 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   the rotation- and translation-invariant features (:func:`ia_stages.kmax.features.
   invariant_features`, whose PCA is fitted on all images), every sample's candidates
   (:func:`ia_stages.kmax.candidates.candidate_lists`), the prepared images' squared norms,
-  and the exact all-pairs kappa^max among a seeded random sample of images (what the
+  and the all-pairs kappa^max among a seeded random sample of images (by the settings'
+  ``sample_search``; what the
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
   KnnDistances`);
 - ``knn-block`` (row blocks, one job each): the refinement of the candidate pairs whose
@@ -122,8 +123,8 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
         F = invariant_features(U, fs)
         cand = candidate_lists(U, F, fs, search)
         sq = sample_sqdist(
-            V, pick, settings["beta"], settings["normalization"], _group(settings), search,
-            settings["sigma"],
+            V, pick, settings["beta"], settings["normalization"], _group(settings),
+            SearchSettings(**settings["sample_search"]), settings["sigma"],
         )  # fmt: skip
     ds = xr.Dataset(
         {

@@ -1,0 +1,85 @@
+"""The kNN path's sample distances by the exact preset against the screen's search: their cost,
+their difference and what the read-outs make of each.
+
+Usage: python bench/sample_search.py RUN [--iterations 0 1]
+
+RUN is an ``ia-stages cluster`` output folder whose dataset took the kNN path (e.g. from
+``bench/cluster_large.py``). For every iteration given, the sample's all-pairs kappa^max
+(:func:`ia_stages.readout.graph.sample_sqdist`, what the silhouette that chooses Leiden's
+resolution, the stopping rule and the linkage stability use) is computed here twice in one
+process, with the exact preset (the stored one; the script checks it equals the store's) and
+with the first pass's screen (:func:`ia_stages.kmax.candidates.first_pass_search`). Printed:
+CPU and wall seconds of each and their ratio, the distribution of screen minus exact d2 over
+the pairs, and the read-outs of the run's iterations with each sample (the iteration the
+stopping rule keeps, clusters and ACC without K; ACC with K = the number of labels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from readout_sample import from_run  # bench/, beside this script
+
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.ia.loop import read_iterations
+from ia_stages.ia.settings import ia_config, ia_settings, sized
+from ia_stages.kmax.candidates import first_pass_search
+from ia_stages.pipeline.config import load_config
+from ia_stages.readout.graph import sample_sqdist
+
+
+def timed_sample(V, kd, s, search) -> tuple[np.ndarray, float, float]:
+    """The sample's d2 under ``search`` and its (CPU, wall) seconds."""
+    c, w = time.process_time(), time.perf_counter()
+    sq = sample_sqdist(V, kd.sample, s.beta, s.normalization, s.group, search, s.sigma)
+    return sq, time.process_time() - c, time.perf_counter() - w
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run")
+    ap.add_argument("--iterations", type=int, nargs="+", default=[0, 1])
+    a = ap.parse_args()
+    runs = {"exact": [], "screen": []}
+    for t in a.iterations:
+        labels, s, V, kd, seed = from_run(Path(a.run), t)
+        exact = s.knn_search()
+        screen = first_pass_search(exact, s.knn_features(kd.n))
+        sq_e, c_e, w_e = timed_sample(V, kd, s, exact)
+        sq_s, c_s, w_s = timed_sample(V, kd, s, screen)
+        stored = np.abs(sq_e - kd.sample_sqdist).max()
+        iu = np.triu_indices(kd.sample.size, 1)
+        diff = (sq_s - sq_e)[iu]
+        q = np.quantile(diff, [0.5, 0.99, 0.999, 1.0])
+        print(
+            f"iteration {t}: sample {kd.sample.size} ({iu[0].size} pairs), n = {kd.n}; exact "
+            f"{c_e:.1f} CPU s ({w_e:.1f} wall), screen {c_s:.1f} CPU s ({w_s:.1f} wall): "
+            f"{c_s / c_e:.2f}x CPU; exact recomputed vs stored max |diff| {stored:.1e}"
+        )
+        print(
+            f"  screen - exact d2: median {q[0]:.1e}, 99% {q[1]:.1e}, 99.9% {q[2]:.1e}, "
+            f"max {q[3]:.1e}, below exact by > 1e-6: {(diff < -1e-6).sum()}, "
+            f"above by > 1e-3: {(diff > 1e-3).sum()} of {diff.size}"
+        )
+        runs["exact"].append(kd)
+        runs["screen"].append(replace(kd, sample_sqdist=sq_s))
+    K = int(np.unique(labels).size)
+    cfg = load_config(Path(a.run) / "config.yaml")
+    base = ia_settings(**ia_config(cfg, next(iter(cfg["ia"]["datasets"]))))
+    for name, kds in runs.items():
+        parts, chosen, reason = read_iterations(kds, s, None, seed)
+        with_k, _, _ = read_iterations(kds, sized(base, kd.n, K), K, seed)
+        rows = ", ".join(
+            f"it {t}: {np.unique(p).size} clusters ACC {accuracy(labels, p):.3f}, "
+            f"K {accuracy(labels, pk):.3f}"
+            for t, p, pk in zip(a.iterations, parts, with_k, strict=True)
+        )
+        print(f"read-outs with the {name} sample: {rows}; kept iteration {chosen} ({reason})")
+
+
+if __name__ == "__main__":
+    main()
