@@ -198,7 +198,12 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
         means.gather([mb], km, nxt, st["means"])
         feats = nxt
     csv = tmp_path / "clusters.csv"
-    ds = classes.run(data, kms, tmp_path / "classes.zarr", csv, st["classes"])
+    read, aligned = [], []
+    ds = classes.run(
+        data, kms, tmp_path / "classes.zarr", csv, st["classes"], read.append, aligned.append
+    )
+    assert read == [1] * len(kms)  # progress: one tick per iteration read out
+    assert sum(aligned) >= n  # every image aligned onto its class average (again after a merge)
     table = pd.read_csv(csv)
     est = InvariantAttentionClustering(random_state=0).fit(X)
     assert np.array_equal(table["cluster"].values, est.labels_)

@@ -110,6 +110,7 @@ def read_iterations(
     n_clusters: int | None = None,
     seed: int = 0,
     values: list[Any] | None = None,
+    progress: Any = None,
 ) -> tuple[list[np.ndarray], int, str]:
     """Read out every iteration's kappa^max (input first) and choose one by the stopping rule.
 
@@ -120,6 +121,7 @@ def read_iterations(
     settings : sized :class:`~ia_stages.ia.settings.IASettings`
     n_clusters, seed : as :func:`read_out`
     values : the affinities (``kind='spectral'`` only)
+    progress : None, or called with 1 after each iteration's read-out
 
     Returns
     -------
@@ -128,10 +130,11 @@ def read_iterations(
     reason : one line saying why
     """
     values = values if values is not None else [None] * len(sqdists)
-    parts = [
-        read_out(sq, settings.readout, n_clusters, seed, v)
-        for sq, v in zip(sqdists, values, strict=True)
-    ]
+    parts = []
+    for sq, v in zip(sqdists, values, strict=True):
+        parts.append(read_out(sq, settings.readout, n_clusters, seed, v))
+        if progress is not None:
+            progress(1)
     chosen, reason = choose_iteration(parts, sqdists, settings)
     return parts, chosen, reason
 

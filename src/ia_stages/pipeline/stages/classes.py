@@ -14,6 +14,7 @@ v o tau ~ class average in the README's convention), plus its label when the dat
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,12 +51,15 @@ def run(
     out: str | Path,
     csv: str | Path,
     settings: dict,
+    readout_progress: Any = None,
+    average_progress: Any = None,
 ) -> xr.Dataset:
     """Read out every IA iteration's kappa^max (``kmax``: iteration 0 = the input images
     first), keep the iteration the stopping rule chooses, compute class averages and poses,
     write the store and CSV. The same functions as the estimator's
     (:func:`~ia_stages.ia.loop.read_iterations` and
-    :func:`~ia_stages.ia.class_averages.class_averages`).
+    :func:`~ia_stages.ia.class_averages.class_averages`). ``readout_progress`` is called with
+    1 per iteration read out, ``average_progress`` with the images aligned.
     """
     data = load_features(dataset)
     V = require_images(data, dataset)
@@ -77,10 +81,12 @@ def run(
             k0 = kms[0]
             km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
         try:
-            parts, chosen, reason = read_iterations(sqs, ia, None, int(settings["seed"]), values)
+            parts, chosen, reason = read_iterations(
+                sqs, ia, None, int(settings["seed"]), values, readout_progress
+            )
         except ValueError as err:
             raise InputError(f"{kmax[0]}: settings key {err}") from None
-        pred, res = cluster_averages(V, parts[chosen], km0, ia)
+        pred, res = cluster_averages(V, parts[chosen], km0, ia, progress=average_progress)
         # the kNN path: the linkage stability of the sample's distances
         sq = sqs[chosen].sample_sqdist if knn else sqs[chosen]
         thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
