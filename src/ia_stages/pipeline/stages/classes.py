@@ -13,6 +13,8 @@ v o tau ~ class average in the README's convention), plus its label when the dat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,12 @@ def _kmax(path: str | Path, n: int) -> xr.Dataset:
     return km
 
 
+@contextmanager
+def _no_bar(total: int | None, label: str) -> Iterator[None]:
+    """No progress shown: the tick is None."""
+    yield None
+
+
 def sample_names(data: xr.Dataset) -> list[str]:
     """File names of the samples when the store has them, else their indices."""
     if "sample_name" in data:
@@ -51,16 +59,17 @@ def run(
     out: str | Path,
     csv: str | Path,
     settings: dict,
-    readout_progress: Any = None,
-    average_progress: Any = None,
+    progress: Any = None,
 ) -> xr.Dataset:
     """Read out every IA iteration's kappa^max (``kmax``: iteration 0 = the input images
     first), keep the iteration the stopping rule chooses, compute class averages and poses,
     write the store and CSV. The same functions as the estimator's
     (:func:`~ia_stages.ia.loop.read_iterations` and
-    :func:`~ia_stages.ia.class_averages.class_averages`). ``readout_progress`` is called with
-    1 per iteration read out, ``average_progress`` with the images aligned.
+    :func:`~ia_stages.ia.class_averages.class_averages`). ``progress(total, label)``, when
+    given, is a context manager yielding a tick (the command's progress bars): one bar over
+    the iterations read out, then one over the images aligned onto their class averages.
     """
+    bar = progress if progress is not None else _no_bar
     data = load_features(dataset)
     V = require_images(data, dataset)
     n = V.shape[0]
@@ -81,12 +90,14 @@ def run(
             k0 = kms[0]
             km0 = KappaMaxResult(k0["value"].values, k0["params"].values, k0["sqdist"].values)
         try:
-            parts, chosen, reason = read_iterations(
-                sqs, ia, None, int(settings["seed"]), values, readout_progress
-            )
+            with bar(len(sqs), "read-outs: iterations") as tick:
+                parts, chosen, reason = read_iterations(
+                    sqs, ia, None, int(settings["seed"]), values, tick
+                )
         except ValueError as err:
             raise InputError(f"{kmax[0]}: settings key {err}") from None
-        pred, res = cluster_averages(V, parts[chosen], km0, ia, progress=average_progress)
+        with bar(None, "class averages: images aligned") as tick:
+            pred, res = cluster_averages(V, parts[chosen], km0, ia, progress=tick)
         # the kNN path: the linkage stability of the sample's distances
         sq = sqs[chosen].sample_sqdist if knn else sqs[chosen]
         thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
