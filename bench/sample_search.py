@@ -2,6 +2,12 @@
 their difference and what the read-outs make of each.
 
 Usage: python bench/sample_search.py RUN [--iterations 0 1]
+       python bench/sample_search.py digits:DIGITS:COPIES
+
+With ``digits:DIGITS:COPIES`` (e.g. ``digits:5000:20``, 100,000 images) the stack is
+:func:`ia_stages.data.large.digit_copies` (``bench/cluster_large.py``'s), the sample is the one
+the default settings draw for its n (seed 0), and only the two searches' cost and difference
+are printed (no stores, no read-outs).
 
 RUN is an ``ia-stages cluster`` output folder whose dataset took the kNN path (e.g. from
 ``bench/cluster_large.py``). For every iteration given, the sample's all-pairs kappa^max
@@ -39,11 +45,37 @@ def timed_sample(V, kd, s, search) -> tuple[np.ndarray, float, float]:
     return sq, time.process_time() - c, time.perf_counter() - w
 
 
+def on_digit_copies(spec: str) -> None:
+    """The sample of ``digits:DIGITS:COPIES`` under the default settings, by both searches."""
+    from ia_stages.data.large import digit_copies
+    from ia_stages.readout.graph import KnnDistances, sample_indices
+
+    _, digits, copies = spec.split(":")
+    X = digit_copies(int(copies), n_digits=int(digits), noise=0.0, seed=0).data
+    n = X.shape[0]
+    s = sized(ia_settings(), n)
+    kd = KnnDistances(None, sample_indices(n, s.path.sample_size(n), 0), None)
+    exact = s.knn_search()
+    screen = first_pass_search(exact, s.knn_features(n))
+    sq_s, c_s, w_s = timed_sample(X, kd, s, screen)
+    sq_e, c_e, w_e = timed_sample(X, kd, s, exact)
+    diff = (sq_s - sq_e)[np.triu_indices(kd.sample.size, 1)]
+    print(
+        f"{n} digit copies, sample {kd.sample.size} ({diff.size} pairs): exact {c_e:.0f} CPU s "
+        f"({w_e:.0f} wall), screen {c_s:.0f} CPU s ({w_s:.0f} wall): {c_s / c_e:.2f}x CPU; "
+        f"screen - exact d2 median {np.median(diff):.1e}, min {diff.min():.2f}, "
+        f"max {diff.max():.2f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run")
     ap.add_argument("--iterations", type=int, nargs="+", default=[0, 1])
     a = ap.parse_args()
+    if a.run.startswith("digits:"):
+        on_digit_copies(a.run)
+        return
     runs = {"exact": [], "screen": []}
     for t in a.iterations:
         labels, s, V, kd, seed = from_run(Path(a.run), t)
