@@ -362,7 +362,7 @@ def leiden_sweep(
     workers = numba.get_num_threads() if workers is None else int(workers)
     workers = min(workers, len(resolutions))
     if workers <= 1 or knn.n < PARALLEL_MIN_NODES:
-        return [leiden_knn(knn, seed, r, graph) for r in resolutions]
+        return [_leidenalg_leiden(graph, seed, float(r)) for r in resolutions]
     from joblib import Parallel, delayed
 
     # loky's worker processes start fresh (no fork of this process's kernel threads) and
