@@ -620,6 +620,26 @@ def dataset_size(cfg: dict, dataset: str) -> int:
     return ds["n"]
 
 
+def job_threads(cfg: dict, dataset: str) -> int:
+    """CPU threads of one heavy job of ``dataset``: ``threads``, or 1 when the dataset has
+    fewer than ``single_core_below`` images.
+
+    A job of a small dataset computes for a fraction of a second after seconds of
+    single-threaded start-up (imports, compiled-kernel loading), so two such jobs side by side
+    finish sooner than one on two cores. The results do not depend on it.
+
+    Example
+    -------
+    >>> cfg = {"threads": 4, "single_core_below": 500}
+    >>> cfg["datasets"] = {"d": {"kind": "mnist", "n": 100}}
+    >>> job_threads(cfg, "d")
+    1
+    """
+    if dataset_size(cfg, dataset) < cfg["single_core_below"]:
+        return 1
+    return int(cfg["threads"])
+
+
 def means_block_size(cfg: dict, dataset: str) -> int:
     """Columns per invariant-mean job: ``block_size``, or on the kNN path
     :func:`knn_rows_per_job` (a column there aligns only its k listed neighbours, so a job of

@@ -11,7 +11,7 @@ rule cluster:
     params:
         settings=cluster_settings_arg,
         args=lambda w, input: cluster_args(w, input),
-    threads: lambda w: config["threads"] if w.method in HEAVY_METHODS else 1
+    threads: lambda w: heavy_threads(w) if w.method in HEAVY_METHODS else 1
     resources:
         gpu=lambda w: GPU_PER_JOB if w.method in HEAVY_METHODS else 0,
     log:
@@ -32,7 +32,7 @@ rule theory:
         "results/{dataset}/theory.csv",
     params:
         settings=settings("theory"),
-    threads: config["threads"]
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/theory.log",
     shell:

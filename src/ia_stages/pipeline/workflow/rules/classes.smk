@@ -19,7 +19,7 @@ rule classes:
         settings=settings("classes"),
     log:
         "results/logs/{dataset}/classes.log",
-    threads: config["threads"]
+    threads: heavy_threads
     shell:
         "ia-stages classes --dataset {input.dataset} --kmax {input.kmax} --threads {threads}"
         " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"

@@ -4,6 +4,7 @@ import shlex
 from ia_stages.pipeline.config import (
     column_blocks,
     data_of,
+    job_threads,
     kmax_blocks,
     knn_path,
     knn_row_blocks,
@@ -51,6 +52,11 @@ wildcard_constraints:
     bi=r"\d+",
     bj=r"\d+",
     cb=r"\d+",
+
+
+def heavy_threads(w):
+    """Threads of a heavy job: `threads`, or 1 for a dataset under `single_core_below` images."""
+    return job_threads(config, w.dataset)
 
 
 def settings(stage):

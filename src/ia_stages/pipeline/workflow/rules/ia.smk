@@ -8,7 +8,7 @@ rule kmax_block:
     params:
         settings=settings("kmax"),
         block_size=config["block_size"],
-    threads: config["threads"]
+    threads: heavy_threads
     resources:
         gpu=GPU_PER_JOB,
     log:
@@ -48,7 +48,7 @@ rule knn_features:
         settings=settings("knn"),
     resources:
         gpu=GPU_PER_JOB,
-    threads: config["threads"]
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_features.log",
     shell:
@@ -69,7 +69,7 @@ rule knn_block:
         rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
         gpu=GPU_PER_JOB,
-    threads: config["threads"]
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_{bi}.log",
     shell:
@@ -112,7 +112,7 @@ rule knn_expand:
         rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
         gpu=GPU_PER_JOB,
-    threads: config["threads"]
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_expand_{bi}.log",
     shell:
@@ -132,7 +132,7 @@ rule knn_gather:
         directory("results/{dataset}/ia/iter{t}/knn.zarr"),
     params:
         settings=settings("knn"),
-    threads: config["threads"]
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_gather.log",
     shell:
@@ -152,7 +152,7 @@ rule means_block:
     params:
         settings=settings("means"),
         block_size=lambda w: means_block_size(config, w.dataset),
-    threads: config["threads"]
+    threads: heavy_threads
     resources:
         gpu=GPU_PER_JOB,
     log:
