@@ -17,6 +17,7 @@ from ia_stages.core.seeds import stage_seed
 from ia_stages.pipeline.config import (
     ConfigError,
     dataset_size,
+    job_threads,
     kmax_blocks,
     load_config,
     stage_settings,
@@ -298,6 +299,8 @@ UNRELATED_TO_KMAX = {
     "ka_beta": _set("datasets", "shapes3", "ka_beta", 5.0),
     "mean steps": _set("ia", "mean", {"steps": 3}),
     "figures": _set("figures", "mean_trace", {"dataset": "shapes3"}),
+    "single_core_below": _set("single_core_below", 0),
+    "threads": _set("threads", 1),
 }
 
 RELEVANT_TO_KMAX = {
@@ -428,6 +431,23 @@ def test_dataset_size(cfg: dict, schema_path: Path, tmp_path: Path) -> None:
         str(_png(tmp_path / "b.png")),
     ]
     assert dataset_size(validate_config(cfg, schema_path), "shapes3") == 12
+
+
+def test_jobs_of_small_datasets_run_on_one_core_each(cfg: dict, schema_path: Path) -> None:
+    """Under ``single_core_below`` images a heavy job gets one thread (a group variant counts
+    its base dataset's images); at or above it, ``threads``."""
+    assert cfg["single_core_below"] == 500 and cfg["threads"] == 4
+    assert "affnist@affine" in cfg["datasets"]
+    assert {job_threads(cfg, d) for d in cfg["datasets"]} == {1}
+    big = copy.deepcopy(cfg)
+    del big["datasets"]["affnist@affine"]  # validation makes it again from affnist
+    big["datasets"]["affnist"]["n"] = 500
+    big = validate_config(big, schema_path)
+    assert job_threads(big, "affnist") == 4
+    assert job_threads(big, "affnist@affine") == 4
+    assert job_threads(big, "mnist") == 1
+    big["single_core_below"] = 0
+    assert job_threads(big, "mnist") == 4
 
 
 def test_kmax_blocks_18_samples_block_size_8(cfg: dict) -> None:
