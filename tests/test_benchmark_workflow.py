@@ -143,6 +143,16 @@ def test_cluster_on_a_store_without_labels_fails_in_one_line(bench_run, tmp_path
     assert "label" in err[-1]
 
 
+def test_a_batch_with_fewer_stores_than_settings_fails_in_one_line(bench_run, tmp_path, capsys):
+    work, _ = bench_run
+    out = tmp_path / "one.zarr"
+    rc = main(["run-method", "--dataset", str(work / "results/data/mnist_rot.zarr"),
+               "--settings", _settings(work), _settings(work), "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert "--settings gives 2 jobs but --out 1 stores" in err[-1]
+
+
 def test_cluster_with_more_clusters_than_samples_fails_in_one_line(bench_run, tmp_path, capsys):
     work, _ = bench_run
     ds = read_store(work / "results/data/mnist_rot.zarr")

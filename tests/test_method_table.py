@@ -27,6 +27,20 @@ def test_every_method_has_settings_predict_and_a_known_need(
     assert set(HEAVY_METHODS) == {m for m, meth in METHODS.items() if meth.heavy}
 
 
+def test_a_batch_of_light_methods_runs_where_each_of_them_would() -> None:
+    """The workflow runs the light methods in one job per dataset and input (pixels, the
+    iteration-0 kappa^max, every iteration's): a pixel batch runs on the benchmark datasets
+    only, a kappa^max batch also on the group variants, so within a batch every method must
+    factor out the same thing."""
+    for m, meth in METHODS.items():
+        if meth.heavy:
+            continue
+        if meth.needs == "none":
+            assert meth.transforms == "none", m
+        else:
+            assert meth.transforms == "group", m
+
+
 def test_schema_takes_its_method_names_from_the_table(schema_path: Path) -> None:
     schema = yaml.safe_load(schema_path.read_text())
     items = schema["properties"]["benchmark"]["properties"]["methods"]["items"]

@@ -220,15 +220,22 @@ def _cmd_tables(a: argparse.Namespace) -> None:
 def _cmd_run_method(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import run_method as cluster
 
+    if len(a.settings) != len(a.out):
+        raise ConfigError(
+            f"--settings gives {len(a.settings)} jobs but --out {len(a.out)} stores; "
+            "give one store per settings object, in the same order"
+        )
+    jobs = [(_settings(s), out) for s, out in zip(a.settings, a.out, strict=True)]
     with _use_threads(a.threads):
-        ds = cluster.run(a.dataset, a.out, _settings(a.settings), a.kmax, a.upstream)
-    log.info(
-        "wrote %s: %s found %d clusters in %.1f s",
-        a.out,
-        ds.attrs["method"],
-        len(set(ds["pred"].values.tolist())),
-        ds.attrs["wall_seconds"],
-    )
+        for settings, out in jobs:
+            ds = cluster.run(a.dataset, out, settings, a.kmax, a.upstream)
+            log.info(
+                "wrote %s: %s found %d clusters in %.1f s",
+                out,
+                ds.attrs["method"],
+                len(set(ds["pred"].values.tolist())),
+                ds.attrs["wall_seconds"],
+            )
 
 
 def _cmd_classes(a: argparse.Namespace) -> None:
@@ -496,7 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", required=True, help="clusters.csv")
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
 
-    sp = add("run-method", _cmd_run_method, "one benchmark method on one dataset and seed")
+    sp = add(
+        "run-method",
+        _cmd_run_method,
+        "benchmark methods on one dataset: one store per settings object (method and seed)",
+    )
     sp.add_argument("--dataset", required=True)
     sp.add_argument(
         "--kmax",
@@ -506,8 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--settings", nargs="+", required=True, help="JSON settings, one per job")
+    sp.add_argument("--out", nargs="+", required=True, help="output stores, one per job")
 
     sp = add("theory", _cmd_theory, "Table 2 rows of one dataset")
     sp.add_argument("--dataset", required=True)

@@ -1,5 +1,9 @@
 """Stage ``cluster``: one benchmark method on one dataset with one seed -> predicted labels.
 
+The workflow runs each heavy method in a job of its own and the light ones in one job per
+dataset and input (``ia-stages run-method`` takes several settings and stores); each store is
+the same either way.
+
 Reads the dataset store and, for the kappa^max-based methods, the kappa^max stores the IA
 stages already wrote (iteration 0 for the baselines on kappa^max; every iteration 0..T for
 IA's read-outs, which label every iteration and report the one the stopping rule chose), so

@@ -8,6 +8,8 @@ rule cluster:
         unpack(cluster_inputs),
     output:
         directory("results/{dataset}/cluster/{method}/seed{seed}.zarr"),
+    wildcard_constraints:
+        method="|".join(HEAVY_METHODS),  # the light ones run in batches (below)
     params:
         settings=cluster_settings_arg,
         args=lambda w, input: cluster_args(w, input),
@@ -19,6 +21,70 @@ rule cluster:
     shell:
         "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
+
+
+# The light methods run in one job per dataset and input kind: pixels, the iteration-0
+# kappa^max, or every iteration's (IA's read-outs). A settings edit reruns the whole batch.
+if PIXEL_BATCH:
+
+    rule cluster_pixels:
+        conda:
+            CONDA_ENV
+        input:
+            dataset=lambda w: data_store(w.dataset),
+        output:
+            batch_outputs(PIXEL_BATCH),
+        wildcard_constraints:
+            dataset="|".join(re.escape(d) for d in BENCH_DATASETS),
+        params:
+            settings=batch_settings(PIXEL_BATCH),
+        log:
+            "results/logs/{dataset}/cluster/pixel_methods.log",
+        shell:
+            "ia-stages run-method --dataset {input.dataset} --threads 1"
+            " --settings {params.settings} --out {output} 2> {log}"
+
+
+if GRAPH_BATCH:
+
+    rule cluster_graphs:
+        conda:
+            CONDA_ENV
+        input:
+            dataset=lambda w: data_store(w.dataset),
+            kmax=lambda w: ia_stores(w.dataset)[0][0],
+        output:
+            batch_outputs(GRAPH_BATCH),
+        params:
+            settings=batch_settings(GRAPH_BATCH),
+        log:
+            "results/logs/{dataset}/cluster/graph_methods.log",
+        shell:
+            "ia-stages run-method --dataset {input.dataset} --kmax {input.kmax}"
+            " --upstream {input.kmax} --threads 1 --settings {params.settings} --out {output}"
+            " 2> {log}"
+
+
+if IA_BATCH:
+
+    rule cluster_ia:
+        conda:
+            CONDA_ENV
+        input:
+            dataset=lambda w: data_store(w.dataset),
+            kmax=lambda w: ia_stores(w.dataset)[0],
+            features=lambda w: ia_stores(w.dataset)[1],
+        output:
+            batch_outputs(IA_BATCH),
+        params:
+            settings=batch_settings(IA_BATCH),
+        threads: heavy_threads
+        log:
+            "results/logs/{dataset}/cluster/ia_methods.log",
+        shell:
+            "ia-stages run-method --dataset {input.dataset} --kmax {input.kmax}"
+            " --upstream {input.kmax} {input.features} --threads {threads}"
+            " --settings {params.settings} --out {output} 2> {log}"
 
 
 rule theory:

@@ -1,5 +1,6 @@
 # Shared wiring of the clustering benchmark (benchmark.smk): job lists and input functions.
 import json
+import re
 
 from ia_stages.pipeline.config import cluster_settings, group_variants
 from ia_stages.benchmark.methods import HEAVY_METHODS, METHODS, method_seeds
@@ -20,6 +21,38 @@ BENCH_TABLES = [
 wildcard_constraints:
     method="|".join(METHODS),
     seed=r"\d+",
+
+
+def light_batch(need):
+    """(method, seed index) of the light benchmark methods that read `need` ('none',
+    'kmax0', 'kmax_all'): one job runs them all on a dataset, since each alone is a fraction
+    of a second of work after seconds of process start-up. The light methods reading kappa^max
+    all use the dataset's group and the pixel ones none (tests/test_method_table.py), so a
+    batch runs on the same datasets as each of its methods would."""
+    batch = [
+        (m, s)
+        for m in BENCH_METHODS
+        if not METHODS[m].heavy and METHODS[m].needs == need
+        for s in method_seeds(m, BENCH["seeds"])
+    ]
+    return batch
+
+
+PIXEL_BATCH = light_batch("none")  # the benchmark datasets only: pixels have no group
+GRAPH_BATCH = light_batch("kmax0")  # every benchmark run, group variants included
+IA_BATCH = light_batch("kmax_all")
+
+
+def batch_outputs(batch):
+    return [directory(f"results/{{dataset}}/cluster/{m}/seed{s}.zarr") for m, s in batch]
+
+
+def batch_settings(batch):
+    """Params function: the JSON settings of each job of a batch, shell-quoted, in order."""
+    return lambda w: " ".join(
+        shlex.quote(json.dumps(cluster_settings(config, w.dataset, m, s), sort_keys=True))
+        for m, s in batch
+    )
 
 
 def cluster_runs():
