@@ -256,6 +256,7 @@ def test_cuda_nearest_in_feature_space_equals_the_cpu_build():
     assert json.loads(proc.stdout.splitlines()[-1]) == {"same": True, "rows": True}
 
 
+@pytest.mark.slow  # compiles every kernel for a real GPU's instruction set
 @pytest.mark.skipif(not _nvvm_available(), reason="NVVM / NVRTC not installed (pip: nvidia-nvvm)")
 def test_cuda_kernel_compiles_to_ptx_for_a_real_gpu():
     proc = _run(PTX)

@@ -76,6 +76,7 @@ def test_rectangular_block_equals_square_result(shapes):
     assert np.allclose(block.value, full.value[:2, 2:], rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow  # 9,720 warps by the numpy reference warp
 def test_kmax_reaches_the_optimum_of_a_dense_grid_search(shapes):
     """No transform on a 3-degree x 1-pixel grid beats the search's kappa (global optimum)."""
     u, v = normalize(shapes[[0, 1]])
