@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,12 +25,24 @@ def default_config() -> dict:
 
 
 @pytest.fixture(scope="session")
-def small_reference(tmp_path_factory) -> Path:
+def small_reference(tmp_path_factory, worker_id) -> Path:
     """A finished local run of the small workflow config (tests/test_robustness.py's SMALL),
-    shared by the tests that compare another run of it with this one."""
+    shared by the tests that compare another run of it with this one. Under pytest-xdist the
+    first worker to ask makes it in the session's shared temporary folder and the others wait
+    for it (a lock), so the run is made once per session, not once per worker."""
     from .test_robustness import fresh, snakemake
 
-    work = fresh(tmp_path_factory.mktemp("ref"), "run")
-    proc = snakemake(work)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / "small_reference"
+    root.mkdir(exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        work, done = root / "ref" / "run", root / "done"
+        if not done.exists():
+            shutil.rmtree(root / "ref", ignore_errors=True)
+            (root / "ref").mkdir()
+            work = fresh(root / "ref", "run")
+            proc = snakemake(work)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            done.touch()
     return work
