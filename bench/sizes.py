@@ -10,6 +10,7 @@ classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
     python bench/sizes.py digits 300 --merge 0.67   # with the class-average merge rule
     python bench/sizes.py digits 1000 --no-k-only   # without K only
     python bench/sizes.py digits 5000 --kmax-mode candidates   # by the kNN path
+    python bench/sizes.py digits 12 30 51 99 --seeds 8   # 8 samples per size: the spread
 """
 
 from __future__ import annotations
@@ -58,15 +59,38 @@ def digits(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.pad(imgs, ((0, 0), (2, 2), (2, 2))), np.searchsorted(classes, y[idx])
 
 
-def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None, **params) -> str:
+def fit(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None, **params):
+    """The fitted default estimator, its ACC and CPU seconds."""
     t0 = time.process_time()
     est = InvariantAttentionClustering(n_clusters, random_state=0, **params).fit(X)
-    cpu = time.process_time() - t0
+    return est, accuracy(y, est.labels_), time.process_time() - t0
+
+
+def measure(X: np.ndarray, y: np.ndarray, n_clusters: int | None = None, **params) -> str:
+    est, acc, cpu = fit(X, y, n_clusters, **params)
     k_att, k_read = sized_neighbours(len(y), n_clusters)
     return (
         f"n={len(y):5d} classes={np.unique(y).size:2d} K={n_clusters} "
-        f"clusters={est.n_clusters_:3d} ACC={accuracy(y, est.labels_):.3f} "
+        f"clusters={est.n_clusters_:3d} ACC={acc:.3f} "
         f"iter={est.n_iter_} k_att={k_att} k_read={k_read} cpu_s={cpu:.1f}"
+    )
+
+
+def spread(n: int, seeds: int, **params) -> str:
+    """Without K on ``seeds`` samples of n digits: every sample's cluster count, the share
+    that finds the classes' number, and ACC's worst / median / best."""
+    counts, accs, classes = [], [], 0
+    for seed in range(seeds):
+        X, y = digits(n, seed)
+        est, acc, _ = fit(X, y, **params)
+        counts.append(est.n_clusters_)
+        accs.append(acc)
+        classes = np.unique(y).size
+    accs = np.asarray(accs)
+    return (
+        f"n={n:5d} samples={seeds} clusters={counts} "
+        f"share_with_{classes}={np.mean(np.asarray(counts) == classes):.2f} "
+        f"ACC worst={accs.min():.3f} median={np.median(accs):.3f} best={accs.max():.3f}"
     )
 
 
@@ -80,6 +104,11 @@ def main(argv: list[str]) -> None:
         i = argv.index("--kmax-mode")
         params["kmax_mode"] = argv[i + 1]
         argv = argv[:i] + argv[i + 2 :]
+    seeds = 0
+    if "--seeds" in argv:  # digits: that many samples per size, without K (the spread)
+        i = argv.index("--seeds")
+        seeds = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2 :]
     no_k_only = "--no-k-only" in argv  # skip the run with K on the larger sets
     argv = [a for a in argv if a != "--no-k-only"]
     what = argv[0] if argv else "letters"
@@ -88,6 +117,9 @@ def main(argv: list[str]) -> None:
         for n in sizes:
             X, y = letters(*LETTER_SETS[n])
             print("letters", measure(X, y, **params), flush=True)
+    elif seeds:
+        for n in [int(a) for a in argv[1:]] or [300]:
+            print("digits ", spread(n, seeds, **params), flush=True)
     else:
         for n in [int(a) for a in argv[1:]] or [300]:
             X, y = digits(n)
