@@ -227,15 +227,15 @@ def _cmd_run_method(a: argparse.Namespace) -> None:
         )
     jobs = [(_settings(s), out) for s, out in zip(a.settings, a.out, strict=True)]
     with _use_threads(a.threads):
-        for settings, out in jobs:
-            ds = cluster.run(a.dataset, out, settings, a.kmax, a.upstream)
-            log.info(
-                "wrote %s: %s found %d clusters in %.1f s",
-                out,
-                ds.attrs["method"],
-                len(set(ds["pred"].values.tolist())),
-                ds.attrs["wall_seconds"],
-            )
+        stores = cluster.run_batch(a.dataset, jobs, a.kmax, a.upstream)
+    for (_, out), ds in zip(jobs, stores, strict=True):
+        log.info(
+            "wrote %s: %s found %d clusters in %.1f s",
+            out,
+            ds.attrs["method"],
+            len(set(ds["pred"].values.tolist())),
+            ds.attrs["wall_seconds"],
+        )
 
 
 def _cmd_classes(a: argparse.Namespace) -> None:

@@ -42,6 +42,14 @@ def _kmax(path: str | Path | None, n: int, method: str) -> KappaMaxResult:
     return KappaMaxResult(km["value"].values, km["params"].values, km["sqdist"].values)
 
 
+def _read_once(
+    stored: dict[str, KappaMaxResult], path: str | Path, n: int, method: str
+) -> KappaMaxResult:
+    if str(path) not in stored:
+        stored[str(path)] = _kmax(path, n, method)
+    return stored[str(path)]
+
+
 def n_clusters_of(settings: dict, labels: np.ndarray, path: str | Path) -> int:
     """K: the configured number of clusters, else the number of classes in the labels."""
     n = labels.size
@@ -59,11 +67,15 @@ def predict(
     kmax: list[str | Path] | str | Path | None,
     rng: np.random.Generator,
     seed: int,
+    stored: dict[str, KappaMaxResult] | None = None,
 ) -> tuple[np.ndarray, dict]:
     """Labels ``(n,)`` of ``method`` and extra arrays to store (name -> (dims, values)).
 
     ``kmax``: the kappa^max stores the method reads (see :data:`ia_stages.benchmark.methods.NEEDS`).
+    ``stored``: the stores already read, by path (filled here; a batch passes one dict, so
+    that each store is read once).
     """
+    stored = {} if stored is None else stored
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; known: {sorted(METHODS)}")
     meth = METHODS[method]
@@ -81,7 +93,7 @@ def predict(
         images=images,
         n_clusters=n_clusters_of(settings, labels, data_path),
         settings=settings,
-        kmax=[_kmax(p, n, method) for p in paths],
+        kmax=[_read_once(stored, p, n, method) for p in paths],
         rng=rng,
         seed=seed,
         to_backend=lambda a: on_backend(a, settings["backend"])[0],
@@ -99,21 +111,47 @@ def run(
     kmax: list[str | Path] | str | Path | None = None,
     upstream: list[str | Path] = (),
 ) -> xr.Dataset:
-    """Run ``settings['method']`` with seed index ``settings['seed_index']`` and write ``out``."""
-    method = settings["method"]
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; known: {sorted(METHODS)}")
+    """Run ``settings['method']`` with seed index ``settings['seed_index']`` and write ``out``
+    (one job of :func:`run_batch`)."""
+    return run_batch(dataset, [(settings, out)], kmax, upstream)[0]
+
+
+def run_batch(
+    dataset: str | Path,
+    jobs: list[tuple[dict, str | Path]],
+    kmax: list[str | Path] | str | Path | None = None,
+    upstream: list[str | Path] = (),
+) -> list[xr.Dataset]:
+    """Run several jobs ``(settings, out)`` on one dataset, reading the dataset and each
+    kappa^max store once; each store written is the one :func:`run` would write alone."""
+    for settings, _ in jobs:
+        if settings["method"] not in METHODS:
+            raise InputError(f"unknown method {settings['method']!r}; known: {sorted(METHODS)}")
     data = load_features(dataset)
     if "label" not in data:
         raise InputError(f"{dataset}: store has no 'label' variable; the benchmark needs labels")
+    up = sum(float(store_attrs(p).get("wall_seconds", 0.0)) for p in upstream)
+    stored: dict[str, KappaMaxResult] = {}
+    return [_run_one(data, dataset, s, out, kmax, up, stored) for s, out in jobs]
+
+
+def _run_one(
+    data: xr.Dataset,
+    dataset: str | Path,
+    settings: dict,
+    out: str | Path,
+    kmax: list[str | Path] | str | Path | None,
+    upstream_seconds: float,
+    stored: dict[str, KappaMaxResult],
+) -> xr.Dataset:
+    method = settings["method"]
     seed = stage_seed(
         settings["seed"], f"cluster:{settings['dataset']}:{method}:{settings['seed_index']}"
     )
     rng = np.random.default_rng(seed)
     with timer() as t:
-        pred, extra = predict(method, data, dataset, settings, kmax, rng, seed % 2**31)
+        pred, extra = predict(method, data, dataset, settings, kmax, rng, seed % 2**31, stored)
     attrs = extra.pop(ATTRS, {})
-    up = sum(float(store_attrs(p).get("wall_seconds", 0.0)) for p in upstream)
     ds = xr.Dataset(
         {"pred": (("sample",), np.asarray(pred, dtype=np.int64)), **extra},
         coords={"sample": np.arange(pred.size)},
@@ -127,7 +165,7 @@ def run(
         seed_index=settings["seed_index"],
         n_clusters=n_clusters_of(settings, data["label"].values, dataset),
         wall_seconds=t["seconds"],
-        upstream_seconds=up,
+        upstream_seconds=upstream_seconds,
         **attrs,
     )
     write_store(ds, out)

@@ -12,7 +12,7 @@ rule cluster:
         method="|".join(HEAVY_METHODS),  # the light ones run in batches (below)
     params:
         settings=cluster_settings_arg,
-        args=lambda w, input: cluster_args(w, input),
+        args=cluster_args,
     threads: lambda w: heavy_threads(w) if w.method in HEAVY_METHODS else 1
     resources:
         gpu=lambda w: GPU_PER_JOB if w.method in HEAVY_METHODS else 0,
@@ -31,7 +31,7 @@ if PIXEL_BATCH:
         conda:
             CONDA_ENV
         input:
-            dataset=lambda w: data_store(w.dataset),
+            unpack(batch_inputs("none")),
         output:
             batch_outputs(PIXEL_BATCH),
         wildcard_constraints:
@@ -51,18 +51,17 @@ if GRAPH_BATCH:
         conda:
             CONDA_ENV
         input:
-            dataset=lambda w: data_store(w.dataset),
-            kmax=lambda w: ia_stores(w.dataset)[0][0],
+            unpack(batch_inputs("kmax0")),
         output:
             batch_outputs(GRAPH_BATCH),
         params:
             settings=batch_settings(GRAPH_BATCH),
+            args=cluster_args,
         log:
             "results/logs/{dataset}/cluster/graph_methods.log",
         shell:
-            "ia-stages run-method --dataset {input.dataset} --kmax {input.kmax}"
-            " --upstream {input.kmax} --threads 1 --settings {params.settings} --out {output}"
-            " 2> {log}"
+            "ia-stages run-method --dataset {input.dataset} {params.args} --threads 1"
+            " --settings {params.settings} --out {output} 2> {log}"
 
 
 if IA_BATCH:
@@ -71,19 +70,17 @@ if IA_BATCH:
         conda:
             CONDA_ENV
         input:
-            dataset=lambda w: data_store(w.dataset),
-            kmax=lambda w: ia_stores(w.dataset)[0],
-            features=lambda w: ia_stores(w.dataset)[1],
+            unpack(batch_inputs("kmax_all")),
         output:
             batch_outputs(IA_BATCH),
         params:
             settings=batch_settings(IA_BATCH),
+            args=cluster_args,
         threads: heavy_threads
         log:
             "results/logs/{dataset}/cluster/ia_methods.log",
         shell:
-            "ia-stages run-method --dataset {input.dataset} --kmax {input.kmax}"
-            " --upstream {input.kmax} {input.features} --threads {threads}"
+            "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
             " --settings {params.settings} --out {output} 2> {log}"
 
 

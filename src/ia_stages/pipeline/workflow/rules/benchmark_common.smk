@@ -74,11 +74,11 @@ def ia_stores(d):
     return kmax, feats
 
 
-def cluster_inputs(w):
-    """The dataset, the kappa^max the method reads, and the stores whose compute it reuses."""
-    ins = {"dataset": data_store(w.dataset), "upstream": []}
-    kmax, feats = ia_stores(w.dataset)
-    need = METHODS[w.method].needs
+def inputs_of(dataset, need):
+    """The dataset, the kappa^max a method reading `need` reads, and the stores whose compute
+    it reuses."""
+    ins = {"dataset": data_store(dataset), "upstream": []}
+    kmax, feats = ia_stores(dataset)
     if need == "kmax0":
         ins["kmax"] = kmax[0]
         ins["upstream"] = [kmax[0]]
@@ -86,6 +86,16 @@ def cluster_inputs(w):
         ins["kmax"] = kmax
         ins["upstream"] = kmax + feats
     return ins
+
+
+def cluster_inputs(w):
+    """Input function of one method's job (inputs_of its need)."""
+    return inputs_of(w.dataset, METHODS[w.method].needs)
+
+
+def batch_inputs(need):
+    """Input function of a batch of light methods that all read `need`."""
+    return lambda w: inputs_of(w.dataset, need)
 
 
 def cluster_args(w, input):
