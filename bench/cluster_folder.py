@@ -7,7 +7,7 @@ seconds of the command and its children. An earlier run's output folder is remov
 every stage runs. ``--backend cupy`` runs the command's κ^max and kNN jobs on a CUDA GPU.
 
     python bench/cluster_folder.py [--n-per-class 100] [--preset images] [--work /tmp/folder]
-        [--backend auto]
+        [--backend auto] [--cores N]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--preset", default="images")
     ap.add_argument("--work", default="/tmp/ia_cluster_folder")
     ap.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    ap.add_argument("--cores", type=int, help="ia-stages cluster --cores (default: its own)")
     a = ap.parse_args()
     work = Path(a.work)
     folder, out = work / "digits", work / "out"
@@ -56,6 +57,8 @@ def main() -> None:
     t0 = time.perf_counter()
     cmd = ["ia-stages", "cluster", str(folder), "--out", str(out), "--preset", a.preset,
            "--backend", a.backend]  # fmt: skip
+    if a.cores:
+        cmd += ["--cores", str(a.cores)]
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
