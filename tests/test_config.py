@@ -17,6 +17,7 @@ from ia_stages.core.seeds import stage_seed
 from ia_stages.pipeline.config import (
     ConfigError,
     dataset_size,
+    job_backend,
     job_threads,
     kmax_blocks,
     load_config,
@@ -309,7 +310,8 @@ RELEVANT_TO_KMAX = {
     "normalization": _set("datasets", "shapes3", "normalization", "none"),
     "search": _set("ia", "search", {"n_angles": 36}),
     "seed": _set("seed", 1),
-    "backend": _set("backend", "numpy"),
+    "backend": _set("backend", "cupy"),
+    "auto_gpu": _set("auto_gpu", "all"),
 }
 
 
@@ -330,7 +332,7 @@ def test_kmax_settings_content(cfg: dict) -> None:
     s = stage_settings(cfg, "kmax", "shapes3")
     assert s == {
         "seed": cfg["seed"],
-        "backend": cfg["backend"],
+        "backend": "numpy",  # backend auto: the dense path's jobs run on the CPU
         "dataset": "shapes3",
         "beta": ds["beta"],
         "normalization": ds["normalization"],
@@ -448,6 +450,28 @@ def test_jobs_of_small_datasets_run_on_one_core_each(cfg: dict, schema_path: Pat
     assert job_threads(big, "mnist") == 1
     big["single_core_below"] = 0
     assert job_threads(big, "mnist") == 4
+
+
+def test_auto_backend_sends_only_the_knn_graph_to_a_gpu(cfg: dict, schema_path: Path) -> None:
+    """``backend: auto`` runs only the kNN graph's jobs on a GPU (every other GPU job would
+    spend longer compiling the CUDA kernels than computing), and so do their settings; with
+    ``auto_gpu: all`` and with ``cupy`` every heavy job may use one, with ``numpy`` none."""
+    assert cfg["backend"] == "auto" and cfg["auto_gpu"] == "knn"
+    knn = copy.deepcopy(cfg)
+    del knn["datasets"]["affnist@affine"]
+    knn["datasets"]["big"] = {"kind": "mnist", "n": 100, "kmax": {"mode": "candidates"}}
+    knn["datasets"]["big"]["attention"] = {"kind": "knn"}
+    knn = validate_config(knn, schema_path)
+    stages = ("kmax", "knn", "means", "cluster")
+    assert [job_backend(knn, "big", s) for s in stages] == ["numpy", "auto", "numpy", "numpy"]
+    assert json.loads(stage_settings_json(knn, "kmax", "mnist"))["backend"] == "numpy"
+    assert json.loads(stage_settings_json(knn, "means", "big"))["backend"] == "numpy"
+    assert json.loads(stage_settings_json(knn, "knn", "big"))["backend"] == "auto"
+    for backend, auto_gpu, expect in (("auto", "all", "auto"), ("cupy", "knn", "cupy")):
+        other = {**knn, "backend": backend, "auto_gpu": auto_gpu}
+        assert {job_backend(other, "big", s) for s in stages} == {expect}
+    numpy = {**knn, "backend": "numpy"}
+    assert {job_backend(numpy, "big", s) for s in stages} == {"numpy"}
 
 
 def test_kmax_blocks_18_samples_block_size_8(cfg: dict) -> None:

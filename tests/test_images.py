@@ -231,6 +231,9 @@ def _bad_case(tmp_path: Path, case: str) -> tuple[list[str], str]:
     if case == "max_images too large":
         _png_folder(root, _stack(3), classes=())
         return [str(root), "--max-images", "4"], "max_images=4"
+    if case == "zero cores":
+        _png_folder(root, _stack(3), classes=())
+        return [str(root), "--cores", "0"], "--cores"
     if case == "NaN beta":
         _png_folder(root, _stack(3), classes=())
         return [str(root), "--beta", "nan"], "datasets.images.beta"
@@ -246,6 +249,7 @@ BAD = [
     "labels CSV naming missing files",
     "max_images too large",
     "NaN beta",
+    "zero cores",
 ]
 
 

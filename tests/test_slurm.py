@@ -150,9 +150,9 @@ TARGET = "results/shapes3/ia/iter1/kmax.zarr"
 
 
 def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, small_reference, tmp_path):
-    # backend auto: heavy rules then ask SLURM for one GPU each (numpy on these fake GPUs, as
-    # the local run's backend)
-    config = {**SMALL, "backend": "auto"}
+    # backend auto with auto_gpu all: heavy rules then ask SLURM for one GPU each (numpy on
+    # these fake GPUs, as the local run's backend)
+    config = {**SMALL, "backend": "auto", "auto_gpu": "all"}
     local = small_reference
     remote = fresh(tmp_path, "slurm", config)
     proc = snakemake(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -478,7 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--block-size", type=int, default=256, help="samples per kappa^max job")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
-    sp.add_argument("--cores", type=int, default=2, help="CPU cores for the workflow")
+    sp.add_argument(
+        "--cores",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="CPU cores for the workflow (default: all this process may use)",
+    )
     sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
     sp.add_argument(
         "--unlock",

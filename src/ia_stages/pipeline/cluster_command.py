@@ -168,6 +168,8 @@ def run(
     """
     from ia_stages.pipeline.stages.common import InputError
 
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise InputError(f"--cores must be an integer >= 1, got {cores!r}")
     snakefile = Path(snakefile)
     if not snakefile.is_file():
         raise InputError(f"{snakefile}: Snakefile not found (give --snakefile)")

@@ -391,7 +391,7 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     if group.get("name", "se2") != "se2" or group.get("mirror"):
         # the transformations factored out (absent for plain SE(2): its stores keep their hash)
         kernel["group"] = group
-    common = {"seed": cfg["seed"], "backend": cfg["backend"], "dataset": dataset}
+    common = {"seed": cfg["seed"], "backend": job_backend(cfg, dataset, stage), "dataset": dataset}
     if stage == "dataset":
         gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
         return {**common, "dataset_config": gen}
@@ -587,7 +587,7 @@ def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> d
     meth = METHODS[method]
     out = {
         "seed": cfg["seed"],
-        "backend": cfg["backend"],
+        "backend": job_backend(cfg, dataset, "cluster"),
         "dataset": dataset,
         "method": method,
         "seed_index": seed_index,
@@ -638,6 +638,43 @@ def job_threads(cfg: dict, dataset: str) -> int:
     if dataset_size(cfg, dataset) < cfg["single_core_below"]:
         return 1
     return int(cfg["threads"])
+
+
+def job_backend(cfg: dict, dataset: str, stage: str) -> str:
+    """The array backend of ``dataset``'s ``stage`` jobs: ``backend``, except that under
+    ``auto`` with ``auto_gpu: knn`` only the kNN path's graph jobs (stage ``knn``) may use a GPU
+    and every other job runs on numpy.
+
+    Every GPU job is its own process and compiles its CUDA kernels when it starts, for seconds
+    that outweigh a dense κ^max block's, a mean's or a read-out's work on a GPU, while a
+    machine's CPU cores run such jobs side by side. The kNN graph's jobs are few and large, and
+    gain from a GPU. ``auto_gpu: all`` lets ``auto`` send every heavy job to a GPU, and
+    ``backend: cupy`` does so (failing without one).
+
+    Parameters
+    ----------
+    cfg : dict
+        A validated config.
+    dataset : str
+        The dataset the job reads.
+    stage : str
+        A :func:`stage_settings` stage, or ``cluster`` (a benchmark method's job).
+
+    Returns
+    -------
+    str
+        ``auto``, ``numpy`` or ``cupy``: the job resolves ``auto`` when it starts.
+
+    Example
+    -------
+    >>> cfg = {"backend": "auto", "auto_gpu": "knn"}
+    >>> job_backend(cfg, "d", "kmax"), job_backend(cfg, "d", "knn")
+    ('numpy', 'auto')
+    """
+    backend = cfg["backend"]
+    if backend == "auto" and cfg["auto_gpu"] == "knn" and stage != "knn":
+        return "numpy"
+    return backend
 
 
 def means_block_size(cfg: dict, dataset: str) -> int:

@@ -15,7 +15,7 @@ rule cluster:
         args=cluster_args,
     threads: lambda w: heavy_threads(w) if w.method in HEAVY_METHODS else 1
     resources:
-        gpu=lambda w: GPU_PER_JOB if w.method in HEAVY_METHODS else 0,
+        gpu=lambda w: gpu_per_job("cluster")(w) if w.method in HEAVY_METHODS else 0,
     log:
         "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
     shell:

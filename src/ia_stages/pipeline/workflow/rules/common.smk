@@ -4,6 +4,7 @@ import shlex
 from ia_stages.pipeline.config import (
     column_blocks,
     data_of,
+    job_backend,
     job_threads,
     kmax_blocks,
     knn_path,
@@ -15,7 +16,6 @@ from ia_stages.pipeline.config import (
 )
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
-GPU_PER_JOB = 0 if config["backend"] == "numpy" else 1  # heavy rules: one GPU each
 IA_DATASETS = config["ia"]["datasets"]
 KA_DATASETS = config["ka"]["datasets"]
 IA_ITERS = config["ia"]["iterations"]
@@ -57,6 +57,12 @@ wildcard_constraints:
 def heavy_threads(w):
     """Threads of a heavy job: `threads`, or 1 for a dataset under `single_core_below` images."""
     return job_threads(config, w.dataset)
+
+
+def gpu_per_job(stage):
+    """Resource function: GPUs a heavy `stage` job of the rule's dataset holds (1, or 0 where
+    it runs on numpy)."""
+    return lambda w: 0 if job_backend(config, w.dataset, stage) == "numpy" else 1
 
 
 def settings(stage):

@@ -10,7 +10,7 @@ rule kmax_block:
         block_size=config["block_size"],
     threads: heavy_threads
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_per_job("kmax"),
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax_{bi}_{bj}.log",
     shell:
@@ -47,7 +47,7 @@ rule knn_features:
     params:
         settings=settings("knn"),
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_per_job("knn"),
     threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_features.log",
@@ -68,7 +68,7 @@ rule knn_block:
         settings=settings("knn"),
         rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_per_job("knn"),
     threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_{bi}.log",
@@ -111,7 +111,7 @@ rule knn_expand:
         settings=settings("knn"),
         rows=lambda w: knn_rows_per_job(config, w.dataset),
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_per_job("knn"),
     threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_expand_{bi}.log",
@@ -154,7 +154,7 @@ rule means_block:
         block_size=lambda w: means_block_size(config, w.dataset),
     threads: heavy_threads
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_per_job("means"),
     log:
         "results/logs/{dataset}/ia/iter{t}/means_{cb}.log",
     shell:
