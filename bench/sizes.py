@@ -11,6 +11,7 @@ classes, clusters found, ACC, the sized neighbour counts and CPU seconds.
     python bench/sizes.py digits 1000 --no-k-only   # without K only
     python bench/sizes.py digits 5000 --kmax-mode candidates   # by the kNN path
     python bench/sizes.py digits 12 30 51 99 --seeds 8   # 8 samples per size: the spread
+    python bench/sizes.py digits 300 --seeds 8 --tolerance 0   # readout.silhouette_tolerance
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ def main(argv: list[str]) -> None:
     if "--merge" in argv:  # the class-average merge rule's ratio (readout.merge)
         i = argv.index("--merge")
         params["readout_options"] = {"merge": float(argv[i + 1])}
+        argv = argv[:i] + argv[i + 2 :]
+    if "--tolerance" in argv:  # the silhouette read-out's near-tie tolerance
+        i = argv.index("--tolerance")
+        options = params.setdefault("readout_options", {})
+        options["silhouette_tolerance"] = float(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
     if "--kmax-mode" in argv:  # dense | candidates | auto (the estimator's kmax_mode)
         i = argv.index("--kmax-mode")

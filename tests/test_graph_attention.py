@@ -334,3 +334,22 @@ def test_stability_rule_with_one_iteration_runs_no_leiden() -> None:
     _, y = _planted()
     t, reason = stop_iteration([y, y], [None, None], {"rule": "stability", "n_seeds": 5}, GRAPH)
     assert t == 1 and "one iteration" in reason
+
+
+def test_near_ties_of_the_silhouette_go_to_the_fewest_clusters():
+    """Within tolerance / m of the best score (m: the best partition's clusters) the partition
+    with the fewest clusters wins; beyond it, or at tolerance 0, the best score; among equal
+    counts the higher score, then the first given."""
+    from ia_stages.readout.graph import fewest_near_best
+
+    def split(m):
+        return np.arange(12) % m
+
+    scored = [(0.40, split(2)), (0.50, split(3)), (0.52, split(4)), (0.51, split(6))]
+    assert fewest_near_best(scored, 0.0).max() + 1 == 4
+    assert fewest_near_best(scored, 0.05).max() + 1 == 4  # 0.05 / 4 < 0.02
+    assert fewest_near_best(scored, 0.09).max() + 1 == 3  # 0.09 / 4 > 0.02
+    assert fewest_near_best(scored, 0.5).max() + 1 == 2  # 0.125 >= 0.12
+    a, b = split(3), split(3)[::-1].copy()
+    assert fewest_near_best([(0.5, a), (0.5, b)], 0.0) is a
+    assert fewest_near_best([(0.49, a), (0.5, b), (0.52, split(4))], 0.2) is b

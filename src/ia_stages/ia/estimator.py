@@ -80,6 +80,7 @@ _OPTIONS = {
             "community",
             "resolution",
             "resolutions",
+            "silhouette_tolerance",
             "min_cluster_size",
             "merge",
         ),

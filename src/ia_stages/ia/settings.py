@@ -42,6 +42,9 @@ from ia_stages.readout.stopping import STOP_RULES
 READOUT_KINDS = ("graph", "linkage", "spectral")
 # community 'silhouette' tries these Leiden resolutions (README: "Sized to the data")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
+# community 'silhouette' prefers fewer clusters within this / m of the best silhouette, m its
+# cluster count (README: "Sized to the data")
+SILHOUETTE_TOLERANCE = 0.1
 INITS = ("kmax", "identity")
 PATH_MODES = ("auto", "dense", "candidates")
 PATH_SEARCHES = ("exact", "ia")
@@ -77,6 +80,9 @@ class ReadoutSettings:
     resolution : Leiden's resolution (> 0): community 'leiden' and the 'stability' stopping
         rule
     resolutions : the Leiden resolutions community 'silhouette' chooses from (each > 0)
+    silhouette_tolerance : community 'silhouette' keeps the partition with the fewest clusters
+        among those whose silhouette is within this / m of the highest, m the highest one's
+        cluster count (>= 0; 0: the highest)
     min_cluster_size : HDBSCAN's (>= 2)
     merge : without K, clusters a and b are joined when the kappa^max distance between their
         class averages is at most ``merge`` times the sum of their members' mean distances to
@@ -96,6 +102,7 @@ class ReadoutSettings:
     community: str = "silhouette"
     resolution: float = 1.0
     resolutions: tuple[float, ...] = RESOLUTIONS
+    silhouette_tolerance: float = SILHOUETTE_TOLERANCE
     min_cluster_size: int = 10
     merge: float = 0.0
 
@@ -118,6 +125,7 @@ class ReadoutSettings:
             raise ValueError("readout.resolutions must be a non-empty list of numbers > 0")
         for r in self.resolutions:
             check_number(r, "readout.resolutions", low=0.0, low_open=True)
+        check_number(self.silhouette_tolerance, "readout.silhouette_tolerance", low=0.0)
         check_number(self.min_cluster_size, "readout.min_cluster_size", integer=True, low=2)
         check_number(self.merge, "readout.merge", low=0.0)
 
@@ -133,6 +141,7 @@ class ReadoutSettings:
             "community": self.community,
             "resolution": self.resolution,
             "resolutions": list(self.resolutions),
+            "silhouette_tolerance": self.silhouette_tolerance,
             "min_cluster_size": self.min_cluster_size,
         }
 

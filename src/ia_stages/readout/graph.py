@@ -379,9 +379,12 @@ def leiden_silhouette(
     resolutions: tuple[float, ...],
     seed: int,
     sample: np.ndarray | None = None,
+    tolerance: float = 0.0,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph at the resolution (among ``resolutions``) whose
-    partition has the highest silhouette on the distances sqrt(sqdist); labels ``(n,)``.
+    partition has the highest silhouette on the distances sqrt(sqdist), or, with
+    ``tolerance`` t, the fewest clusters among the partitions within t / m of that silhouette
+    (m: the best partition's cluster count); labels ``(n,)``.
 
     Modularity's null model makes the number of communities at a fixed resolution grow with
     the number of classes in the data (3 classes of 100 split into sub-styles, 10 classes of
@@ -390,6 +393,12 @@ def leiden_silhouette(
     Partitions with one cluster, or one cluster per sample, have no silhouette and are
     skipped; when every resolution gives one of those, the partition at the largest
     resolution is returned. Ties keep the lower resolution.
+
+    A class made of sub-styles (a digit written two ways) can score a split into the
+    sub-styles about as high as the whole class; ``tolerance`` settles such near-ties for the
+    coarser partition. Splitting or joining one of m clusters moves the mean silhouette by
+    about 1/m of the change in its members' own, hence t / m: the same tolerance per cluster
+    on 3 classes as on 10 (README: "Sized to the data").
 
     Parameters
     ----------
@@ -400,6 +409,7 @@ def leiden_silhouette(
     seed : Leiden's seed
     sample : None, or ``(s,)`` the samples ``sqdist`` is about: the silhouette of each
         partition is that of its labels on the sample (the kNN path, :class:`KnnDistances`)
+    tolerance : float, default 0.0; >= 0
 
     Returns
     -------
@@ -408,13 +418,14 @@ def leiden_silhouette(
     Example
     -------
     >>> labels = leiden_silhouette(knn_from_dense(sq, 11), sq, (0.1, 0.5, 1.0), seed=0)
+    ... # doctest: +SKIP
     """
     from sklearn.metrics import silhouette_score
 
     D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
-    best, best_score = None, -np.inf
+    fallback, scored = None, []
     s = D.shape[0]
     ordered = sorted(resolutions)
     for labels in leiden_sweep(knn, seed, ordered):
@@ -422,14 +433,40 @@ def leiden_silhouette(
         on = labels if sample is None else labels[sample]
         seen = np.unique(on).size
         if not 2 <= m < knn.n or not 2 <= seen < s:
-            best = labels if best_score == -np.inf else best
+            fallback = labels if not scored else fallback
             continue
         # every partition is scored: two resolutions can give different partitions with the
         # same number of communities
-        score = float(silhouette_score(D, on, metric="precomputed"))
-        if score > best_score:
-            best, best_score = labels, score
-    return best
+        scored.append((float(silhouette_score(D, on, metric="precomputed")), labels))
+    return fallback if not scored else fewest_near_best(scored, tolerance)
+
+
+def fewest_near_best(scored: list[tuple[float, np.ndarray]], tolerance: float) -> np.ndarray:
+    """The partition with the fewest clusters among those whose score is within
+    ``tolerance / m`` of the highest, m the highest-scoring partition's cluster count; among
+    those the highest score, the first on a tie.
+
+    Parameters
+    ----------
+    scored : (score, labels ``(n,)`` int) pairs, in the order ties are settled by
+    tolerance : >= 0; 0 keeps the highest score
+
+    Returns
+    -------
+    labels : the chosen partition
+
+    Example
+    -------
+    >>> two, three = np.array([0, 0, 1, 1, 1, 1]), np.array([0, 0, 1, 1, 2, 2])
+    >>> int(fewest_near_best([(0.50, two), (0.52, three)], 0.0).max()) + 1
+    3
+    >>> int(fewest_near_best([(0.50, two), (0.52, three)], 0.1).max()) + 1  # 0.02 <= 0.1 / 3
+    2
+    """
+    best_score, best = max(scored, key=lambda c: c[0])
+    near = [c for c in scored if c[0] >= best_score - tolerance / (int(best.max()) + 1)]
+    fewest = min(int(labels.max()) + 1 for _, labels in near)
+    return max((c for c in near if int(c[1].max()) + 1 == fewest), key=lambda c: c[0])[1]
 
 
 def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
@@ -487,9 +524,10 @@ def graph_partition(
     community = graph["community"]
     if community == "silhouette":
         res = tuple(graph["resolutions"])
+        tol = float(graph.get("silhouette_tolerance", 0.0))
         if kd is not None:
-            return leiden_silhouette(lists, kd.sample_sqdist, res, seed, kd.sample)
-        return leiden_silhouette(lists, sq, res, seed)
+            return leiden_silhouette(lists, kd.sample_sqdist, res, seed, kd.sample, tol)
+        return leiden_silhouette(lists, sq, res, seed, tolerance=tol)
     if community == "leiden":
         return leiden_knn(lists, seed, graph["resolution"])
     if community == "hdbscan":
