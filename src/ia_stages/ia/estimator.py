@@ -190,7 +190,8 @@ class InvariantAttentionClustering(
         ``n_clusters``), ``restarts`` (Leiden bisections to K, the one of highest modularity
         kept; >= 1), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
         ``resolution`` (Leiden's, > 0), ``resolutions`` (those 'silhouette' tries),
-        ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
+        ``silhouette_tolerance`` (>= 0, default 0.1: 'silhouette' keeps the fewest clusters
+        within this / m of the best silhouette), ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
         ``n_clusters``: join clusters whose class averages lie within ``merge`` times their
         members' spread, :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
     stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
