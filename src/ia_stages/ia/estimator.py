@@ -191,9 +191,10 @@ class InvariantAttentionClustering(
         kept; >= 1), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
         ``resolution`` (Leiden's, > 0), ``resolutions`` (those 'silhouette' tries),
         ``silhouette_tolerance`` (>= 0, default 0.1: 'silhouette' keeps the fewest clusters
-        within this / m of the best silhouette), ``min_cluster_size`` (HDBSCAN's, >= 2); and ``merge`` (>= 0, without
-        ``n_clusters``: join clusters whose class averages lie within ``merge`` times their
-        members' spread, :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
+        within this / m of the best silhouette), ``min_cluster_size`` (HDBSCAN's, >= 2); and
+        ``merge`` (>= 0, without ``n_clusters``: join clusters whose class averages lie within
+        ``merge`` times their members' spread,
+        :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
     stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
         'stability' (the last before the Leiden communities of the read-out graph agree less
         across seeds), 'partition' (the first whose read-out agrees with the previous one's),
