@@ -13,9 +13,9 @@ rule cluster:
     params:
         settings=cluster_settings_arg,
         args=cluster_args,
-    threads: lambda w: heavy_threads(w) if w.method in HEAVY_METHODS else 1
+    threads: heavy_threads
     resources:
-        gpu=lambda w: gpu_per_job("cluster")(w) if w.method in HEAVY_METHODS else 0,
+        gpu=gpu_per_job("cluster"),
     log:
         "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
     shell:
