@@ -11,6 +11,25 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The longest files first. pytest-xdist (--dist loadfile) hands whole files to the workers in
+# collection order, so a long file collected last would run alone at the end of the suite.
+LONGEST_FIRST = (
+    "test_slurm.py",
+    "test_workflow.py",
+    "test_trust.py",
+    "test_benchmark_workflow.py",
+    "test_cluster_command.py",
+    "test_group_tables.py",
+    "test_workflow_knn.py",
+    "test_robustness.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Order the collected tests by LONGEST_FIRST (a stable sort: each file keeps its order)."""
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(scope="session")
 def schema_path() -> Path:

