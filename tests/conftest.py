@@ -11,13 +11,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The longest files first. pytest-xdist (--dist loadfile) hands whole files to the workers in
-# collection order, so a long file collected last would run alone at the end of the suite.
+# The longest files first. pytest-xdist (--dist loadfile --no-loadscope-reorder) hands whole
+# files to the workers in collection order, so a long file collected last would run alone at the
+# end of the suite. (Its default order, most tests first, put the workflow files last.)
 LONGEST_FIRST = (
-    "test_slurm.py",
-    "test_workflow.py",
-    "test_trust.py",
+    "test_workflow.py",  # makes tiny_reference, which test_slurm.py waits for
     "test_benchmark_workflow.py",
+    "test_slurm.py",
+    "test_trust.py",
     "test_cluster_command.py",
     "test_group_tables.py",
     "test_workflow_knn.py",
@@ -44,24 +45,23 @@ def default_config() -> dict:
 
 
 @pytest.fixture(scope="session")
-def small_reference(tmp_path_factory, worker_id) -> Path:
-    """A finished local run of the small workflow config (tests/test_robustness.py's SMALL),
-    shared by the tests that compare another run of it with this one. Under pytest-xdist the
-    first worker to ask makes it in the session's shared temporary folder and the others wait
-    for it (a lock), so the run is made once per session, not once per worker."""
-    from .test_robustness import fresh, snakemake
+def tiny_reference(tmp_path_factory, worker_id) -> Path:
+    """A finished run of .test/config/tiny.yaml (written as ``tiny.yaml`` in the run's folder),
+    shared by the workflow tests that read it and by those that compare another run with it.
+    Under pytest-xdist the first worker to ask makes it in the session's shared temporary
+    folder and the others wait for it (a lock), so the run is made once per session."""
+    from .test_workflow import TINY, run_workflow
 
     base = tmp_path_factory.getbasetemp()
-    root = (base.parent if worker_id != "master" else base) / "small_reference"
+    root = (base.parent if worker_id != "master" else base) / "tiny_reference"
     root.mkdir(exist_ok=True)
+    work, done = root / "run", root / "done"
     with open(root / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        work, done = root / "ref" / "run", root / "done"
         if not done.exists():
-            shutil.rmtree(root / "ref", ignore_errors=True)
-            (root / "ref").mkdir()
-            work = fresh(root / "ref", "run")
-            proc = snakemake(work)
-            assert proc.returncode == 0, proc.stderr[-2000:]
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            (work / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+            run_workflow(work, work / "tiny.yaml")
             done.touch()
     return work

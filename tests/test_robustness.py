@@ -1,4 +1,4 @@
-"""A corrupted store is named and repaired by rerunning it; the helpers that run the small
+"""A corrupted store is named and repaired by rerunning it; the helpers that run the tiny
 workflow config by the ``snakemake`` command (``kill -9`` and resume: tests/test_trust.py)."""
 
 from __future__ import annotations
@@ -20,12 +20,6 @@ from .test_workflow import TINY
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
 ROOT = Path(__file__).resolve().parents[1]
-# TINY with IA on one dataset for one iteration: the whole pipeline, figures included, in 23 jobs
-SMALL = {
-    **TINY,
-    "ia": {**TINY["ia"], "datasets": ["shapes3"], "iterations": 1},
-    "ka": {**TINY["ka"], "datasets": ["shapes3", "blobs"]},
-}
 TIMING = ["wall_seconds"]  # the only columns allowed to differ between runs
 
 
@@ -47,7 +41,7 @@ def snakemake(work: Path, *args: str, timeout: float | None = None):
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
 
 
-def fresh(tmp_path: Path, name: str, config: dict = SMALL) -> Path:
+def fresh(tmp_path: Path, name: str, config: dict = TINY) -> Path:
     work = tmp_path / name
     work.mkdir()
     (work / "tiny.yaml").write_text(yaml.safe_dump(config))
@@ -83,14 +77,15 @@ def assert_same_results(a: Path, b: Path) -> None:
 
 
 @pytest.fixture
-def reference(small_reference):
-    """A finished run of SMALL (tests/conftest.py: one run for this module and the SLURM test)."""
-    return small_reference
+def reference(tiny_reference):
+    """A finished run of TINY (tests/conftest.py: one run for the workflow tests)."""
+    return tiny_reference
 
 
 def test_corrupted_block_store_is_named_and_repaired_by_rerunning_it(reference, tmp_path):
     work = tmp_path / "corrupt"  # a finished run: a copy of the reference, times kept
-    shutil.copytree(reference, work, symlinks=True)
+    # the reference's own tests may hold its lock while this copies it
+    shutil.copytree(reference, work, symlinks=True, ignore=shutil.ignore_patterns("locks"))
     assert "Nothing to be done" in snakemake(work).stderr
     block = work / "results/shapes3/ia/iter0/kmax/0_1.zarr"
     (block / "value" / "zarr.json").write_text("{ truncated")

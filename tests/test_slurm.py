@@ -21,7 +21,8 @@ import pytest
 
 from ia_stages.pipeline.store import read_store
 
-from .test_robustness import ROOT, SMALL, fresh, snakemake, stores
+from .test_robustness import ROOT, fresh, snakemake, stores
+from .test_workflow import TINY
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -77,7 +78,10 @@ def slurm_cluster(tmp_path_factory):
     for dev in gpus:  # fake GPUs: character devices like /dev/null, one per GRES entry
         os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
     host = socket.gethostname().split(".")[0]
-    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 2048
+    # The profile asks 16 GB and 4 CPUs for each heavy job; a node of the machine's real size
+    # would run them one at a time. SlurmdParameters=config_overrides lets the node claim more
+    # than it has (nothing is enforced: no cgroups), so the test's jobs run side by side.
+    mem = max(int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 2048, 4 * 16000)
     CONF.parent.mkdir(parents=True, exist_ok=True)
     CONF.write_text(f"""{MARK}
 ClusterName=iastages
@@ -105,7 +109,7 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=600
 GresTypes=gpu
-NodeName={host} CPUs=8 RealMemory={mem} Gres=gpu:2 State=UNKNOWN
+NodeName={host} CPUs=16 RealMemory={mem} Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """)
     GRES.write_text(f"{MARK}\nNodeName={host} Name=gpu File={root}/gpu[0-1]\n")
@@ -150,11 +154,11 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 TARGET = "results/shapes3/ia/iter1/features.zarr"
 
 
-def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, small_reference, tmp_path):
+def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp_path):
     # backend auto with auto_gpu all: heavy rules then ask SLURM for one GPU each (numpy on
     # these fake GPUs, as the local run's backend)
-    config = {**SMALL, "backend": "auto", "auto_gpu": "all"}
-    local = small_reference
+    config = {**TINY, "backend": "auto", "auto_gpu": "all"}
+    local = tiny_reference
     remote = fresh(tmp_path, "slurm", config)
     proc = snakemake(
         remote,
@@ -163,10 +167,12 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, small_reference, tm
         "--jobs",
         "4",
         "--slurm-no-account",
+        # The plugin checks first after this many seconds, then waits 10 s longer after each
+        # check that finds no job finished; every job here takes 12-14 s (most of it the job's
+        # own Snakemake starting), so a first check at 1 s found each level at 33 s, one at
+        # 15 s finds it at 15 s.
         "--slurm-init-seconds-before-status-checks",
-        "1",
-        "--seconds-between-status-checks",  # 10 s by default: most of the test's time
-        "1",
+        "15",
         "--default-resources",
         "slurm_partition=debug",
         "mem_mb=500",

@@ -40,12 +40,9 @@ def mtimes(folder: Path) -> dict[Path, int]:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("workflow")
-    cfg = work / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(TINY))
-    run_workflow(work, cfg)
-    return work, cfg
+def tiny_run(tiny_reference):
+    """The finished run of TINY (tests/conftest.py), and its config file."""
+    return tiny_reference, tiny_reference / "tiny.yaml"
 
 
 def test_table_has_every_method_iteration_and_column(tiny_run):
