@@ -33,6 +33,7 @@ def _fit(X, **params):
     return est.fit(X)
 
 
+@pytest.mark.slow
 def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_candidate(letters):
     """With every other image a candidate (c = n - 1), every place refined exactly and the
     sample everyone, the kNN path's lists are the dense kappa^max's nearest, and the clusters
@@ -65,6 +66,7 @@ def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_can
     )
 
 
+@pytest.mark.slow
 def test_the_knn_path_refines_candidate_pairs_only(letters):
     """c = 6 candidates per image: at most n c pairs refined (plus the expansion's n x), never
     all n (n - 1) / 2, and the clusters are still the letters."""

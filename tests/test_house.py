@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import ia_stages
 
 PACKAGE = Path(ia_stages.__file__).parent
@@ -80,6 +82,7 @@ def test_no_import_cycle() -> None:
             visit(node, [])
 
 
+@pytest.mark.slow
 def test_every_module_imports_on_its_own() -> None:
     """Each module imported into an interpreter holding no other ia_stages module."""
     code = (

@@ -27,6 +27,7 @@ def test_column_normalisation():
     assert np.allclose(W.sum(0), 1.0)
 
 
+@pytest.mark.slow
 def test_ia_finds_the_three_classes(small_shapes, ia_fit):
     y = small_shapes.label
     assert len(np.unique(ia_fit.labels_)) == 3
@@ -36,6 +37,7 @@ def test_ia_finds_the_three_classes(small_shapes, ia_fit):
     assert ia_fit.features_.shape == small_shapes.data.shape
 
 
+@pytest.mark.slow
 def test_ia_features_converge_within_classes(small_shapes, ia_fit):
     """Theorem 4.1: within-class manifold distances shrink; classes stay apart."""
     y = small_shapes.label
@@ -76,6 +78,7 @@ def test_ka_step_is_the_weighted_mean():
     assert np.allclose(feats[1][2], sum(W[i, 2] * X[i] for i in range(6)))
 
 
+@pytest.mark.slow
 def test_estimator_with_given_number_of_clusters(small_shapes, ia_fit):
     est = InvariantAttentionClustering(preset="paper", beta=30.0, iterations=0, n_clusters=2)
     labels = est.fit_predict(small_shapes.data[:8])
