@@ -371,3 +371,21 @@ def test_kmax_block_valid_input_writes_the_block(tmp_path: Path) -> None:
     assert np.all((ds["value"].values > 0) & (ds["value"].values <= 1))
     assert ds.attrs["block"] == [0, 1] and ds.attrs["backend"] == "numpy"
     assert sorted(os.listdir(out_dir)) == ["k.zarr", UNRELATED]
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "needle"),
+    [
+        (["cluster", "x", "--backend", "tpu"], "ia-stages cluster", "invalid choice: 'tpu'"),
+        (["cluster", "x", "--out", "o", "--cores", "two"], "ia-stages cluster", "--cores"),
+        (["kmax-block", "--bogus"], "ia-stages kmax-block", "required: --features"),
+        (["nosuch"], "ia-stages", "invalid choice: 'nosuch'"),
+    ],
+)
+def test_a_usage_error_is_one_line_with_exit_status_2(argv, prog, needle, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{prog}: error:"), err
+    assert needle in err[0] and err[0].endswith(f"(see {prog} --help)")

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NoReturn
 
 from ia_stages import __version__
 from ia_stages.pipeline.config import SCHEMA, ConfigError
@@ -318,9 +319,18 @@ def _cmd_check_config(a: argparse.Namespace) -> None:
     print(f"{a.config}: valid")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, as the stages' own errors are:
+    ``<prog>: error: <message> (see <prog> --help)``, exit status 2 (argparse's usage block
+    before the line buried it: fifteen lines for ``ia-stages cluster``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-command per stage."""
-    p = argparse.ArgumentParser(prog="ia-stages", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="ia-stages", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="stage", required=True)
