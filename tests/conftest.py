@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +27,15 @@ LONGEST_FIRST = (
     "test_workflow_knn.py",
     "test_robustness.py",
 )
+
+
+def pytest_configure(config) -> None:
+    """Compile numba's cached kernels once before any test or job runs (tests/warm_numba.py):
+    on a fresh clone the workers and the workflows' jobs would otherwise each compile them, at
+    the same time. In the controller only: xdist's workers find the cache made."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    subprocess.run([sys.executable, "-m", "tests.warm_numba"], cwd=ROOT, check=True)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
