@@ -33,7 +33,7 @@ def pytest_configure(config) -> None:
     """Compile numba's cached kernels once before any test or job runs (tests/warm_numba.py):
     on a fresh clone the workers and the workflows' jobs would otherwise each compile them, at
     the same time. In the controller only: xdist's workers find the cache made."""
-    if hasattr(config, "workerinput") or config.option.collectonly:
+    if hasattr(config, "workerinput") or config.option.collectonly or config.option.help:
         return
     subprocess.run([sys.executable, "-m", "tests.warm_numba"], cwd=ROOT, check=True)
 
