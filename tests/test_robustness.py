@@ -56,16 +56,20 @@ def stores(work: Path) -> list[Path]:
     )
 
 
+def assert_same_stores(a: Path, b: Path, rels: list[Path]) -> None:
+    """The stores ``rels`` (relative paths) of runs ``a`` and ``b`` hold the same variables
+    with equal values, their ``seconds`` excepted."""
+    for rel in rels:
+        x, y = read_store(a / rel), read_store(b / rel)
+        assert set(x.data_vars) == set(y.data_vars), rel
+        for v in set(x.data_vars) - {"seconds"}:
+            np.testing.assert_array_equal(x[v].values, y[v].values, err_msg=str(rel / v))
+
+
 def assert_same_results(a: Path, b: Path) -> None:
     """Every store's data and every table agree (timings excepted)."""
     assert stores(a) == stores(b)
-    for rel in stores(a):
-        x, y = read_store(a / rel), read_store(b / rel)
-        assert set(x.data_vars) == set(y.data_vars), rel
-        for v in x.data_vars:
-            if v == "seconds":
-                continue
-            np.testing.assert_array_equal(x[v].values, y[v].values, err_msg=str(rel / v))
+    assert_same_stores(a, b, stores(a))
     for rel in [
         "results/tables/summary.csv",
         *[p.relative_to(a) for p in (a / "results").glob("*/metrics.csv")],

@@ -16,12 +16,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ia_stages.pipeline.store import read_store
 
-from .test_robustness import ROOT, fresh, snakemake, stores
+from .test_robustness import ROOT, assert_same_stores, fresh, snakemake, stores
 from .test_workflow import TINY
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -185,11 +184,7 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     made = stores(remote)
     assert len(made) == 8  # the dataset, 3 kappa^max blocks, their gather, 3 means stores
-    for rel in made:
-        x, y = read_store(local / rel), read_store(remote / rel)
-        assert set(x.data_vars) == set(y.data_vars), rel
-        for v in set(x.data_vars) - {"seconds"}:
-            np.testing.assert_array_equal(x[v].values, y[v].values, err_msg=str(rel / v))
+    assert_same_stores(local, remote, made)
     submitted = proc.stderr.count("has been submitted with SLURM jobid")
     assert submitted == len(made)  # every job went through sbatch
     for block in (remote / "results").rglob("kmax/*.zarr"):

