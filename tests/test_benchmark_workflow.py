@@ -81,7 +81,7 @@ def test_table2_and_table3_rows(bench_run):
     assert np.allclose(first.R_ratio, t2[t2.iteration == 1].R.values / first.R.values)
     assert first.restart_max_distance.notna().all()
     t3 = pd.read_csv(work / "results/tables/cost.csv")
-    blocks = t3[t3.stage == "kmax-block"]
+    blocks = t3[t3.stage == "kmax-whole"]  # n = 10: one block, one job
     assert (blocks.us_per_pair > 0).all() and (t3.peak_rss_mb > 0).all()
     assert set(t3[t3.stage == "cluster"].detail) == set(METHODS)
 

@@ -228,6 +228,21 @@ def _means_gather_gap(tmp_path: Path, schema_path: Path) -> Case:
     return Case("means-gather", argv, [out], [str(out), "column 2 missing"])
 
 
+def _kmax_whole_features_nan(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr", nan_at=2)
+    out = _out(tmp_path) / "kmax.zarr"
+    argv = ["kmax-whole", "--features", str(feats), "--settings", json.dumps(KMAX_SETTINGS)]
+    return Case("kmax-whole", [*argv, "--out", str(out)], [out], [str(feats), "NaN"])
+
+
+def _means_whole_kmax_shape(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr", n=4)
+    kmax = _kmax(tmp_path / "kmax.zarr", n=3)
+    out = _out(tmp_path) / "features.zarr"
+    argv = ["means-whole", *_means_argv(feats, kmax)[1:], "--out", str(out)]
+    return Case("means-whole", argv, [out], [str(kmax), "n=4"])
+
+
 def _tables_with(make_bad: Callable[[Path], Path]):
     def case(tmp_path: Path, schema_path: Path) -> Case:
         good = _metrics_csv(tmp_path / "good.csv", "a")
@@ -268,6 +283,8 @@ CASES: dict[str, Callable[[Path, Path], Case]] = {
     "kmax-block memory budget too small": _memory_budget_too_small,
     "means column block out of range": _means_block_out_of_range,
     "means-gather blocks leave a gap": _means_gather_gap,
+    "kmax-whole features NaN": _kmax_whole_features_nan,
+    "means-whole kmax shape mismatch": _means_whole_kmax_shape,
     "tables metrics missing": _tables_with(lambda tmp_path: tmp_path / "absent.csv"),
     "tables metrics empty": _tables_with(_empty_file),
     "tables metrics folder": _tables_with(_folder),

@@ -279,7 +279,7 @@ def test_group_tables_end_to_end(tmp_path) -> None:
     first = t2[t2.iteration == 0]
     assert (first.rendered_floor > 0).all() and first.kmax_inv_err_rendered_value.notna().all()
     t3 = pd.read_csv(tmp_path / tables[2])
-    blocks = t3[t3.stage == "kmax-block"]
+    blocks = t3[t3.stage == "kmax-whole"]  # n = 10: one block, one job
     assert set(zip(blocks.dataset, blocks.group, blocks.detail, strict=True)) == {
         (d, g, f"iter{t}") for d in ("affnist",) for g in groups for t in (0, 1)
     }

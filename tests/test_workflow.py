@@ -14,7 +14,7 @@ import yaml
 from PIL import Image
 
 from ia_stages.pipeline.cluster_command import snakemake
-from ia_stages.pipeline.stages import kmax_block, means
+from ia_stages.pipeline.stages import kmax_gather, means
 from ia_stages.pipeline.stages.metrics import COLUMNS
 from ia_stages.pipeline.store import read_store
 
@@ -92,34 +92,47 @@ def test_stores_carry_dims_and_provenance(tiny_run):
     assert km["value"].dims == ("sample_i", "sample_j")
     for key in ("config_hash", "ia_stages_version", "seed", "backend", "created"):
         assert key in ds.attrs and key in km.attrs
-    assert km.attrs["blocks"] == 3
+    assert km.attrs["blocks"] == 3 and km.attrs["stage"] == "kmax-gather"
 
 
-def test_sharded_kmax_equals_one_block(tiny_run, tmp_path):
+def test_a_single_block_dataset_runs_each_stage_in_one_job(tiny_run):
+    """mnist3's 4 images are one block of 4: kmax-whole and means-whole write the iteration's
+    stores directly, with no block store and no gather."""
+    work, _ = tiny_run
+    res = work / "results/mnist3/ia"
+    for t in (0, 1):
+        km = read_store(res / f"iter{t}/kmax.zarr")
+        assert km.attrs["stage"] == "kmax-whole" and km.attrs["pairs"] == 6
+        assert km.attrs["cpu_seconds"] > 0 and km["value"].shape == (4, 4)
+    assert read_store(res / "iter1/features.zarr").attrs["stage"] == "means-whole"
+    assert not (res / "iter0/kmax").exists() and not (res / "iter1/means").exists()
+
+
+def test_sharded_kmax_equals_the_whole_job(tiny_run, tmp_path):
     work, _ = tiny_run
     gathered = read_store(work / "results/shapes3/ia/iter1/kmax.zarr")
     settings = json.loads(gathered.attrs["settings"])  # exactly what the block jobs used
     assert gathered.attrs["blocks"] == 3
-    one = kmax_block.run(
-        work / "results/shapes3/ia/iter1/features.zarr", tmp_path / "one.zarr", 0, 0, 64, settings
+    one = kmax_gather.whole(
+        work / "results/shapes3/ia/iter1/features.zarr", tmp_path / "one.zarr", settings
     )
     np.testing.assert_allclose(gathered["value"].values, one["value"].values, rtol=1e-9)
     np.testing.assert_allclose(gathered["params"].values, one["params"].values, atol=1e-9)
+    np.testing.assert_allclose(gathered["sqdist"].values, one["sqdist"].values, rtol=1e-9)
 
 
-def test_sharded_means_equal_one_block(tiny_run, tmp_path):
+def test_sharded_means_equal_the_whole_job(tiny_run, tmp_path):
     work, _ = tiny_run
     res = work / "results/shapes3/ia"
     gathered = read_store(res / "iter1/features.zarr")
     assert gathered.attrs["blocks"] == 2  # 6 columns in blocks of 4
     settings = json.loads(gathered.attrs["settings"])
-    one = means.run(
+    one = means.whole(
         work / "results/data/shapes3.zarr", res / "iter0/kmax.zarr", tmp_path / "m.zarr", settings
     )
-    np.testing.assert_array_equal(gathered["features"].values, one["features"].values)
-    np.testing.assert_array_equal(gathered["mean_params"].values, one["mean_params"].values)
-    W = gathered["weights"].values
-    np.testing.assert_allclose(W.sum(0), 1.0)  # column-normalised
+    for key in ("features", "mean_params", "objective", "weights"):
+        np.testing.assert_array_equal(gathered[key].values, one[key].values, key)
+    np.testing.assert_allclose(one["weights"].values.sum(0), 1.0)  # column-normalised
 
 
 def test_rerun_does_nothing(tiny_run):

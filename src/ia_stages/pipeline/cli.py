@@ -127,6 +127,16 @@ def _cmd_kmax_gather(a: argparse.Namespace) -> None:
     )
 
 
+def _cmd_kmax_whole(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import kmax_block, kmax_gather
+
+    n = store_sizes(a.features).get("sample", 0)
+    total = kmax_block.n_pairs(0, 0, max(n, 1), n)
+    with _use_threads(a.threads), _progress(total, "kappa^max, every pair") as tick:
+        ds = kmax_gather.whole(a.features, a.out, _settings(a.settings), tick)
+    log.info("wrote %s: %d pairs in %.1f s", a.out, total, ds.attrs["wall_seconds"])
+
+
 def _cmd_knn_features(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import knn
 
@@ -182,6 +192,15 @@ def _cmd_means_gather(a: argparse.Namespace) -> None:
 
     ds = means.gather(a.blocks, a.kmax, a.out, _settings(a.settings))
     log.info("wrote %s: %d features from %d blocks", a.out, ds.sizes["sample"], len(a.blocks))
+
+
+def _cmd_means_whole(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import means
+
+    n = store_sizes(a.features).get("sample", 0)
+    with _use_threads(a.threads), _progress(n, "invariant means, every column") as tick:
+        ds = means.whole(a.features, a.kmax, a.out, _settings(a.settings), tick)
+    log.info("wrote %s: %d features in %.1f s", a.out, n, ds.attrs["wall_seconds"])
 
 
 def _cmd_ka(a: argparse.Namespace) -> None:
@@ -357,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
+    sp = add("kmax-whole", _cmd_kmax_whole, "kappa^max of every pair in one job, gathered")
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
     sp = add("knn-features", _cmd_knn_features, "kNN path: invariant features, sample")
     sp.add_argument("--images", required=True)
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
@@ -404,6 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("means-gather", _cmd_means_gather, "assemble invariant-mean blocks")
     sp.add_argument("--blocks", nargs="+", required=True)
     sp.add_argument("--kmax", required=True)
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("means-whole", _cmd_means_whole, "invariant means of every column, gathered")
+    sp.add_argument("--features", required=True)
+    sp.add_argument("--kmax", required=True)
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 

@@ -216,7 +216,8 @@ def clustering(
 
 
 GROUP_ORDER = ("se2", "similarity", "affine")
-IA_STAGES = ("kmax-block", "kmax-gather", "means", "means-gather")  # one IA iteration's stages
+# one IA iteration's stages (a single-block dataset's in one job each: kmax-whole, means-whole)
+IA_STAGES = ("kmax-block", "kmax-gather", "kmax-whole", "means", "means-gather", "means-whole")
 
 
 def method_group(method: str, group: dict | None) -> str:
@@ -367,7 +368,8 @@ def cost(stores: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
         "",
         "Per dataset, group, stage and detail (IA iteration or benchmark method): jobs, summed",
         "wall and CPU time (all threads, time.process_time) of the computation (s), largest peak",
-        "resident memory of one job (MiB, getrusage), and for the kappa^max blocks the pairs",
+        "resident memory of one job (MiB, getrusage), and for the kappa^max searches (the",
+        "kmax-block jobs, or kmax-whole where a dataset's matrix is one block) the pairs",
         "searched, microseconds per pair (wall and CPU) and the CPU per pair relative to the",
         "same dataset and iteration under SE(2) (the cost of the group's refinement). Group: the",
         "transformations factored out ('-': none, or a stage without kappa^max). Timings vary",

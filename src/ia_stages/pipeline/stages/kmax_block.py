@@ -42,8 +42,24 @@ def run(
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
     """Compute the block and write it; ``features`` is a store with (sample, y, x) features."""
+    ds = compute(features, bi, bj, block_size, settings, progress)
+    write_store(ds, out)
+    return ds
+
+
+def compute(
+    features: str | Path,
+    bi: int,
+    bj: int,
+    block_size: int | None,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """The block (bi, bj) of ``features``' kappa^max as a dataset (not written);
+    ``block_size`` None: one block of every sample (bi = bj = 0)."""
     V = require_images(load_features(features), features)
     n = V.shape[0]
+    block_size = max(n, 1) if block_size is None else block_size
     nb = -(-n // block_size)
     if not (0 <= bi <= bj < nb):
         raise InputError(f"{features}: block ({bi}, {bj}) outside 0 <= bi <= bj < {nb} for n={n}")
@@ -89,5 +105,4 @@ def run(
         cpu_seconds=t["cpu_seconds"],
         pairs=n_pairs(bi, bj, block_size, n),
     )
-    write_store(ds, out)
     return ds

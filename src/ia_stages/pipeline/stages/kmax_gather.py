@@ -1,20 +1,29 @@
-"""Stage ``kmax-gather``: assemble the n x n kappa^max from its upper-triangle blocks."""
+"""Stages ``kmax-gather`` and ``kmax-whole``: the n x n kappa^max of one IA iteration.
+
+``kmax-gather`` assembles the matrix from its upper-triangle blocks (``kmax-block`` jobs);
+``kmax-whole`` computes it in one job, for a dataset whose matrix is a single block (a job
+less, and the block's start-up and store less, per iteration). Both write the same store.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
 from ia_stages.core.groups import make_group
+from ia_stages.pipeline.stages import kmax_block
 from ia_stages.pipeline.stages.common import InputError
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store
 
 
-def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset:
-    """Read every block store, fill the lower triangle by symmetry, write ``out``."""
-    stores = [(p, read_store(p, required=("value", "params", "sqdist"))) for p in blocks]
+def assemble(
+    stores: list[tuple[str | Path, xr.Dataset]], out: str | Path, settings: dict
+) -> xr.Dataset:
+    """The n x n dataset from ``(path, block)`` pairs: the lower triangle filled by symmetry
+    (values and sqdist transposed, transforms inverted). No attributes; not written."""
     if not stores:
         raise InputError(f"{out}: no kappa^max blocks to gather")
     n = int(stores[0][1].attrs["n"])
@@ -22,7 +31,6 @@ def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset
     sqdist = np.full((n, n), np.nan)
     group = make_group(**settings.get("group", {}))
     params = np.full((n, n, group.n_params), np.nan)
-    seconds = 0.0
     for path, b in stores:
         if int(b.attrs.get("n", -1)) != n:
             raise InputError(f"{path}: block is for n={b.attrs.get('n')}, others for n={n}")
@@ -32,11 +40,10 @@ def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset
         value[np.ix_(j, i)] = b["value"].values.T
         sqdist[np.ix_(j, i)] = b["sqdist"].values.T
         params[np.ix_(j, i)] = group.inverse(b["params"].values).transpose(1, 0, 2)
-        seconds += float(b.attrs["wall_seconds"])
     if np.isnan(value).any():
         missing = np.argwhere(np.isnan(value))[0]
         raise InputError(f"{out}: blocks do not cover pair {tuple(int(k) for k in missing)}")
-    ds = xr.Dataset(
+    return xr.Dataset(
         {
             "value": (("sample_i", "sample_j"), value),
             "params": (("sample_i", "sample_j", "param"), params),
@@ -48,14 +55,53 @@ def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset
             "param": strings(group.param_names),
         },
     )
+
+
+def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset:
+    """Read every block store, fill the lower triangle by symmetry, write ``out``."""
+    stores = [(p, read_store(p, required=("value", "params", "sqdist"))) for p in blocks]
+    ds = assemble(stores, out, settings)
     ds.attrs = provenance(
         "kmax-gather",
         settings,
         settings["seed"],
         stores[0][1].attrs.get("backend", "numpy"),
-        n=n,
+        n=ds.sizes["sample_i"],
         blocks=len(stores),
-        wall_seconds=seconds,
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in stores),
+    )
+    write_store(ds, out)
+    return ds
+
+
+def whole(
+    features: str | Path,
+    out: str | Path,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """kappa^max of every pair of ``features`` in one job, written as ``kmax-gather`` writes
+    it; the attributes also carry the search's ``pairs`` and ``cpu_seconds`` (Table 3).
+
+    Example
+    -------
+    >>> ds = whole("results/data/mnist.zarr", "kmax.zarr", settings)  # doctest: +SKIP
+    >>> ds["value"].shape  # doctest: +SKIP
+    (100, 100)
+    """
+    block = kmax_block.compute(features, 0, 0, None, settings, progress)
+    ds = assemble([(features, block)], out, settings)
+    a = block.attrs
+    ds.attrs = provenance(
+        "kmax-whole",
+        settings,
+        settings["seed"],
+        a["backend"],
+        n=a["n"],
+        blocks=1,
+        wall_seconds=a["wall_seconds"],
+        cpu_seconds=a["cpu_seconds"],
+        pairs=a["pairs"],
     )
     write_store(ds, out)
     return ds

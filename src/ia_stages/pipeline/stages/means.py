@@ -1,11 +1,13 @@
-"""Stages ``means`` and ``means-gather``: one Invariant Attention iteration's invariant means.
+"""Stages ``means``, ``means-gather`` and ``means-whole``: one Invariant Attention
+iteration's invariant means.
 
 The means of the columns of W are independent, so the stage is sharded like kappa^max:
 ``means`` computes one block of columns, ``means-gather`` assembles the next features (and W)
-from the blocks. W is the column-normalised kappa^max ('dense', the paper's) or, with the
-settings' ``attention`` of kind 'knn', each column's weights over its k nearest samples under
-kappa^max; a 'knn' column's mean aligns only those samples. Both come from
-:func:`ia_stages.ia.attention.attention_step`, the estimator's attention step.
+from the blocks; ``means-whole`` does both in one job where the columns are one block. W is
+the column-normalised kappa^max ('dense', the paper's) or, with the settings' ``attention`` of
+kind 'knn', each column's weights over its k nearest samples under kappa^max; a 'knn' column's
+mean aligns only those samples. Both come from :func:`ia_stages.ia.attention.attention_step`,
+the estimator's attention step.
 
 On the kNN path (``kmax: {mode: candidates}``) ``kmax`` is the kNN store: each column's mean
 aligns its listed neighbours only, and W is stored sparse (``weights_index`` and
@@ -83,6 +85,21 @@ def run(
     index), ``mean_params`` ``(sample, source, param)``, ``objective`` ``(sample, step)`` and
     ``sigma`` ``(sample, step_taken)``.
     """
+    ds = compute(features, kmax, settings, block, block_size, progress)
+    write_store(ds, out)
+    return ds
+
+
+def compute(
+    features: str | Path,
+    kmax: str | Path,
+    settings: dict,
+    block: int = 0,
+    block_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """The invariant means of the columns in ``block`` as :func:`run` writes them (not
+    written)."""
     V = require_images(load_features(features), features)
     n = V.shape[0]
     km = _kappa(kmax, n)
@@ -147,7 +164,6 @@ def run(
         wall_seconds=t["seconds"],
         max_dropped_weight=dropped,
     )
-    write_store(ds, out)
     return ds
 
 
@@ -158,11 +174,66 @@ def gather(
     if not blocks:
         raise InputError(f"{out}: no invariant-mean blocks to gather")
     parts = [(p, read_store(p, required=("features", "mean_params", "objective"))) for p in blocks]
+    ds = assemble(parts, kmax, out, settings)
+    ds.attrs = provenance(
+        "means-gather",
+        settings,
+        settings["seed"],
+        parts[0][1].attrs.get("backend", "numpy"),
+        n=ds.sizes["sample"],
+        blocks=len(parts),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
+    )
+    write_store(ds, out)
+    return ds
+
+
+def whole(
+    features: str | Path,
+    kmax: str | Path,
+    out: str | Path,
+    settings: dict,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Every column's invariant mean in one job, written as :func:`gather` writes the
+    blocks' (for a dataset whose columns are a single block).
+
+    Example
+    -------
+    >>> ds = whole("data.zarr", "kmax.zarr", "features.zarr", settings)  # doctest: +SKIP
+    >>> ds["features"].shape  # doctest: +SKIP
+    (100, 40, 40)
+    """
+    block = compute(features, kmax, settings, 0, None, progress)
+    ds = assemble([(features, block)], kmax, out, settings)
+    a = block.attrs
+    ds.attrs = provenance(
+        "means-whole",
+        settings,
+        settings["seed"],
+        a["backend"],
+        n=a["n"],
+        blocks=1,
+        wall_seconds=a["wall_seconds"],
+        max_dropped_weight=a["max_dropped_weight"],
+    )
+    write_store(ds, out)
+    return ds
+
+
+def assemble(
+    parts: list[tuple[str | Path, xr.Dataset]], kmax: str | Path, out: str | Path, settings: dict
+) -> xr.Dataset:
+    """The next features from ``(path, block)`` pairs covering every column once, with W from
+    ``kmax`` (dense ``weights``, or on the kNN path ``weights_index``/``weights_knn``). No
+    attributes; not written."""
     n = int(parts[0][1].attrs["n"])
     for path, b in parts:
         if int(b.attrs.get("n", -1)) != n:
             raise InputError(f"{path}: block is for n={b.attrs.get('n')}, others for n={n}")
     ds = xr.concat([b for _, b in parts], dim="sample").sortby("sample")
+    ds.attrs = {}
     cols = ds["sample"].values
     if cols.size != n or not np.array_equal(cols, np.arange(n)):
         missing = sorted(set(range(n)) - set(cols.tolist()))
@@ -179,15 +250,4 @@ def gather(
         ds["weights"] = (("sample_i", "sample_j"), dense_weights(*sparse_neighbours(km, att, beta)))
     else:
         ds["weights"] = (("sample_i", "sample_j"), column_normalize(km.value))
-    ds.attrs = provenance(
-        "means-gather",
-        settings,
-        settings["seed"],
-        parts[0][1].attrs.get("backend", "numpy"),
-        n=n,
-        blocks=len(parts),
-        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
-        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
-    )
-    write_store(ds, out)
     return ds

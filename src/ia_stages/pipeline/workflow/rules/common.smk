@@ -1,4 +1,5 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
+import re
 import shlex
 
 from ia_stages.pipeline.config import (
@@ -44,6 +45,20 @@ CLASS_OUTPUTS = [
         f"results/figures/{d}_stability.png",
     )
 ]
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names (nothing when there are none)."""
+    return "|".join(re.escape(d) for d in sorted(names)) or "(?!)"
+
+
+# A dataset whose kappa^max (or columns) is a single block gets it in one job (kmax_whole,
+# means_whole); the others in block jobs and a gather.
+KMAX_WHOLE = [d for d in config["datasets"] if len(kmax_blocks(config, d)) == 1]
+MEANS_WHOLE = [d for d in config["datasets"] if len(column_blocks(config, d)) == 1]
+KMAX_BLOCKED = one_of(set(config["datasets"]) - set(KMAX_WHOLE))
+MEANS_BLOCKED = one_of(set(config["datasets"]) - set(MEANS_WHOLE))
+KMAX_WHOLE, MEANS_WHOLE = one_of(KMAX_WHOLE), one_of(MEANS_WHOLE)
 
 
 wildcard_constraints:

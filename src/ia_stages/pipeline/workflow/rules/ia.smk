@@ -20,6 +20,8 @@ rule kmax_block:
 
 
 rule kmax_gather:
+    wildcard_constraints:
+        dataset=KMAX_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -33,6 +35,29 @@ rule kmax_gather:
     shell:
         "ia-stages kmax-gather --blocks {input} --settings {params.settings} --out {output}"
         " 2> {log}"
+
+
+# A dataset whose kappa^max is one block: one job computes and writes the n x n store (no
+# block store, no gather job).
+rule kmax_whole:
+    wildcard_constraints:
+        dataset=KMAX_WHOLE,
+    conda:
+        CONDA_ENV
+    input:
+        features_of,
+    output:
+        directory("results/{dataset}/ia/iter{t}/kmax.zarr"),
+    params:
+        settings=settings("kmax"),
+    threads: heavy_threads
+    resources:
+        gpu=gpu_per_job("kmax"),
+    log:
+        "results/logs/{dataset}/ia/iter{t}/kmax.log",
+    shell:
+        "ia-stages kmax-whole --features {input} --threads {threads}"
+        " --settings {params.settings} --out {output} 2> {log}"
 
 
 # The kNN path (a dataset's kmax: {mode: candidates}): no n x n store. Global features once,
@@ -164,6 +189,8 @@ rule means_block:
 
 
 rule means_gather:
+    wildcard_constraints:
+        dataset=MEANS_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -178,3 +205,27 @@ rule means_gather:
     shell:
         "ia-stages means-gather --blocks {input.blocks} --kmax {input.kmax}"
         " --settings {params.settings} --out {output} 2> {log}"
+
+
+# A dataset whose columns are one block: one job computes every invariant mean and writes the
+# iteration's features (no block store, no gather job).
+rule means_whole:
+    wildcard_constraints:
+        dataset=MEANS_WHOLE,
+    conda:
+        CONDA_ENV
+    input:
+        features=previous_features,
+        kmax=previous_kmax,
+    output:
+        directory("results/{dataset}/ia/iter{t}/features.zarr"),
+    params:
+        settings=settings("means"),
+    threads: heavy_threads
+    resources:
+        gpu=gpu_per_job("means"),
+    log:
+        "results/logs/{dataset}/ia/iter{t}/means.log",
+    shell:
+        "ia-stages means-whole --features {input.features} --kmax {input.kmax}"
+        " --threads {threads} --settings {params.settings} --out {output} 2> {log}"
