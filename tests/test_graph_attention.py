@@ -353,3 +353,41 @@ def test_near_ties_of_the_silhouette_go_to_the_fewest_clusters():
     a, b = split(3), split(3)[::-1].copy()
     assert fewest_near_best([(0.5, a), (0.5, b)], 0.0) is a
     assert fewest_near_best([(0.49, a), (0.5, b), (0.52, split(4))], 0.2) is b
+
+
+# A 10-node kNN graph (3 neighbours, affNIST-style digits under the similarity group) on which
+# igraph's Leiden "until no change" (n_iterations=-1) never ended, at this seed and resolution.
+ENDLESS_EDGES = [
+    (0, 2), (0, 8), (0, 9), (1, 2), (1, 6), (1, 9), (2, 3), (3, 5), (3, 7), (3, 8),
+    (3, 9), (4, 6), (4, 8), (4, 9), (5, 6), (5, 8), (6, 9), (7, 8), (7, 9), (8, 9),
+]  # fmt: skip
+ENDLESS_SEED, ENDLESS_RESOLUTION = 424494935, 1.681792830507429
+
+
+def test_igraph_leiden_ends_where_igraphs_own_loop_does_not_and_no_node_move_gains() -> None:
+    """In a child process with a time limit (a regression would hang, not fail): the partition
+    comes back, and moving any one node to another (or a new) community does not raise the
+    modularity at that resolution."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import igraph as ig\n"
+        "from ia_stages.readout.graph import leiden_knn\n"
+        f"g = ig.Graph(n=10, edges={ENDLESS_EDGES})\n"
+        f"print(leiden_knn(None, {ENDLESS_SEED}, {ENDLESS_RESOLUTION}, graph=g,"
+        " engine='igraph').tolist())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import igraph as ig
+
+    labels = np.array(json.loads(proc.stdout))
+    g = ig.Graph(n=10, edges=ENDLESS_EDGES)
+    q = g.modularity(labels.tolist(), resolution=ENDLESS_RESOLUTION)
+    for v in range(10):
+        for c in range(labels.max() + 2):
+            moved = labels.copy()
+            moved[v] = c
+            assert g.modularity(moved.tolist(), resolution=ENDLESS_RESOLUTION) <= q + 1e-12
