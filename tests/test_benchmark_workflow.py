@@ -1,6 +1,7 @@
 """The clustering benchmark end to end on a tiny config, through the Snakemake API (targets:
-Tables 1-3 only): every method x dataset row, rerunning the stages gives bit-identical CSV
-tables, the report shows the tables, bad input fails in one line and loses nothing."""
+Tables 1-3 only): every method x dataset row, a row per group where affnist also runs under
+the similarity and affine groups, rerunning the stages gives bit-identical CSV tables, the
+report shows the tables, bad input fails in one line and loses nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 
 from ia_stages.benchmark.methods import METHODS
 from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.config import data_of
 from ia_stages.pipeline.stages import bench_tables, run_method
 from ia_stages.pipeline.stages.bench_tables import NOT_RUN, REPORTED
 from ia_stages.pipeline.store import read_store, write_store
@@ -86,10 +88,43 @@ def test_table2_and_table3_rows(bench_run):
     assert set(t3[t3.stage == "cluster"].detail) == set(METHODS)
 
 
+def test_group_rows_of_tables_1_to_3(bench_run):
+    """affnist under benchmark.groups' se2, similarity and affine: Table 1 has a row per group
+    for the methods that use one and one row for the others, Tables 2 and 3 a row set per
+    group; the variants read their base dataset's images (no dataset store of their own)."""
+    work, _ = bench_run
+    groups = ("se2", "similarity", "affine")
+    t1 = pd.read_csv(work / TABLES[0])
+    ours = t1[(t1.origin == "run here") & ~t1.method.str.contains("@") & (t1.dataset == "affnist")]
+    expected = set()
+    for m, meth in METHODS.items():
+        kind = meth.transforms
+        gs = groups if kind == "group" else ("se2",) if kind == "se2" else ("-",)
+        expected |= {(m, g) for g in gs}
+    assert set(zip(ours.method, ours.group, strict=True)) == expected
+    assert ours.n.eq(N).all() and ours.acc_mean.between(0, 1).all()
+    t2 = pd.read_csv(work / TABLES[1])
+    t2 = t2[t2.dataset == "affnist"]
+    assert set(zip(t2.group, t2.iteration, strict=True)) == {(g, t) for g in groups for t in (0, 1)}
+    first = t2[t2.iteration == 0]
+    assert (first.rendered_floor > 0).all() and first.kmax_inv_err_rendered_value.notna().all()
+    t3 = pd.read_csv(work / TABLES[2])
+    blocks = t3[(t3.stage == "kmax-whole") & (t3.dataset == "affnist")]
+    assert set(zip(blocks.group, blocks.detail, strict=True)) == {
+        (g, f"iter{t}") for g in groups for t in (0, 1)
+    }
+    assert (blocks.cpu_us_per_pair > 0).all() and blocks.cpu_ratio_to_se2.notna().all()
+    assert (blocks[blocks.group == "se2"].cpu_ratio_to_se2 == 1).all()
+    stores = sorted(p.name for p in (work / "results/data").iterdir())
+    assert stores == ["affnist.zarr", "mnist_rot.zarr"]  # the tables' datasets, no variant
+
+
 def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path):
     work, _ = bench_run
     runs = sorted((work / "results").glob("*/cluster/*/seed*.zarr"))
-    assert len(runs) == 2 * sum(2 if m.randomized else 1 for m in METHODS.values())
+    per_dataset = sum(2 if m.randomized else 1 for m in METHODS.values())
+    per_variant = sum(2 if m.randomized else 1 for m in METHODS.values() if m.transforms == "group")
+    assert len(runs) == 2 * per_dataset + 2 * per_variant  # affnist@similarity, @affine
     again = []
     for path in runs:
         st = read_store(path)
@@ -101,7 +136,10 @@ def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path
             kmax = kmax[:1] if needs == "kmax0" else kmax
         out = tmp_path / dname / path.parent.name / path.name
         rerun = run_method.run(
-            work / f"results/data/{dname}.zarr", out, json.loads(st.attrs["settings"]), kmax
+            work / f"results/data/{data_of(dname)}.zarr",
+            out,
+            json.loads(st.attrs["settings"]),
+            kmax,
         )
         np.testing.assert_array_equal(rerun["pred"].values, st["pred"].values, str(path))
         again.append(out)

@@ -1,7 +1,7 @@
 """Issue 21's tables: the groups of ``benchmark.groups`` as dataset variants (config), their
 rows in Tables 1-3 (bench_tables), the theory stage's group checks on rendered data, the
-one-line error for a method that cannot use the dataset's group, and the tiny group
-benchmark end to end."""
+one-line error for a method that cannot use the dataset's group. The group rows end to end:
+tests/test_benchmark_workflow.py (its tiny config runs affnist under every group)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import xarray as xr
 import yaml
@@ -242,47 +241,3 @@ def test_the_rendered_floor_is_larger_under_scale_and_shear_than_under_rotations
     assert 0 < se2.floor < 0.01 < aff.floor
     assert np.isnan(rendered_invariance_error(kernel, (40, 40), np.random.default_rng(0),
                                               pairs=1, renderings=1).floor)  # fmt: skip
-
-
-# ---------------------------------------------------------------- end to end
-
-
-@pytest.mark.slow
-def test_group_tables_end_to_end(tmp_path) -> None:
-    """.test/config/bench_groups.yaml with its affnist dataset only: Table 1 has a row per
-    group for the methods that use one and one row for the others, Table 2 and 3 a row set per
-    group; the variants read their base dataset's images (no dataset store of their own)."""
-    from .test_workflow import run_workflow
-
-    one = copy.deepcopy(BENCH_GROUPS)  # one base dataset, three group variants: enough here
-    del one["datasets"]["mnist_rot"]
-    one["ia"]["datasets"] = one["benchmark"]["datasets"] = ["affnist"]
-    cfg = tmp_path / "groups.yaml"
-    cfg.write_text(yaml.safe_dump(one))
-    tables = [f"results/tables/{t}.csv" for t in ("clustering", "theory", "cost")]
-    run_workflow(tmp_path, cfg, [*tables, "results/figures/benchmark_acc.png"])
-    groups = ("se2", "similarity", "affine")
-    t1 = pd.read_csv(tmp_path / tables[0])
-    ours = t1[(t1.origin == "run here") & ~t1.method.str.contains("@")]
-    expected = set()
-    for d in ("affnist",):
-        for m in BENCH_GROUPS["benchmark"]["methods"]:
-            kind = METHODS[m].transforms
-            gs = groups if kind == "group" else ("se2",) if kind == "se2" else ("-",)
-            expected |= {(d, m, g) for g in gs}
-    assert set(zip(ours.dataset, ours.method, ours.group, strict=True)) == expected
-    assert ours.n.eq(10).all() and ours.acc_mean.between(0, 1).all()
-    t2 = pd.read_csv(tmp_path / tables[1])
-    assert set(zip(t2.dataset, t2.group, t2.iteration, strict=True)) == {
-        (d, g, t) for d in ("affnist",) for g in groups for t in (0, 1)
-    }
-    first = t2[t2.iteration == 0]
-    assert (first.rendered_floor > 0).all() and first.kmax_inv_err_rendered_value.notna().all()
-    t3 = pd.read_csv(tmp_path / tables[2])
-    blocks = t3[t3.stage == "kmax-whole"]  # n = 10: one block, one job
-    assert set(zip(blocks.dataset, blocks.group, blocks.detail, strict=True)) == {
-        (d, g, f"iter{t}") for d in ("affnist",) for g in groups for t in (0, 1)
-    }
-    assert (blocks.cpu_us_per_pair > 0).all() and blocks.cpu_ratio_to_se2.notna().all()
-    assert (blocks[blocks.group == "se2"].cpu_ratio_to_se2 == 1).all()
-    assert sorted(p.name for p in (tmp_path / "results/data").iterdir()) == ["affnist.zarr"]
