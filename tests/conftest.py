@@ -22,9 +22,8 @@ LONGEST_FIRST = (
     "test_benchmark_workflow.py",
     "test_slurm.py",
     "test_trust.py",
-    "test_cluster_command.py",
-    "test_group_tables.py",
     "test_workflow_knn.py",
+    "test_cluster_command.py",
     "test_robustness.py",
 )
 
