@@ -521,3 +521,23 @@ def test_cluster_settings_follow_only_what_each_method_reads(
         cfg, "mnist_rot", "kmeans", 0
     )
     assert cluster_settings(cfg, "mnist_rot", "ia", 0)["n_clusters"] is None  # finds K
+
+
+def test_the_slurm_profile_sizes_every_heavy_rule_and_names_only_rules() -> None:
+    """Every rule that may hold a GPU (``gpu=gpu_per_job``: the kappa^max, kNN and mean jobs,
+    kmax_whole and means_whole among them) has its own memory, time and cores in
+    profiles/slurm (the 2 GB, 30 min default would not hold a block of thousands of images),
+    and every rule the profile names exists."""
+    import re
+
+    rules_dir = ROOT / "src" / "ia_stages" / "pipeline" / "workflow" / "rules"
+    text = "\n".join(p.read_text() for p in sorted(rules_dir.glob("*.smk")))
+    blocks = re.split(r"^rule (\w+):", text, flags=re.M)[1:]
+    rules = dict(zip(blocks[::2], blocks[1::2], strict=True))
+    heavy = {name for name, body in rules.items() if "gpu=gpu_per_job" in body}
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    sized = profile["set-resources"]
+    assert {"kmax_block", "kmax_whole", "means_block", "means_whole"} <= heavy
+    assert heavy <= set(sized) <= set(rules)
+    for name in heavy:
+        assert sized[name]["mem_mb"] >= 16000 and sized[name]["cpus_per_task"] >= 4, name

@@ -52,13 +52,14 @@ def one_of(names):
     return "|".join(re.escape(d) for d in sorted(names)) or "(?!)"
 
 
-# A dataset whose kappa^max (or columns) is a single block gets it in one job (kmax_whole,
-# means_whole); the others in block jobs and a gather.
-KMAX_WHOLE = [d for d in config["datasets"] if len(kmax_blocks(config, d)) == 1]
-MEANS_WHOLE = [d for d in config["datasets"] if len(column_blocks(config, d)) == 1]
-KMAX_BLOCKED = one_of(set(config["datasets"]) - set(KMAX_WHOLE))
-MEANS_BLOCKED = one_of(set(config["datasets"]) - set(MEANS_WHOLE))
-KMAX_WHOLE, MEANS_WHOLE = one_of(KMAX_WHOLE), one_of(MEANS_WHOLE)
+# Wildcard constraints: a dataset whose kappa^max (or columns) is a single block gets it in
+# one job (kmax_whole, means_whole); the others in block jobs and a gather.
+_ONE_KMAX_BLOCK = {d for d in config["datasets"] if len(kmax_blocks(config, d)) == 1}
+_ONE_MEANS_BLOCK = {d for d in config["datasets"] if len(column_blocks(config, d)) == 1}
+KMAX_WHOLE = one_of(_ONE_KMAX_BLOCK)
+KMAX_BLOCKED = one_of(set(config["datasets"]) - _ONE_KMAX_BLOCK)
+MEANS_WHOLE = one_of(_ONE_MEANS_BLOCK)
+MEANS_BLOCKED = one_of(set(config["datasets"]) - _ONE_MEANS_BLOCK)
 
 
 wildcard_constraints:
