@@ -60,18 +60,7 @@ def assemble(
 def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset:
     """Read every block store, fill the lower triangle by symmetry, write ``out``."""
     stores = [(p, read_store(p, required=("value", "params", "sqdist"))) for p in blocks]
-    ds = assemble(stores, out, settings)
-    ds.attrs = provenance(
-        "kmax-gather",
-        settings,
-        settings["seed"],
-        stores[0][1].attrs.get("backend", "numpy"),
-        n=ds.sizes["sample_i"],
-        blocks=len(stores),
-        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in stores),
-    )
-    write_store(ds, out)
-    return ds
+    return _write(assemble(stores, out, settings), stores, "kmax-gather", settings, out)
 
 
 def whole(
@@ -90,18 +79,31 @@ def whole(
     (100, 100)
     """
     block = kmax_block.compute(features, 0, 0, None, settings, progress)
-    ds = assemble([(features, block)], out, settings)
-    a = block.attrs
+    stores = [(features, block)]
+    ds = assemble(stores, out, settings)
+    extra = {k: block.attrs[k] for k in ("cpu_seconds", "pairs")}
+    return _write(ds, stores, "kmax-whole", settings, out, **extra)
+
+
+def _write(
+    ds: xr.Dataset,
+    stores: list[tuple[str | Path, xr.Dataset]],
+    stage: str,
+    settings: dict,
+    out: str | Path,
+    **extra,
+) -> xr.Dataset:
+    """Give the assembled ``ds`` its provenance (the blocks' backend, count and summed wall
+    time) and write it."""
     ds.attrs = provenance(
-        "kmax-whole",
+        stage,
         settings,
         settings["seed"],
-        a["backend"],
-        n=a["n"],
-        blocks=1,
-        wall_seconds=a["wall_seconds"],
-        cpu_seconds=a["cpu_seconds"],
-        pairs=a["pairs"],
+        stores[0][1].attrs.get("backend", "numpy"),
+        n=ds.sizes["sample_i"],
+        blocks=len(stores),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in stores),
+        **extra,
     )
     write_store(ds, out)
     return ds

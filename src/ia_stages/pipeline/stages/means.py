@@ -174,19 +174,7 @@ def gather(
     if not blocks:
         raise InputError(f"{out}: no invariant-mean blocks to gather")
     parts = [(p, read_store(p, required=("features", "mean_params", "objective"))) for p in blocks]
-    ds = assemble(parts, kmax, out, settings)
-    ds.attrs = provenance(
-        "means-gather",
-        settings,
-        settings["seed"],
-        parts[0][1].attrs.get("backend", "numpy"),
-        n=ds.sizes["sample"],
-        blocks=len(parts),
-        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
-        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
-    )
-    write_store(ds, out)
-    return ds
+    return _write(assemble(parts, kmax, out, settings), parts, "means-gather", settings, out)
 
 
 def whole(
@@ -205,18 +193,28 @@ def whole(
     >>> ds["features"].shape  # doctest: +SKIP
     (100, 40, 40)
     """
-    block = compute(features, kmax, settings, 0, None, progress)
-    ds = assemble([(features, block)], kmax, out, settings)
-    a = block.attrs
+    parts = [(features, compute(features, kmax, settings, 0, None, progress))]
+    return _write(assemble(parts, kmax, out, settings), parts, "means-whole", settings, out)
+
+
+def _write(
+    ds: xr.Dataset,
+    parts: list[tuple[str | Path, xr.Dataset]],
+    stage: str,
+    settings: dict,
+    out: str | Path,
+) -> xr.Dataset:
+    """Give the assembled ``ds`` its provenance (the blocks' backend, count, summed wall time
+    and largest dropped weight) and write it."""
     ds.attrs = provenance(
-        "means-whole",
+        stage,
         settings,
         settings["seed"],
-        a["backend"],
-        n=a["n"],
-        blocks=1,
-        wall_seconds=a["wall_seconds"],
-        max_dropped_weight=a["max_dropped_weight"],
+        parts[0][1].attrs.get("backend", "numpy"),
+        n=ds.sizes["sample"],
+        blocks=len(parts),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
     )
     write_store(ds, out)
     return ds

@@ -112,11 +112,7 @@ def cost_stores(w):
     stores = [f"results/data/{d}.zarr" for d in BENCH_DATASETS]
     for d in BENCH_RUNS:
         for t in range(IA_ITERS + 1):
-            blocks = kmax_blocks(config, d)
-            if len(blocks) == 1:  # kmax_whole: the n x n store holds the search's cost
-                stores.append(f"results/{d}/ia/iter{t}/kmax.zarr")
-            else:
-                stores += [f"results/{d}/ia/iter{t}/kmax/{bi}_{bj}.zarr" for bi, bj in blocks]
+            stores += kmax_search_stores(d, t)
         stores += ia_stores(d)[1]
     return stores + cluster_runs()
 

@@ -106,6 +106,14 @@ def kmax_block_stores(w):
     ]
 
 
+def kmax_search_stores(d, t):
+    """The stores holding iteration t's kappa^max search of dataset d (its pairs and CPU time,
+    Table 3): the block stores, or a one-block dataset's n x n store (kmax_whole)."""
+    if d in _ONE_KMAX_BLOCK:
+        return [f"results/{d}/ia/iter{t}/kmax.zarr"]
+    return [f"results/{d}/ia/iter{t}/kmax/{bi}_{bj}.zarr" for bi, bj in kmax_blocks(config, d)]
+
+
 def kmax_store(d, t):
     """Iteration t's kappa^max of dataset d: the n x n store, or the kNN store (kNN path)."""
     return f"results/{d}/ia/iter{t}/{'knn' if d in KNN_DATASETS else 'kmax'}.zarr"
