@@ -267,6 +267,13 @@ def _folder(tmp_path: Path) -> Path:
     return path
 
 
+def _figure_outputs_short(tmp_path: Path, schema_path: Path) -> Case:
+    feats = _features(tmp_path / "features.zarr")
+    out = _out(tmp_path) / "gallery.png"
+    argv = ["figure", "clusters", "--inputs", str(feats), str(feats), "--out", str(out)]
+    return Case("figure", argv, [out], ["clusters", "--out takes 2"])
+
+
 CASES: dict[str, Callable[[Path, Path], Case]] = {
     "check-config bad value": _bad_config,
     "kmax-block features missing": _features_missing,
@@ -288,6 +295,7 @@ CASES: dict[str, Callable[[Path, Path], Case]] = {
     "tables metrics missing": _tables_with(lambda tmp_path: tmp_path / "absent.csv"),
     "tables metrics empty": _tables_with(_empty_file),
     "tables metrics folder": _tables_with(_folder),
+    "figure clusters one output": _figure_outputs_short,
 }
 
 

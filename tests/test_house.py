@@ -115,3 +115,25 @@ def test_the_command_and_the_public_names_load_no_more_than_they_need() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] True"
+
+
+@pytest.mark.parametrize(
+    ("stage", "not_loaded"),
+    [
+        # a gather only stacks stores: numba's kernels are for the one-job path
+        ("kmax_gather", ("numba", "ia_stages.kmax", "sklearn")),
+        # these use the numpy-only metrics; the tables need scikit-learn for NMI/ARI only
+        ("theory", ("sklearn", "scipy.optimize")),
+        ("bench_tables", ("sklearn", "scipy.optimize", "numba")),
+        ("figures", ("numba", "sklearn")),
+    ],
+)
+def test_a_stage_module_loads_only_what_its_jobs_use(stage: str, not_loaded: tuple) -> None:
+    """Each pipeline job is a fresh process: every module a stage imports up front costs each
+    of its jobs start-up time; what only some of its paths use is imported there."""
+    code = (
+        f"import sys, ia_stages.pipeline.stages.{stage}\n"
+        f"print([m for m in {not_loaded!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

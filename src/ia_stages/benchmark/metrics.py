@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+# scipy.optimize and sklearn.metrics are imported where they are used: they cost seconds of
+# start-up in every pipeline job that imports this module for its numpy-only functions.
 
 
 def accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
@@ -12,6 +13,8 @@ def accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
 
     Unmatched clusters (more clusters than classes) count as errors.
     """
+    from scipy.optimize import linear_sum_assignment
+
     t = np.unique(labels_true, return_inverse=True)[1]
     p = np.unique(labels_pred, return_inverse=True)[1]
     counts = np.zeros((p.max() + 1, t.max() + 1), dtype=np.int64)
@@ -22,11 +25,15 @@ def accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
 
 def nmi(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Normalised mutual information (arithmetic normalisation, scikit-learn)."""
+    from sklearn.metrics import normalized_mutual_info_score
+
     return float(normalized_mutual_info_score(labels_true, labels_pred))
 
 
 def ari(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Adjusted Rand index (scikit-learn)."""
+    from sklearn.metrics import adjusted_rand_score
+
     return float(adjusted_rand_score(labels_true, labels_pred))
 
 

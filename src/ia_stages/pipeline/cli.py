@@ -327,8 +327,13 @@ def _cmd_bench_table(a: argparse.Namespace) -> None:
 def _cmd_figure(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import figures
 
-    figures.FIGURES[a.name](a.inputs, a.out)
-    log.info("wrote %s", a.out)
+    n = figures.OUTPUTS.get(a.name, 1)
+    if len(a.out) != n:
+        raise InputError(
+            f"figure {a.name} writes {n} file(s): --out takes {n} path(s), got {len(a.out)}"
+        )
+    figures.FIGURES[a.name](a.inputs, a.out[0] if n == 1 else a.out)
+    log.info("wrote %s", " ".join(a.out))
 
 
 def _cmd_check_config(a: argparse.Namespace) -> None:
@@ -582,12 +587,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--datasets", nargs="*", default=[], help="dataset stores (clustering)")
     sp.add_argument("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex")
 
-    sp = add("figure", _cmd_figure, "draw one figure")
+    sp = add("figure", _cmd_figure, "draw one figure (clusters: the gallery and the stability)")
     sp.add_argument(
-        "name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes", "stability"]
+        "name",
+        choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes", "stability", "clusters"],
     )
     sp.add_argument("--inputs", nargs="+", required=True)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", nargs="+", required=True)
 
     sp = add("check-config", _cmd_check_config, "validate a config file")
     sp.add_argument("config")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -353,12 +354,25 @@ def stability(inputs: list[str], out: str | Path) -> None:
     )
 
 
-FIGURES: dict[str, Callable[[list[str], str | Path], None]] = {
+def clusters(inputs: list[str], out: list[str | Path]) -> None:
+    """A dataset's two cluster figures in one process: the gallery (:func:`classes`) to
+    ``out[0]`` and the read-out's stability (:func:`stability`) to ``out[1]``.
+
+    inputs: dataset store, classes store (stage ``classes``).
+    """
+    classes(inputs, out[0])
+    stability(inputs[1:], out[1])
+
+
+FIGURES: dict[str, Callable[[list[str], Any], None]] = {
     "benchmark": benchmark,
     "classes": classes,
     "stability": stability,
+    "clusters": clusters,
     "fig2": fig2,
     "fig3": fig3,
     "fig4": fig4,
     "fig5": fig5,
 }
+OUTPUTS = {"clusters": 2}
+"""Figures that write more than one file: how many ``--out`` paths each takes (others: 1)."""

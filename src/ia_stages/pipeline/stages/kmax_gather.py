@@ -14,7 +14,6 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.groups import make_group
-from ia_stages.pipeline.stages import kmax_block
 from ia_stages.pipeline.stages.common import InputError
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store
 
@@ -78,6 +77,8 @@ def whole(
     >>> ds["value"].shape  # doctest: +SKIP
     (100, 100)
     """
+    from ia_stages.pipeline.stages import kmax_block  # numba's kernels: not for a gather
+
     block = kmax_block.compute(features, 0, 0, None, settings, progress)
     stores = [(features, block)]
     ds = assemble(stores, out, settings)

@@ -25,38 +25,28 @@ rule classes:
         " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"
 
 
-rule figure_classes:
+# Both figures of a dataset's clusters come from one job (one process start, not two).
+rule figure_clusters:
     conda:
         CONDA_ENV
     input:
         "results/data/{dataset}.zarr",
         "results/{dataset}/classes.zarr",
     output:
-        report(
+        gallery=report(
             "results/figures/{dataset}_classes.png",
             caption="../report/classes.rst",
             category="Clusters",
             subcategory="{dataset}",
         ),
-    log:
-        "results/logs/figures/{dataset}_classes.log",
-    shell:
-        "ia-stages figure classes --inputs {input} --out {output} 2> {log}"
-
-
-rule figure_stability:
-    conda:
-        CONDA_ENV
-    input:
-        "results/{dataset}/classes.zarr",
-    output:
-        report(
+        stability=report(
             "results/figures/{dataset}_stability.png",
             caption="../report/stability.rst",
             category="Clusters",
             subcategory="{dataset}",
         ),
     log:
-        "results/logs/figures/{dataset}_stability.log",
+        "results/logs/figures/{dataset}_clusters.log",
     shell:
-        "ia-stages figure stability --inputs {input} --out {output} 2> {log}"
+        "ia-stages figure clusters --inputs {input} --out {output.gallery} {output.stability}"
+        " 2> {log}"
