@@ -524,20 +524,33 @@ def test_cluster_settings_follow_only_what_each_method_reads(
 
 
 def test_the_slurm_profile_sizes_every_heavy_rule_and_names_only_rules() -> None:
-    """Every rule that may hold a GPU (``gpu=gpu_per_job``: the kappa^max, kNN and mean jobs,
-    kmax_whole and means_whole among them) has its own memory, time and cores in
-    profiles/slurm (the 2 GB, 30 min default would not hold a block of thousands of images),
-    and every rule the profile names exists."""
-    import re
+    """Every rule that may hold a GPU (a ``gpu`` resource computed per job: the kappa^max, kNN
+    and mean jobs, the benchmark's heavy methods and their batches on small datasets) has its
+    own memory, time and cores in profiles/slurm (the 2 GB, 30 min default would not hold a
+    block of thousands of images), and every rule the profile names exists. The rules are
+    Snakemake's own, parsed from the workflow (rules made in a loop included)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
 
-    rules_dir = ROOT / "src" / "ia_stages" / "pipeline" / "workflow" / "rules"
-    text = "\n".join(p.read_text() for p in sorted(rules_dir.glob("*.smk")))
-    blocks = re.split(r"^rule (\w+):", text, flags=re.M)[1:]
-    rules = dict(zip(blocks[::2], blocks[1::2], strict=True))
-    heavy = {name for name, body in rules.items() if "gpu=gpu_per_job" in body}
+    with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[ROOT / "config" / "config.yaml"]),
+            storage_settings=StorageSettings(),
+            snakefile=ROOT / "Snakefile",
+            workdir=ROOT,
+        )._workflow
+        rules = {rule.name: rule for rule in workflow.rules}
+    gpu = {name: rule.resources.get("gpu") for name, rule in rules.items()}
+    heavy = {name for name, res in gpu.items() if res is not None and callable(res._evaluator)}
     profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     sized = profile["set-resources"]
-    assert {"kmax_block", "kmax_whole", "means_block", "means_whole"} <= heavy
+    assert {"kmax_block", "kmax_whole", "means_block", "means_whole", "cluster"} <= heavy
     assert heavy <= set(sized) <= set(rules)
     for name in heavy:
         assert sized[name]["mem_mb"] >= 16000 and sized[name]["cpus_per_task"] >= 4, name

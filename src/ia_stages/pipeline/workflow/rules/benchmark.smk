@@ -10,6 +10,7 @@ rule cluster:
         directory("results/{dataset}/cluster/{method}/seed{seed}.zarr"),
     wildcard_constraints:
         method="|".join(HEAVY_METHODS),  # the light ones run in batches (below)
+        dataset=one_of(set(BENCH_RUNS) - set(SMALL_BENCH)),  # small ones: all in batches
     params:
         settings=cluster_settings_arg,
         args=cluster_args,
@@ -23,62 +24,32 @@ rule cluster:
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-# The light methods run in one job per dataset and input kind: pixels, the iteration-0
-# kappa^max, or every iteration's (IA's read-outs). A settings edit reruns the whole batch.
-if PIXEL_BATCH:
+# Batches (benchmark_common.smk, BATCHES): one job per dataset and input kind runs several
+# methods: pixels, the iteration-0 kappa^max, or every iteration's (IA's read-outs). A
+# settings edit reruns the whole batch. A `*_all` batch also holds the heavy methods.
+for _name, (_need, _datasets, _batch) in BATCHES.items():
+    if not (_batch and _datasets):
+        continue
 
-    rule cluster_pixels:
+    rule:
+        name:
+            _name
         conda:
             CONDA_ENV
         input:
-            unpack(batch_inputs("none")),
+            unpack(batch_inputs(_need)),
         output:
-            batch_outputs(PIXEL_BATCH),
+            batch_outputs(_batch),
         wildcard_constraints:
-            dataset="|".join(re.escape(d) for d in BENCH_DATASETS),
+            dataset=one_of(_datasets),
         params:
-            settings=batch_settings(PIXEL_BATCH),
-        log:
-            "results/logs/{dataset}/cluster/pixel_methods.log",
-        shell:
-            "ia-stages run-method --dataset {input.dataset} --threads 1"
-            " --settings {params.settings} --out {output} 2> {log}"
-
-
-if GRAPH_BATCH:
-
-    rule cluster_graphs:
-        conda:
-            CONDA_ENV
-        input:
-            unpack(batch_inputs("kmax0")),
-        output:
-            batch_outputs(GRAPH_BATCH),
-        params:
-            settings=batch_settings(GRAPH_BATCH),
+            settings=batch_settings(_batch),
             args=cluster_args,
+        threads: heavy_threads if any(METHODS[m].heavy for m, _ in _batch) else 1
+        resources:
+            gpu=gpu_per_job("cluster") if any(METHODS[m].heavy for m, _ in _batch) else 0,
         log:
-            "results/logs/{dataset}/cluster/graph_methods.log",
-        shell:
-            "ia-stages run-method --dataset {input.dataset} {params.args} --threads 1"
-            " --settings {params.settings} --out {output} 2> {log}"
-
-
-if IA_BATCH:
-
-    rule cluster_ia:
-        conda:
-            CONDA_ENV
-        input:
-            unpack(batch_inputs("kmax_all")),
-        output:
-            batch_outputs(IA_BATCH),
-        params:
-            settings=batch_settings(IA_BATCH),
-            args=cluster_args,
-        threads: heavy_threads
-        log:
-            "results/logs/{dataset}/cluster/ia_methods.log",
+            f"results/logs/{{dataset}}/cluster/{_name}.log",
         shell:
             "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
             " --settings {params.settings} --out {output} 2> {log}"

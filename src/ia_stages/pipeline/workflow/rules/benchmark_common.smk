@@ -23,24 +23,37 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-def light_batch(need):
-    """(method, seed index) of the light benchmark methods that read `need` ('none',
-    'kmax0', 'kmax_all'): one job runs them all on a dataset, since each alone is a fraction
-    of a second of work after seconds of process start-up. The light methods reading kappa^max
+def method_batch(need, heavy=False):
+    """(method, seed index) of the benchmark methods that read `need` ('none', 'kmax0',
+    'kmax_all') and run in one job per dataset: the light ones, since each alone is a fraction
+    of a second of work after seconds of process start-up, and with ``heavy`` the heavy ones
+    too (datasets of one kappa^max block, SMALL_BENCH). The light methods reading kappa^max
     all use the dataset's group and the pixel ones none (tests/test_method_table.py), so a
-    batch runs on the same datasets as each of its methods would."""
-    batch = [
+    light batch runs on the same datasets as each of its methods would."""
+    return [
         (m, s)
         for m in BENCH_METHODS
-        if not METHODS[m].heavy and METHODS[m].needs == need
+        if (heavy or not METHODS[m].heavy) and METHODS[m].needs == need
         for s in method_seeds(m, BENCH["seeds"])
     ]
-    return batch
 
 
-PIXEL_BATCH = light_batch("none")  # the benchmark datasets only: pixels have no group
-GRAPH_BATCH = light_batch("kmax0")  # every benchmark run, group variants included
-IA_BATCH = light_batch("kmax_all")
+# A benchmark dataset of one kappa^max block (n <= block_size) runs every method in its
+# batches, the heavy ones too; group variants and larger datasets run each heavy method on
+# its own (rule cluster) and the light ones in batches.
+SMALL_BENCH = sorted(d for d in BENCH_DATASETS if d in _ONE_KMAX_BLOCK)
+BATCHES = {  # rule name -> (input read, datasets, methods and seeds)
+    f"cluster_{kind}{'_all' if small else ''}": (need, datasets, method_batch(need, small))
+    for kind, need, runs in (
+        ("pixels", "none", BENCH_DATASETS),  # pixels have no group
+        ("graphs", "kmax0", BENCH_RUNS),  # every benchmark run, group variants included
+        ("ia", "kmax_all", BENCH_RUNS),
+    )
+    for small, datasets in (
+        (False, [d for d in runs if d not in SMALL_BENCH]),
+        (True, [d for d in runs if d in SMALL_BENCH]),
+    )
+}
 
 
 def batch_outputs(batch):
