@@ -4,28 +4,59 @@ numba caches each ``cache=True`` kernel on disk the first time a process compile
 fresh clone every pipeline job and test worker that starts before the cache exists compiles
 the same kernels at the same time (a kappa^max block job: tens of seconds cold, a few warm). Run
 by tests/conftest.py in the controller process; on a warm cache it only loads them.
+
+Compiling is one core's work per process, and the dense search's kernel is most of it, so a
+second process compiles, beside it, the kernels that do not call the search (the group
+refinement, the invariant mean's warps, the letters' renderer); then every entry point runs
+once, loading what the two made and compiling the rest.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 
-from ia_stages import InvariantAttentionClustering, kappa_max
-from ia_stages.data.datasets import shapes3
-from ia_stages.data.render import letter, render
+
+def _shapes() -> np.ndarray:
+    from ia_stages.data.datasets import shapes3
+
+    return shapes3(n_per_class=3, size=32, shift_px=(2, 2), rng=np.random.default_rng(0)).data
+
+
+def beside_the_search() -> None:
+    """The kernels no dense search calls, each run once on small inputs."""
+    from ia_stages.core.groups import make_group
+    from ia_stages.data.render import letter, render
+    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+    from ia_stages.kmax.group_refine import refine_pairs
+
+    X = _shapes()
+    pairs = np.arange(3, dtype=np.int64)
+    q0 = np.zeros((3, 6))
+    for interpolation in ("keys", "bspline"):
+        refine_pairs(X, X, pairs, pairs[::-1].copy(), q0, make_group("affine"), interpolation)
+    invariant_mean(X, np.ones(len(X)), settings=MeanSettings(steps=2))
+    render(letter("F", height=12.0), (24, 24), np.zeros((1, 3)))
 
 
 def main() -> None:
-    X = shapes3(n_per_class=3, size=32, shift_px=(2, 2), rng=np.random.default_rng(0)).data
+    from ia_stages import InvariantAttentionClustering, kappa_max
+
+    beside = subprocess.Popen([sys.executable, "-m", "tests.warm_numba", "--beside"])
+    X = _shapes()
     kappa_max(X)  # the dense search: ring spectra, peaks, refinement, warps
+    if beside.wait() != 0:
+        raise RuntimeError("tests.warm_numba --beside failed")
     kappa_max(X, k=3)  # the kNN mode's selection
     small = {"iterations": 1, "random_state": 0}
     InvariantAttentionClustering(3, **small).fit(X)  # means, class averages
     InvariantAttentionClustering(3, kmax_mode="candidates", **small).fit(X)
     for group in ("similarity", "affine"):
         InvariantAttentionClustering(3, group=group, **small).fit(X)
-    render(letter("F", height=12.0), (24, 24), np.zeros((1, 3)))
+    beside_the_search()  # loads what the other process compiled
 
 
 if __name__ == "__main__":
-    main()
+    beside_the_search() if sys.argv[1:] == ["--beside"] else main()
