@@ -30,6 +30,7 @@ rule cluster:
 for _name, (_need, _datasets, _batch) in BATCHES.items():
     if not (_batch and _datasets):
         continue
+    _heavy = any(METHODS[m].heavy for m, _ in _batch)
 
     rule:
         name:
@@ -45,9 +46,10 @@ for _name, (_need, _datasets, _batch) in BATCHES.items():
         params:
             settings=batch_settings(_batch),
             args=cluster_args,
-        threads: heavy_threads if any(METHODS[m].heavy for m, _ in _batch) else 1
+        # IA's read-outs spread their Leiden runs over the job's threads on large graphs
+        threads: heavy_threads if _heavy or _need == "kmax_all" else 1
         resources:
-            gpu=gpu_per_job("cluster") if any(METHODS[m].heavy for m, _ in _batch) else 0,
+            gpu=gpu_per_job("cluster") if _heavy else 0,
         log:
             f"results/logs/{{dataset}}/cluster/{_name}.log",
         shell:
