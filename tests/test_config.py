@@ -547,7 +547,7 @@ def test_the_slurm_profile_sizes_every_heavy_rule_and_names_only_rules() -> None
         )._workflow
         rules = {rule.name: rule for rule in workflow.rules}
     gpu = {name: rule.resources.get("gpu") for name, rule in rules.items()}
-    heavy = {name for name, res in gpu.items() if res is not None and callable(res._evaluator)}
+    heavy = {name for name, res in gpu.items() if res is not None and res.is_evaluable()}
     profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     sized = profile["set-resources"]
     assert {"kmax_block", "kmax_whole", "means_block", "means_whole", "cluster"} <= heavy
