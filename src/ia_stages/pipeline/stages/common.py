@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import resolve_backend, to_backend
-from ia_stages.pipeline.store import StoreError, read_store
+from ia_stages.pipeline.store import StoreError, provenance, read_store, write_store
 
 
 class InputError(ValueError):
@@ -71,3 +71,34 @@ def on_backend(array: np.ndarray, backend: str) -> tuple[Any, str]:
 
 
 __all__ = ["InputError", "StoreError", "load_features", "on_backend", "require_images", "timer"]
+
+
+def write_gathered(
+    ds: xr.Dataset,
+    parts: list[tuple[str | Path, xr.Dataset]],
+    stage: str,
+    settings: dict,
+    out: str | Path,
+    dim: str,
+    **extra: Any,
+) -> xr.Dataset:
+    """Give ``ds``, assembled from the block stores ``parts`` ((path, store) pairs), its
+    provenance and write it to ``out``: the blocks' backend, their count and summed wall
+    time, ``n`` (the size of ``ds``'s dimension ``dim``) and the attributes ``extra``.
+
+    Example
+    -------
+    >>> write_gathered(ds, parts, "means-gather", settings, "f.zarr", "sample")  # doctest: +SKIP
+    """
+    ds.attrs = provenance(
+        stage,
+        settings,
+        settings["seed"],
+        parts[0][1].attrs.get("backend", "numpy"),
+        n=ds.sizes[dim],
+        blocks=len(parts),
+        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        **extra,
+    )
+    write_store(ds, out)
+    return ds

@@ -14,8 +14,8 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.groups import make_group
-from ia_stages.pipeline.stages.common import InputError
-from ia_stages.pipeline.store import provenance, read_store, strings, write_store
+from ia_stages.pipeline.stages.common import InputError, write_gathered
+from ia_stages.pipeline.store import read_store, strings
 
 
 def assemble(
@@ -59,7 +59,9 @@ def assemble(
 def run(blocks: list[str | Path], out: str | Path, settings: dict) -> xr.Dataset:
     """Read every block store, fill the lower triangle by symmetry, write ``out``."""
     stores = [(p, read_store(p, required=("value", "params", "sqdist"))) for p in blocks]
-    return _write(assemble(stores, out, settings), stores, "kmax-gather", settings, out)
+    return write_gathered(
+        assemble(stores, out, settings), stores, "kmax-gather", settings, out, "sample_i"
+    )
 
 
 def whole(
@@ -83,28 +85,4 @@ def whole(
     stores = [(features, block)]
     ds = assemble(stores, out, settings)
     extra = {k: block.attrs[k] for k in ("cpu_seconds", "pairs")}
-    return _write(ds, stores, "kmax-whole", settings, out, **extra)
-
-
-def _write(
-    ds: xr.Dataset,
-    stores: list[tuple[str | Path, xr.Dataset]],
-    stage: str,
-    settings: dict,
-    out: str | Path,
-    **extra,
-) -> xr.Dataset:
-    """Give the assembled ``ds`` its provenance (the blocks' backend, count and summed wall
-    time) and write it."""
-    ds.attrs = provenance(
-        stage,
-        settings,
-        settings["seed"],
-        stores[0][1].attrs.get("backend", "numpy"),
-        n=ds.sizes["sample_i"],
-        blocks=len(stores),
-        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in stores),
-        **extra,
-    )
-    write_store(ds, out)
-    return ds
+    return write_gathered(ds, stores, "kmax-whole", settings, out, "sample_i", **extra)

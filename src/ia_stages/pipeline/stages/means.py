@@ -36,6 +36,7 @@ from ia_stages.pipeline.stages.common import (
     on_backend,
     require_images,
     timer,
+    write_gathered,
 )
 from ia_stages.pipeline.stages.kmax_block import block_range
 from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
@@ -204,20 +205,9 @@ def _write(
     settings: dict,
     out: str | Path,
 ) -> xr.Dataset:
-    """Give the assembled ``ds`` its provenance (the blocks' backend, count, summed wall time
-    and largest dropped weight) and write it."""
-    ds.attrs = provenance(
-        stage,
-        settings,
-        settings["seed"],
-        parts[0][1].attrs.get("backend", "numpy"),
-        n=ds.sizes["sample"],
-        blocks=len(parts),
-        wall_seconds=sum(float(b.attrs["wall_seconds"]) for _, b in parts),
-        max_dropped_weight=max(float(b.attrs["max_dropped_weight"]) for _, b in parts),
-    )
-    write_store(ds, out)
-    return ds
+    """:func:`write_gathered`, with the blocks' largest dropped weight."""
+    dropped = max(float(b.attrs["max_dropped_weight"]) for _, b in parts)
+    return write_gathered(ds, parts, stage, settings, out, "sample", max_dropped_weight=dropped)
 
 
 def assemble(
