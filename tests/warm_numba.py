@@ -7,7 +7,8 @@ by tests/conftest.py in the controller process; on a warm cache it only loads th
 
 Compiling is one core's work per process, and the dense search's kernel is most of it, so a
 second process compiles, beside it, the kernels that do not call the search (the group
-refinement, the invariant mean's warps, the letters' renderer); then every entry point runs
+refinement, the invariant mean's warps, the letters' renderer, the candidates mode's
+selection and lattice scan); then every entry point runs
 once, loading what the two made and compiling the rest.
 """
 
@@ -39,6 +40,27 @@ def beside_the_search() -> None:
         refine_pairs(X, X, pairs, pairs[::-1].copy(), q0, make_group("affine"), interpolation)
     invariant_mean(X, np.ones(len(X)), settings=MeanSettings(steps=2))
     render(letter("F", height=12.0), (24, 24), np.zeros((1, 3)))
+    _candidate_kernels(X)
+
+
+def _candidate_kernels(X: np.ndarray) -> None:
+    """The candidates mode's own kernels (feature-space selection, lattice scan, joint peaks)
+    on small inputs, as that mode calls them."""
+    from ia_stages.core.smoothing import normalize, smooth
+    from ia_stages.kmax.features import feature_neighbours
+    from ia_stages.kmax.polar import angle_synthesis, centroids, scan_spectra
+    from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks
+    from ia_stages.kmax.search import centre_offsets, lattice_neighbours
+
+    feature_neighbours(X.reshape(len(X), -1).astype(np.float32), 3)
+    U, M = normalize(smooth(X, 1.0)), 16
+    A = scan_spectra(U, centroids(U)[None], M)[:, :, 0]
+    B = scan_spectra(U, centroids(U)[None] + centre_offsets(1.0, 1)[:, None], M)
+    pairs = np.arange(len(X), dtype=np.int64)
+    scores = np.empty((len(X), B.shape[2], M), dtype=np.float32)
+    lattice_pair_scores(A, B, pairs, pairs[::-1].copy(), angle_synthesis(M), scores)
+    nbr = lattice_neighbours(centre_offsets(1.0, 1))
+    pair_joint_peaks(scores[:, None], pairs, np.zeros_like(pairs), 2, nbr)
 
 
 def main() -> None:

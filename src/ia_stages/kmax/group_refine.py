@@ -211,8 +211,9 @@ def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam
 def _group_refine(ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, out_q, out_c):
     """The CPU driver of :func:`_group_refine_pair`: pairs in parallel over numba's threads."""
     for k in prange(ii.shape[0]):
-        _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps,
-                           np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
+        # int64: one compiled signature (see ia_stages.kmax.refine._search)
+        _group_refine_pair(np.int64(k), ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0,
+                           m_taps, np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
 
 
 def moving_layout(V: np.ndarray, interpolation: str = "keys", packed: bool = True) -> np.ndarray:

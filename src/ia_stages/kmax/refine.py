@@ -527,9 +527,11 @@ def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, b
     with its own scratch."""
     n_c = starts.shape[1]
     for k in prange(starts.shape[0]):
-        _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
-                     prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
-                     same_shift, lm, polish, m_taps, np.empty(n_c), np.empty(n_c),
+        # int64: prange's index is unsigned once the loop is parallelised and signed before,
+        # so an uncast index has numba compile the pair's search twice
+        _search_pair(np.int64(k), ii, jj, starts, exact, full, tail, half, iters, tol,
+                     coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap,
+                     same_angle, same_shift, lm, polish, m_taps, np.empty(n_c), np.empty(n_c),
                      np.empty((n_c, 3)), np.empty((n_c, 3, 3)), np.empty((n_c, 3)),
                      np.empty(n_c, np.int64), _workspace(), out_p, out_c)  # fmt: skip
 

@@ -70,5 +70,5 @@ def nearest_of_block(product, sq, lo, out):
     row."""
     c = out.shape[1]
     for r in prange(product.shape[0]):
-        _nearest_of_row(product, sq, lo, r, np.empty(c, dtype=np.float32),
+        _nearest_of_row(product, sq, lo, np.int64(r), np.empty(c, dtype=np.float32),
                         np.empty(c, dtype=np.int64), out[r])  # fmt: skip
