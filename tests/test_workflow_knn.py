@@ -22,6 +22,8 @@ from ia_stages.pipeline.stages import knn
 from ia_stages.pipeline.store import read_store
 from ia_stages.readout.graph import KnnDistances
 
+from .test_ia_settings import assert_stability_matches_the_read_out
+
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +90,8 @@ def test_iteration_means_read_out_and_classes(knn_run):
     assert len(table) == N and table["cluster"].min() == 0
     classes = read_store(res / "classes.zarr")
     assert int(classes["size"].sum()) == N
+    assert classes.attrs["stability_parameter"] == "resolution"
+    assert_stability_matches_the_read_out(classes)  # the lists' graph, the sample's silhouette
     metrics = pd.read_csv(res / "metrics.csv")
     assert list(metrics["iteration"]) == [0, 1, 0, 1]
     assert list(metrics["method"]) == ["IA", "IA", "IA (K)", "IA (K)"]

@@ -19,7 +19,6 @@ import numpy as np
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult, KnnResult
-from ia_stages.readout.linkage import cluster_by_distance
 
 if TYPE_CHECKING:
     from ia_stages.ia.settings import IASettings
@@ -260,33 +259,3 @@ def cluster_averages(
     if int(merged.max()) == int(labels.max()):
         return merged, averages
     return merged, class_averages(V, merged, kmax, settings, progress)
-
-
-def threshold_stability(
-    sqdist: np.ndarray, threshold: float, linkage: str = "average", factors: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How the read-out changes with its threshold: a stability curve for unlabelled data.
-
-    Parameters
-    ----------
-    sqdist : ``(n, n)`` squared kappa^max distances of the final features
-    threshold : the read-out threshold in use
-    factors : multiples of ``threshold`` to try (default 0.25 to 2 in 15 geometric steps, and 1)
-
-    Returns
-    -------
-    thresholds : ``(m,)``
-    n_clusters : ``(m,)`` clusters found at each threshold
-    ari : ``(m,)`` adjusted Rand index of each clustering against the one at ``threshold``
-    """
-    from sklearn.metrics import adjusted_rand_score
-
-    if factors is None:
-        factors = np.union1d(np.geomspace(0.25, 2.0, 15), [1.0])
-    factors = np.asarray(factors, dtype=float)
-    thresholds = threshold * factors
-    chosen = cluster_by_distance(sqdist, threshold, linkage)
-    preds = [cluster_by_distance(sqdist, t, linkage) for t in thresholds]
-    n_clusters = np.array([np.unique(p).size for p in preds])
-    ari = np.array([adjusted_rand_score(chosen, p) for p in preds])
-    return thresholds, n_clusters, ari

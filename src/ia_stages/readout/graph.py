@@ -377,19 +377,41 @@ def leiden_sweep(
     """
     import numba
 
+    key = _sweep_key(knn, seed, resolutions)
+    if key in _SWEEPS:
+        return [labels.copy() for labels in _SWEEPS[key]]
     graph = igraph_of(knn)
     workers = numba.get_num_threads() if workers is None else int(workers)
     workers = min(workers, len(resolutions))
     if workers <= 1 or knn.n < PARALLEL_MIN_NODES:
-        return [_leidenalg_leiden(graph, seed, float(r)) for r in resolutions]
-    from joblib import Parallel, delayed
+        runs = [_leidenalg_leiden(graph, seed, float(r)) for r in resolutions]
+    else:
+        from joblib import Parallel, delayed
 
-    # loky's worker processes start fresh (no fork of this process's kernel threads) and
-    # do not run the caller's main script again
-    runs = Parallel(n_jobs=workers, backend="loky")(
-        delayed(_leidenalg_leiden)(graph, seed, float(r)) for r in resolutions
-    )
+        # loky's worker processes start fresh (no fork of this process's kernel threads) and
+        # do not run the caller's main script again
+        runs = Parallel(n_jobs=workers, backend="loky")(
+            delayed(_leidenalg_leiden)(graph, seed, float(r)) for r in resolutions
+        )
+    while len(_SWEEPS) >= SWEEPS_KEPT:
+        _SWEEPS.pop(next(iter(_SWEEPS)))
+    _SWEEPS[key] = [labels.copy() for labels in runs]
     return list(runs)
+
+
+SWEEPS_KEPT = 4
+"""The last sweeps :func:`leiden_sweep` keeps, so that a read-out's stability curve
+(:func:`ia_stages.ia.stability.read_out_stability`) reuses the read-out's Leiden runs."""
+_SWEEPS: dict[tuple, list[np.ndarray]] = {}
+
+
+def _sweep_key(knn: KnnResult, seed: int, resolutions: Any) -> tuple:
+    """What a sweep's partitions depend on: the graph (the lists' indices), seed, resolutions."""
+    import hashlib
+
+    indices = np.ascontiguousarray(knn.indices)
+    digest = hashlib.sha1(indices.view(np.uint8)).hexdigest()
+    return digest, indices.shape, int(seed), tuple(float(r) for r in resolutions)
 
 
 def leiden_silhouette(
@@ -439,25 +461,70 @@ def leiden_silhouette(
     >>> labels = leiden_silhouette(knn_from_dense(sq, 11), sq, (0.1, 0.5, 1.0), seed=0)
     ... # doctest: +SKIP
     """
+    _, partitions, scores = silhouette_sweep(knn, sqdist, resolutions, seed, sample)
+    return partitions[silhouette_choice(partitions, scores, tolerance)]
+
+
+def silhouette_sweep(
+    knn: KnnResult,
+    sqdist: Any,
+    resolutions: tuple[float, ...],
+    seed: int,
+    sample: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """Leiden's partition of the kNN graph at every resolution, in increasing order, and the
+    silhouette of each on the distances sqrt(sqdist): what :func:`leiden_silhouette` chooses
+    among. Arguments as :func:`leiden_silhouette`.
+
+    Returns
+    -------
+    resolutions : ``(m,)`` sorted
+    partitions : m label arrays ``(n,)``
+    silhouette : ``(m,)``; NaN where the partition has one cluster or one cluster per
+        sample (on the sample, with ``sample``)
+
+    Example
+    -------
+    >>> r, parts, score = silhouette_sweep(knn_from_dense(sq, 11), sq, (0.5, 1.0), 0)
+    ... # doctest: +SKIP
+    """
     from sklearn.metrics import silhouette_score
 
     D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
-    fallback, scored = None, []
     s = D.shape[0]
-    ordered = sorted(resolutions)
-    for labels in leiden_sweep(knn, seed, ordered):
+    ordered = np.array(sorted(float(r) for r in resolutions))
+    partitions = leiden_sweep(knn, seed, tuple(ordered))
+    scores = np.full(ordered.size, np.nan)
+    for r, labels in enumerate(partitions):
         m = int(labels.max()) + 1
         on = labels if sample is None else labels[sample]
         seen = np.unique(on).size
-        if not 2 <= m < knn.n or not 2 <= seen < s:
-            fallback = labels if not scored else fallback
-            continue
-        # every partition is scored: two resolutions can give different partitions with the
-        # same number of communities
-        scored.append((float(silhouette_score(D, on, metric="precomputed")), labels))
-    return fallback if not scored else fewest_near_best(scored, tolerance)
+        if 2 <= m < knn.n and 2 <= seen < s:
+            # every partition is scored: two resolutions can give different partitions with
+            # the same number of communities
+            scores[r] = silhouette_score(D, on, metric="precomputed")
+    return ordered, partitions, scores
+
+
+def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, tolerance: float) -> int:
+    """Index of the partition :func:`leiden_silhouette` keeps among a
+    :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
+    last (the largest resolution's) when none has one.
+
+    Example
+    -------
+    >>> two, three = np.array([0, 0, 1, 1, 1, 1]), np.array([0, 0, 1, 1, 2, 2])
+    >>> silhouette_choice([two, three], np.array([0.50, 0.52]), 0.1)
+    0
+    """
+    scored = [(float(scores[r]), partitions[r]) for r in range(len(partitions))]
+    scored = [c for c in scored if np.isfinite(c[0])]
+    if not scored:
+        return len(partitions) - 1
+    chosen = fewest_near_best(scored, tolerance)
+    return next(r for r, labels in enumerate(partitions) if labels is chosen)
 
 
 def fewest_near_best(scored: list[tuple[float, np.ndarray]], tolerance: float) -> np.ndarray:
@@ -496,7 +563,7 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
     D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
-    hd = HDBSCAN(min_cluster_size=min_cluster_size, metric="precomputed")
+    hd = HDBSCAN(min_cluster_size=min_cluster_size, metric="precomputed", copy=False)
     return hd.fit_predict(D).astype(np.int64)
 
 

@@ -6,9 +6,10 @@ distances of a sample, :class:`ia_stages.readout.graph.KnnDistances`): IA's read
 each, the iteration the stopping rule keeps, and the class averages started at the input's
 kappa^max alignments onto each cluster's medoid. Writes
 ``results/{dataset}/classes.zarr`` (class averages, sizes, poses, distances, the read-out's
-stability over thresholds) and ``results/{dataset}/clusters.csv``: one row per image with its
-name, cluster, distance to the class average and the pose (theta in radians, b0, b1 in px;
-v o tau ~ class average in the README's convention), plus its label when the data has one.
+stability as its own setting varies: :mod:`ia_stages.ia.stability`) and
+``results/{dataset}/clusters.csv``: one row per image with its name, cluster, distance to the
+class average and the pose (theta in radians, b0, b1 in px; v o tau ~ class average in the
+README's convention), plus its label when the data has one.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import xarray as xr
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import make_group
-from ia_stages.ia.class_averages import cluster_averages, threshold_stability
+from ia_stages.ia.class_averages import cluster_averages
 from ia_stages.ia.loop import read_iterations
 from ia_stages.ia.settings import ia_settings, sized
+from ia_stages.ia.stability import read_out_stability
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
 from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
@@ -98,9 +100,8 @@ def run(
             raise InputError(f"{kmax[0]}: settings key {err}") from None
         with bar(None, "class averages: images aligned") as tick:
             pred, res = cluster_averages(V, parts[chosen], km0, ia, progress=tick)
-        # the kNN path: the linkage stability of the sample's distances
-        sq = sqs[chosen].sample_sqdist if knn else sqs[chosen]
-        thresholds, found, ari = threshold_stability(sq, ia.readout.threshold, ia.readout.linkage)
+        # the read-out's own setting varied (its Leiden runs are the read-out's, kept)
+        stable = read_out_stability(sqs[chosen], ia.readout, parts[chosen], int(settings["seed"]))
     names = sample_names(data)
     param_names = list(ia.group.param_names)
     means = to_numpy(res.means)
@@ -113,14 +114,15 @@ def run(
             "class_average": (("cluster_id", "y", "x"), means),
             "size": (("cluster_id",), res.sizes),
             "medoid": (("cluster_id",), res.medoids),
-            "stability_clusters": (("threshold",), found),
-            "stability_ari": (("threshold",), ari),
+            "stability_clusters": (("stability_value",), stable.n_clusters),
+            "stability_ari": (("stability_value",), stable.ari),
+            "stability_silhouette": (("stability_value",), stable.silhouette),
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
         },
         coords={
             "sample": np.arange(n),
             "cluster_id": np.arange(res.sizes.size),
-            "threshold": thresholds,
+            "stability_value": stable.values,
             "param": strings(param_names),
         },
     )
@@ -135,6 +137,8 @@ def run(
         stopped_at=int(chosen),
         stop_reason=reason,
         readout_k=int(ia.readout.k),
+        stability_parameter=stable.parameter,
+        stability_chosen=stable.chosen,
         wall_seconds=t["seconds"],
     )
     table = pd.DataFrame({"sample": np.arange(n), "name": names, "cluster": pred})

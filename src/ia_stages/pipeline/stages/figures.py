@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from ia_stages.pipeline.store import read_store
 
@@ -327,30 +328,60 @@ def _gallery_row(axes, panels: list[tuple[np.ndarray, str]], first: bool = True)
             ax.axis("off")
 
 
+STABILITY_LABELS = {
+    "resolution": "Leiden resolution",
+    "threshold": "linkage threshold",
+    "min_cluster_size": "HDBSCAN's smallest cluster",
+}
+
+
 def stability(inputs: list[str], out: str | Path) -> None:
-    """The read-out's clusters and agreement across thresholds. inputs: classes store."""
+    """The read-out's clusters as its own setting varies (:mod:`ia_stages.ia.stability`):
+    clusters found, the silhouette where the read-out chose by it, and the agreement with the
+    read-out's clusters. inputs: classes store."""
     cl = read_store(inputs[0])
-    t = cl["threshold"].values
-    chosen = float(cl.attrs["threshold"])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    a1.plot(t, cl["stability_clusters"].values, "o-")
-    a1.set_xlabel("read-out threshold")
-    a1.set_ylabel("clusters found")
-    a1.set_yscale("log")
-    a2.plot(t, cl["stability_ari"].values, "o-")
-    a2.set_xlabel("read-out threshold")
-    a2.set_ylabel("ARI with the clusters used")
-    a2.set_ylim(-0.05, 1.05)
-    for ax in (a1, a2):
+    values = cl["stability_value"].values
+    chosen = float(cl.attrs["stability_chosen"])
+    label = STABILITY_LABELS[cl.attrs["stability_parameter"]]
+    silhouette = cl["stability_silhouette"].values
+    panels = 3 if np.isfinite(silhouette).any() else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels, 3.8))
+    found, ari = cl["stability_clusters"].values, cl["stability_ari"].values
+    axes[0].plot(values, found, "o-")
+    axes[0].set_ylabel("clusters found")
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[-1].plot(values, ari, "o-")
+    axes[-1].set_ylabel("ARI with the read-out's clusters")
+    axes[-1].set_ylim(-0.05, 1.05)
+    if panels == 3:
+        axes[1].plot(values, silhouette, "o-")
+        axes[1].set_ylabel("silhouette (the read-out's choice)")
+    for ax in axes:
         ax.axvline(chosen, color="k", ls=":", lw=1)
-    fig.suptitle(f"Stability of the read-out: {cl.attrs.get('dataset', '')}")
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.25, top=0.88, wspace=0.3)
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+    at = int(np.argmin(np.abs(values - chosen)))
+    fig.suptitle(
+        f"Stability of the read-out: {cl.attrs.get('dataset', '')} "
+        f"({found[at]} clusters at {label} {chosen:g}; {cl.sizes['cluster_id']} in clusters.csv)"
+    )
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.25, top=0.86, wspace=0.35)
+    chose = (
+        "the resolution whose partition had the best silhouette (fewest clusters among near ties)"
+        if panels == 3
+        else "the value set"
+    )
     _save(
         fig,
         out,
-        f"Clusters found (left) and adjusted Rand index against the clustering used "
-        f"(threshold {chosen:g}, dotted; right) when the read-out threshold is scaled by "
-        "0.25-2. A wide plateau of ARI near 1 means the clusters do not hinge on the threshold.",
+        f"Clusters found (left) and adjusted Rand index against the read-out's clusters "
+        f"(right) as the read-out's {label} varies; dotted: {chose}, {chosen:g}. "
+        + (
+            "Middle: each partition's silhouette on the kappa^max distances. "
+            if panels == 3
+            else ""
+        )
+        + "A wide plateau of ARI near 1 means the clusters do not hinge on the setting.",
     )
 
 

@@ -1,0 +1,137 @@
+"""How the read-out's clusters change with the read-out's own setting: a stability curve for
+data without labels (the ``classes`` stage's ``stability.png``).
+
+The curve varies the setting that :func:`ia_stages.ia.loop.read_out` itself uses, so that
+the clusters it draws at the chosen value are those of ``clusters.csv``: the Leiden resolution
+for the graph read-out (the very resolutions the silhouette chose among, with each
+partition's silhouette), the distance threshold for the linkage read-out, the smallest
+cluster for HDBSCAN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import to_numpy
+from ia_stages.ia.settings import ReadoutSettings
+from ia_stages.kmax.neighbours import knn_from_dense
+from ia_stages.readout.graph import (
+    KnnDistances,
+    hdbscan_distances,
+    leiden_sweep,
+    silhouette_choice,
+    silhouette_sweep,
+)
+from ia_stages.readout.linkage import cluster_by_distance
+
+FACTORS = np.union1d(np.geomspace(0.25, 2.0, 15), [1.0])
+"""Multiples of a fixed setting (threshold, resolution, smallest cluster) the curve tries."""
+
+
+@dataclass(frozen=True)
+class Stability:
+    """A read-out's clusters as its setting varies (m values of it).
+
+    parameter : the setting varied: 'resolution', 'threshold' or 'min_cluster_size'
+    values : ``(m,)`` increasing
+    n_clusters : ``(m,)`` clusters found at each value
+    ari : ``(m,)`` adjusted Rand index of each partition against the clusters used
+    silhouette : ``(m,)`` each partition's silhouette where the read-out chose by it (the
+        graph read-out's 'silhouette' community), else NaN
+    chosen : the value whose partition the read-out took
+    """
+
+    parameter: str
+    values: np.ndarray
+    n_clusters: np.ndarray
+    ari: np.ndarray
+    silhouette: np.ndarray
+    chosen: float
+
+
+def read_out_stability(
+    sqdist: Any,
+    readout: ReadoutSettings,
+    labels: np.ndarray,
+    seed: int = 0,
+    factors: Any = None,
+) -> Stability:
+    """The stability curve of :func:`ia_stages.ia.loop.read_out` without K.
+
+    Parameters
+    ----------
+    sqdist : ``(n, n)`` kappa^max squared distances, or a
+        :class:`~ia_stages.readout.graph.KnnDistances` (the kNN path: the graph from its
+        lists, the silhouette and the linkage on its sample)
+    readout : :class:`~ia_stages.ia.settings.ReadoutSettings` with ``k`` set, as read out
+    labels : ``(n,)`` the clusters used (after any ``merge``), the ARI's reference
+    seed : the read-out's seed (Leiden)
+    factors : multiples of a fixed setting to try; default :data:`FACTORS` (0.25 to 2 in 15
+        geometric steps, and 1). The 'silhouette' community tries its own ``resolutions``.
+
+    Returns
+    -------
+    :class:`Stability`
+
+    Example
+    -------
+    >>> st = read_out_stability(km.sqdist, ReadoutSettings(k=5), labels)  # doctest: +SKIP
+    >>> st.parameter, st.chosen  # doctest: +SKIP
+    ('resolution', 0.4)
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    factors = FACTORS if factors is None else np.asarray(factors, dtype=float)
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    sq = kd.sample_sqdist if kd is not None else to_numpy(sqdist)
+    labels = np.asarray(labels)
+    n = labels.size
+    score = None
+    if readout.kind == "linkage":
+        parameter, chosen = "threshold", float(readout.threshold)
+        values = chosen * factors
+        on = labels if kd is None else labels[kd.sample]
+        partitions = [cluster_by_distance(sq, t, readout.linkage) for t in values]
+    elif readout.kind == "graph":
+        k = int(readout.k)
+        lists = kd.lists(k + 1) if kd is not None else knn_from_dense(sq, k + 1)
+        sample = None if kd is None else kd.sample
+        on = labels
+        if readout.community == "silhouette":
+            parameter = "resolution"
+            values, partitions, score = silhouette_sweep(
+                lists, sq, readout.resolutions, seed, sample
+            )
+            chosen = float(
+                values[silhouette_choice(partitions, score, readout.silhouette_tolerance)]
+            )
+        elif readout.community == "leiden":
+            parameter, chosen = "resolution", float(readout.resolution)
+            values = chosen * factors
+            partitions = leiden_sweep(lists, seed, tuple(values))
+        elif readout.community == "hdbscan" and kd is None:
+            parameter, chosen = "min_cluster_size", float(readout.min_cluster_size)
+            values = np.unique(np.maximum(np.round(chosen * factors), 2))
+            partitions = [hdbscan_distances(sq, int(m)) for m in values]
+        else:
+            raise ValueError(
+                f"readout.community {readout.community!r}: no stability curve "
+                "(hdbscan needs the dense kappa^max)"
+            )
+    else:
+        raise ValueError(
+            f"readout.kind {readout.kind!r} reads out with K only: no stability curve without K"
+        )
+    if len(on) != len(partitions[0]):
+        raise ValueError(f"labels: {n} samples, the read-out's distances have another count")
+    return Stability(
+        parameter=parameter,
+        values=np.asarray(values, dtype=float),
+        n_clusters=np.array([np.unique(p[p >= 0]).size for p in partitions]),
+        ari=np.array([adjusted_rand_score(on, p) for p in partitions]),
+        silhouette=np.full(len(partitions), np.nan) if score is None else np.asarray(score),
+        chosen=chosen,
+    )
