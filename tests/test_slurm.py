@@ -168,11 +168,12 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
         "4",
         "--slurm-no-account",
         # The plugin checks first after this many seconds, then waits 10 s longer after each
-        # check that finds no job finished; every job here takes 12-14 s (most of it the job's
-        # own Snakemake starting), so a first check at 1 s found each level at 33 s, one at
-        # 15 s finds it at 15 s.
+        # check that finds no job finished: checks at 5, 20, 45 s after a level starts. Every
+        # job here takes 12-14 s on an idle machine (most of it the job's own Snakemake
+        # starting) and longer beside the other test workers, so a first check at 15 s found
+        # a level at 15 s idle but at 40 s in the suite; at 1 s, at 33 s.
         "--slurm-init-seconds-before-status-checks",
-        "15",
+        "5",
         "--default-resources",
         "slurm_partition=debug",
         "mem_mb=500",
