@@ -356,6 +356,9 @@ def stability(inputs: list[str], out: str | Path) -> None:
     if panels == 3:
         axes[1].plot(values, silhouette, "o-")
         axes[1].set_ylabel("silhouette (the read-out's choice)")
+        # from 0 (or below): a difference in the third decimal must not look like a cliff
+        lo, hi = np.nanmin(silhouette), np.nanmax(silhouette)
+        axes[1].set_ylim(min(0.0, lo - 0.05), min(1.0, hi + 0.05))
     for ax in axes:
         ax.axvline(chosen, color="k", ls=":", lw=1)
         ax.set_xscale("log")
