@@ -274,6 +274,14 @@ def _figure_outputs_short(tmp_path: Path, schema_path: Path) -> Case:
     return Case("figure", argv, [out], ["clusters", "--out takes 2"])
 
 
+def _stability_of_an_older_store(tmp_path: Path, schema_path: Path) -> Case:
+    # a store without the read-out's stability curve (as an older classes stage wrote)
+    store = _features(tmp_path / "classes.zarr")
+    out = _out(tmp_path) / "stability.png"
+    argv = ["figure", "stability", "--inputs", str(store), "--out", str(out)]
+    return Case("figure", argv, [out], [str(store), "classes stage"])
+
+
 CASES: dict[str, Callable[[Path, Path], Case]] = {
     "check-config bad value": _bad_config,
     "kmax-block features missing": _features_missing,
@@ -296,6 +304,7 @@ CASES: dict[str, Callable[[Path, Path], Case]] = {
     "tables metrics empty": _tables_with(_empty_file),
     "tables metrics folder": _tables_with(_folder),
     "figure clusters one output": _figure_outputs_short,
+    "figure stability store without the curve": _stability_of_an_older_store,
 }
 
 

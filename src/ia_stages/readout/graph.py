@@ -379,7 +379,7 @@ def leiden_sweep(
 
     key = _sweep_key(knn, seed, resolutions)
     if key in _SWEEPS:
-        return [labels.copy() for labels in _SWEEPS[key]]
+        return [labels.astype(np.int64) for labels in _SWEEPS[key]]
     graph = igraph_of(knn)
     workers = numba.get_num_threads() if workers is None else int(workers)
     workers = min(workers, len(resolutions))
@@ -395,7 +395,7 @@ def leiden_sweep(
         )
     while len(_SWEEPS) >= SWEEPS_KEPT:
         _SWEEPS.pop(next(iter(_SWEEPS)))
-    _SWEEPS[key] = [labels.copy() for labels in runs]
+    _SWEEPS[key] = [labels.astype(np.int32) for labels in runs]  # half the memory; < 2**31
     return list(runs)
 
 

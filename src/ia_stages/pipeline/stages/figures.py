@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from ia_stages.pipeline.store import read_store
+from ia_stages.pipeline.store import StoreError, read_store
 
 CMAP = "gray"
 
@@ -340,6 +340,11 @@ def stability(inputs: list[str], out: str | Path) -> None:
     clusters found, the silhouette where the read-out chose by it, and the agreement with the
     read-out's clusters. inputs: classes store."""
     cl = read_store(inputs[0])
+    if "stability_value" not in cl:
+        raise StoreError(
+            f"{inputs[0]}: no read-out stability curve (written by an older ia-stages); "
+            "run its classes stage again"
+        )
     values = cl["stability_value"].values
     chosen = float(cl.attrs["stability_chosen"])
     label = STABILITY_LABELS[cl.attrs["stability_parameter"]]
