@@ -354,7 +354,8 @@ def stability(inputs: list[str], out: str | Path) -> None:
     found, ari = cl["stability_clusters"].values, cl["stability_ari"].values
     axes[0].plot(values, found, "o-")
     axes[0].set_ylabel("clusters found")
-    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    axes[0].set_ylim(found.min() - 0.5, found.max() + 0.5)  # whole counts, even when constant
     axes[-1].plot(values, ari, "o-")
     axes[-1].set_ylabel("ARI with the read-out's clusters")
     axes[-1].set_ylim(-0.05, 1.05)
