@@ -67,7 +67,8 @@ def read_out_stability(
         :class:`~ia_stages.readout.graph.KnnDistances` (the kNN path: the graph from its
         lists, the silhouette and the linkage on its sample)
     readout : :class:`~ia_stages.ia.settings.ReadoutSettings` with ``k`` set, as read out
-    labels : ``(n,)`` the clusters used (after any ``merge``), the ARI's reference
+    labels : ``(n,)`` the read-out's clusters at its setting (before any ``merge``), the
+        ARI's reference
     seed : the read-out's seed (Leiden)
     factors : multiples of a fixed setting to try; default :data:`FACTORS` (0.25 to 2 in 15
         geometric steps, and 1). The 'silhouette' community tries its own ``resolutions``.
@@ -88,45 +89,12 @@ def read_out_stability(
     kd = sqdist if isinstance(sqdist, KnnDistances) else None
     sq = kd.sample_sqdist if kd is not None else to_numpy(sqdist)
     labels = np.asarray(labels)
-    n = labels.size
-    score = None
-    if readout.kind == "linkage":
-        parameter, chosen = "threshold", float(readout.threshold)
-        values = chosen * factors
-        on = labels if kd is None else labels[kd.sample]
-        partitions = [cluster_by_distance(sq, t, readout.linkage) for t in values]
-    elif readout.kind == "graph":
-        k = int(readout.k)
-        lists = kd.lists(k + 1) if kd is not None else knn_from_dense(sq, k + 1)
-        sample = None if kd is None else kd.sample
-        on = labels
-        if readout.community == "silhouette":
-            parameter = "resolution"
-            values, partitions, score = silhouette_sweep(
-                lists, sq, readout.resolutions, seed, sample
-            )
-            chosen = float(
-                values[silhouette_choice(partitions, score, readout.silhouette_tolerance)]
-            )
-        elif readout.community == "leiden":
-            parameter, chosen = "resolution", float(readout.resolution)
-            values = chosen * factors
-            partitions = leiden_sweep(lists, seed, tuple(values))
-        elif readout.community == "hdbscan" and kd is None:
-            parameter, chosen = "min_cluster_size", float(readout.min_cluster_size)
-            values = np.unique(np.maximum(np.round(chosen * factors), 2))
-            partitions = [hdbscan_distances(sq, int(m)) for m in values]
-        else:
-            raise ValueError(
-                f"readout.community {readout.community!r}: no stability curve "
-                "(hdbscan needs the dense kappa^max)"
-            )
-    else:
-        raise ValueError(
-            f"readout.kind {readout.kind!r} reads out with K only: no stability curve without K"
-        )
-    if len(on) != len(partitions[0]):
-        raise ValueError(f"labels: {n} samples, the read-out's distances have another count")
+    n = kd.n if kd is not None else sq.shape[0]
+    if labels.size != n:
+        raise ValueError(f"labels: {labels.size} samples, the read-out's distances have {n}")
+    parameter, values, partitions, score, chosen = _sweep(sq, kd, readout, seed, factors)
+    # the linkage read-out cuts the sample's tree on the kNN path
+    on = labels[kd.sample] if kd is not None and parameter == "threshold" else labels
     return Stability(
         parameter=parameter,
         values=np.asarray(values, dtype=float),
@@ -134,4 +102,49 @@ def read_out_stability(
         ari=np.array([adjusted_rand_score(on, p) for p in partitions]),
         silhouette=np.full(len(partitions), np.nan) if score is None else np.asarray(score),
         chosen=chosen,
+    )
+
+
+def _sweep(
+    sq: np.ndarray,
+    kd: KnnDistances | None,
+    readout: ReadoutSettings,
+    seed: int,
+    factors: np.ndarray,
+) -> tuple[str, np.ndarray, list[np.ndarray], np.ndarray | None, float]:
+    """The read-out's partitions as its own setting varies: the setting's name, its values,
+    one partition per value, the silhouettes (or None) and the value in use."""
+    if readout.kind == "linkage":
+        chosen = float(readout.threshold)
+        values = chosen * factors
+        return (
+            "threshold",
+            values,
+            [cluster_by_distance(sq, t, readout.linkage) for t in values],
+            None,
+            chosen,
+        )
+    if readout.kind != "graph":
+        raise ValueError(
+            f"readout.kind {readout.kind!r} reads out with K only: no stability curve without K"
+        )
+    width = int(readout.k) + 1
+    lists = kd.lists(width) if kd is not None else knn_from_dense(sq, width)
+    if readout.community == "silhouette":
+        sample = None if kd is None else kd.sample
+        values, partitions, score = silhouette_sweep(lists, sq, readout.resolutions, seed, sample)
+        at = silhouette_choice(partitions, score, readout.silhouette_tolerance)
+        return "resolution", values, partitions, score, float(values[at])
+    if readout.community == "leiden":
+        chosen = float(readout.resolution)
+        values = chosen * factors
+        return "resolution", values, leiden_sweep(lists, seed, tuple(values)), None, chosen
+    if readout.community == "hdbscan" and kd is None:
+        chosen = float(readout.min_cluster_size)
+        values = np.unique(np.maximum(np.round(chosen * factors), 2))
+        partitions = [hdbscan_distances(sq, int(m)) for m in values]
+        return "min_cluster_size", values, partitions, None, chosen
+    raise ValueError(
+        f"readout.community {readout.community!r}: no stability curve "
+        "(hdbscan needs the dense kappa^max)"
     )
