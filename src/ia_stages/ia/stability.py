@@ -17,11 +17,11 @@ import numpy as np
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.ia.settings import ReadoutSettings
-from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.readout.graph import (
     KnnDistances,
     hdbscan_distances,
     leiden_sweep,
+    readout_lists,
     silhouette_choice,
     silhouette_sweep,
 )
@@ -128,8 +128,7 @@ def _sweep(
         raise ValueError(
             f"readout.kind {readout.kind!r} reads out with K only: no stability curve without K"
         )
-    width = int(readout.k) + 1
-    lists = kd.lists(width) if kd is not None else knn_from_dense(sq, width)
+    lists = readout_lists(kd if kd is not None else sq, readout.k)
     if readout.community == "silhouette":
         sample = None if kd is None else kd.sample
         values, partitions, score = silhouette_sweep(lists, sq, readout.resolutions, seed, sample)

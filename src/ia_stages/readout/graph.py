@@ -68,6 +68,20 @@ class KnnDistances:
         return self.knn.head(width)
 
 
+def readout_lists(sqdist: Any, k: int) -> KnnResult:
+    """The read-out graph's lists: every sample and its ``k`` nearest others, from an
+    ``(n, n)`` squared-distance matrix or from a :class:`KnnDistances`' stored lists.
+
+    Example
+    -------
+    >>> readout_lists(np.kron(np.eye(2), np.ones((3, 3))) * -1 + 1, 2).indices.shape
+    (6, 3)
+    """
+    if isinstance(sqdist, KnnDistances):
+        return sqdist.lists(int(k) + 1)
+    return knn_from_dense(np.asarray(sqdist, dtype=float), int(k) + 1)
+
+
 def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
     """The sorted indices of a seeded random sample of ``min(size, n)`` of ``n`` samples: the
     sample of :class:`KnnDistances` (the estimator's and the pipeline's, from the same seed).
@@ -598,7 +612,7 @@ def graph_partition(
     k = int(graph["k"])
     if not 1 <= k < n:
         raise ValueError(f"readout.graph.k must satisfy 1 <= k < n (n={n}), got {k}")
-    lists = kd.lists(k + 1) if kd is not None else knn_from_dense(sq, k + 1)
+    lists = readout_lists(sqdist if kd is not None else sq, k)
     if n_clusters is not None:
         with_k = graph.get("with_k", "spectral")
         if with_k == "spectral":

@@ -6,8 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import KnnDistances, igraph_of, leiden_knn
+from ia_stages.readout.graph import KnnDistances, igraph_of, leiden_knn, readout_lists
 
 STOP_RULES = ("stability", "partition", "contraction", "none")
 
@@ -41,11 +40,7 @@ def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
     """
     from sklearn.metrics import adjusted_rand_score
 
-    width = int(graph["k"]) + 1
-    if isinstance(sqdist, KnnDistances):  # the kNN path: the store's lists
-        knn = sqdist.lists(width)
-    else:
-        knn = knn_from_dense(np.asarray(sqdist, dtype=float), width)
+    knn = readout_lists(sqdist, graph["k"])
     g = igraph_of(knn)
     parts = [leiden_knn(knn, s, graph["resolution"], g) for s in range(n_seeds)]
     pairs = [
