@@ -8,8 +8,8 @@ by tests/conftest.py in the controller process; on a warm cache it only loads th
 Compiling is one core's work per process, and the dense search's kernel is most of it, so a
 second process compiles, beside it, the kernels that do not call the search (the group
 refinement, the invariant mean's warps, the letters' renderer, the candidates mode's
-selection and lattice scan); then every entry point runs
-once, loading what the two made and compiling the rest.
+selection and lattice scan); then every entry point runs once, loading what the two made and
+compiling the rest.
 """
 
 from __future__ import annotations
