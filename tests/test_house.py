@@ -104,11 +104,12 @@ def test_every_module_imports_on_its_own() -> None:
 
 def test_the_command_and_the_public_names_load_no_more_than_they_need() -> None:
     """Every pipeline job starts ``ia-stages``: it must not load scikit-learn (and through it
-    scipy.stats) until a stage uses it; the public names import on first use."""
+    scipy.stats) until a stage uses it, nor the config's validator (jobs get their settings as
+    JSON); the public names import on first use."""
     code = (
         "import sys\n"
         "import ia_stages, ia_stages.pipeline.cli\n"
-        "heavy = [m for m in ('sklearn', 'scipy.stats', 'ia_stages.ia.estimator') "
+        "heavy = [m for m in ('sklearn', 'scipy.stats', 'ia_stages.ia.estimator', 'jsonschema') "
         "if m in sys.modules]\n"
         "from ia_stages import InvariantAttentionClustering, kappa_max, SE2\n"
         "print(heavy, sorted(ia_stages.__all__) == sorted(dir(ia_stages)))\n"

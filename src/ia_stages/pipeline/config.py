@@ -8,9 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import yaml
-from jsonschema import Draft202012Validator, validators
-
 KERNEL_KEYS = (
     "beta",
     "ka_beta",
@@ -34,8 +31,14 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the offending key or file."""
 
 
-def _with_defaults(cls):
-    """A validator class that fills ``default`` values of missing properties while validating."""
+@functools.cache
+def _validator_class():
+    """A Draft 2020-12 validator that fills ``default`` values of missing properties while
+    validating. Built on first use: every stage's job imports this module (for its errors and
+    settings), only the Snakefile and the commands that read a config validate one."""
+    from jsonschema import Draft202012Validator, validators
+
+    cls = Draft202012Validator
     validate_props = cls.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -46,9 +49,6 @@ def _with_defaults(cls):
         yield from validate_props(validator, properties, instance, schema)
 
     return validators.extend(cls, {"properties": set_defaults})
-
-
-_Validator = _with_defaults(Draft202012Validator)
 
 
 def _key(path) -> str:
@@ -68,8 +68,10 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
         for name, ds in (datasets.items() if isinstance(datasets, dict) else ())
         if isinstance(ds, dict)
     }
+    import yaml
+
     schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = sorted(_Validator(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
+    errors = sorted(_validator_class()(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
         err = _most_specific(errors[0])
         raise ConfigError(f"config key '{_key(err.absolute_path)}': {_short(err)}")
@@ -370,6 +372,8 @@ def _check_image_file(path: str, key: str) -> None:
 
 def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
     """Read a YAML config file and validate it."""
+    import yaml
+
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
