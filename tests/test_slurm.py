@@ -1,7 +1,7 @@
 """A real one-node SLURM cluster on localhost (Debian's slurmctld, slurmd and munge) with two
-fake GPUs: the small workflow's iteration 0 (kappa^max and invariant-mean blocks: every kind of GPU
-job) runs through snakemake-executor-plugin-slurm and the profile in profiles/slurm, and its stores
-equal a local run's.
+fake GPUs: the small workflow's iteration 0 (kappa^max and invariant-mean blocks: every kind of
+GPU job, on the local run's dataset store) runs through snakemake-executor-plugin-slurm and the
+profile in profiles/slurm, and its stores equal a local run's.
 
 Needs root and the Debian packages, which `.ci/run` installs; where they are missing, or where
 /etc/slurm holds a real cluster's configuration, the test is skipped rather than touch it.
@@ -149,9 +149,10 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 
 # one column block of iteration 0's invariant means: both GPU rules (kappa^max and
-# invariant-mean blocks) and the kappa^max gather, 4 levels deep (each level is one more round
-# of the executor's status checks)
+# invariant-mean blocks) and the kappa^max gather, 3 levels deep (each level is one more round
+# of the executor's status checks); the dataset store, a CPU job, is the local run's
 TARGET = "results/shapes3/ia/iter1/means/0.zarr"
+DATASET = Path("results/data/shapes3.zarr")
 
 
 def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp_path):
@@ -160,6 +161,9 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
     config = {**TINY, "backend": "auto", "auto_gpu": "all"}
     local = tiny_reference
     remote = fresh(tmp_path, "slurm", config)
+    # Snakemake keeps an output it has no record of (no params to compare), so the GPU jobs
+    # start at once: a level less to wait for
+    shutil.copytree(local / DATASET, remote / DATASET)
     proc = snakemake(
         remote,
         "--profile",
@@ -184,8 +188,8 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    made = stores(remote)
-    assert len(made) == 6  # the dataset, 3 kappa^max blocks, their gather, 1 means block
+    made = [p for p in stores(remote) if p != DATASET]
+    assert len(made) == 5  # 3 kappa^max blocks, their gather, 1 means block
     assert_same_stores(local, remote, made)
     submitted = proc.stderr.count("has been submitted with SLURM jobid")
     assert submitted == len(made)  # every job went through sbatch
