@@ -1,6 +1,6 @@
 """The clustering benchmark end to end on a tiny config, through the Snakemake API (targets:
 Tables 1-3 only): every method x dataset row, a row per group where affnist also runs under
-the similarity and affine groups, rerunning the stages gives bit-identical CSV tables, the
+the affine group, rerunning the stages gives bit-identical CSV tables, the
 report shows the tables, bad input fails in one line and loses nothing."""
 
 from __future__ import annotations
@@ -89,11 +89,11 @@ def test_table2_and_table3_rows(bench_run):
 
 
 def test_group_rows_of_tables_1_to_3(bench_run):
-    """affnist under benchmark.groups' se2, similarity and affine: Table 1 has a row per group
+    """affnist under benchmark.groups' se2 and affine: Table 1 has a row per group
     for the methods that use one and one row for the others, Tables 2 and 3 a row set per
     group; the variants read their base dataset's images (no dataset store of their own)."""
     work, _ = bench_run
-    groups = ("se2", "similarity", "affine")
+    groups = ("se2", "affine")  # similarity is a variant as affine is (test_group_tables.py)
     t1 = pd.read_csv(work / TABLES[0])
     ours = t1[(t1.origin == "run here") & ~t1.method.str.contains("@") & (t1.dataset == "affnist")]
     expected = set()
@@ -124,7 +124,7 @@ def test_rerunning_every_method_gives_a_bit_identical_table1(bench_run, tmp_path
     runs = sorted((work / "results").glob("*/cluster/*/seed*.zarr"))
     per_dataset = sum(2 if m.randomized else 1 for m in METHODS.values())
     per_variant = sum(2 if m.randomized else 1 for m in METHODS.values() if m.transforms == "group")
-    assert len(runs) == 2 * per_dataset + 2 * per_variant  # affnist@similarity, @affine
+    assert len(runs) == 2 * per_dataset + per_variant  # affnist@affine
     again = []
     for path in runs:
         st = read_store(path)

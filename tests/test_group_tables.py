@@ -1,7 +1,7 @@
 """Issue 21's tables: the groups of ``benchmark.groups`` as dataset variants (config), their
 rows in Tables 1-3 (bench_tables), the theory stage's group checks on rendered data, the
 one-line error for a method that cannot use the dataset's group. The group rows end to end:
-tests/test_benchmark_workflow.py (its tiny config runs affnist under every group)."""
+tests/test_benchmark_workflow.py (its tiny config runs affnist under se2 and affine)."""
 
 from __future__ import annotations
 
