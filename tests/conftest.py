@@ -23,8 +23,10 @@ LONGEST_FIRST = (
     "test_slurm.py",
     "test_trust.py",
     "test_workflow_knn.py",
+    "test_install.py",  # one test, but a whole run whose jobs compile every kernel again
     "test_cluster_command.py",
     "test_robustness.py",
+    "test_kmax_cuda.py",
 )
 
 

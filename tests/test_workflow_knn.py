@@ -50,10 +50,10 @@ def test_no_n_by_n_store_is_written(knn_run):
 
 
 def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
-    """The store of 3 row-block jobs equals that of one job, and the library's one call."""
+    """The store of 2 row-block jobs equals that of one job, and the library's one call."""
     it0 = knn_run / "results/mnist_rot/ia/iter0"
     sharded = read_store(it0 / "knn.zarr")
-    assert sharded.attrs["blocks"] == 6  # 3 row blocks and their 3 expansion blocks
+    assert sharded.attrs["blocks"] == 4  # 2 row blocks and their 2 expansion blocks
     settings = json.loads(sharded.attrs["settings"])  # exactly what the jobs used
     images = knn_run / "results/data/mnist_rot.zarr"
     assert settings["features"]["n_expand"] > 0  # the expansion pass is sharded too
