@@ -120,8 +120,8 @@ def test_kmax_schema_defaults_equal_the_path_and_feature_settings():
 
 def test_knn_config_sizes_and_blocks():
     cfg = validate_config(KNN_TINY)
-    assert knn_row_blocks(cfg, "mnist_rot") == [0, 1, 2]  # 30 rows, 12 per job
-    assert column_blocks(cfg, "mnist_rot") == [0, 1, 2]  # the means jobs take as many columns
+    assert knn_row_blocks(cfg, "mnist_rot") == [0, 1]  # 30 rows, 15 per job
+    assert column_blocks(cfg, "mnist_rot") == [0, 1]  # the means jobs take as many columns
     assert knn_width(cfg, "mnist_rot") == 5  # read-out graph k_ia 4 + itself > attention k 4
     other = copy.deepcopy(KNN_TINY)
     other["datasets"]["mnist_rot"]["kmax"]["rows_per_job"] = 7  # sharding: same settings
