@@ -18,12 +18,14 @@ float32 values one by one. The sums stay float64; the float32 rounding of the mo
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numba
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from ia_stages.core.taps import _PAD, _pd, _pdd, _pw, taps
@@ -519,21 +521,41 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
     out_c[k] = best
 
 
-@njit(cache=True, parallel=True)
-def _search(exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters, beta,
-            prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lm,
-            polish, m_taps, out_p, out_c):  # fmt: skip
-    """The CPU driver of :func:`_search_pair`: pairs in parallel over numba's threads, each
-    with its own scratch."""
+@njit(cache=True, nogil=True)
+def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters,
+                  beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
+                  same_shift, lm, polish, m_taps, out_p, out_c):  # fmt: skip
+    """:func:`_search_pair` for the pairs ``lo .. hi - 1`` one after the other, with one
+    scratch; without Python's lock, so that threads search ranges side by side."""
     n_c = starts.shape[1]
-    for k in prange(starts.shape[0]):
-        # int64: prange's index is unsigned once the loop is parallelised and signed before,
-        # so an uncast index has numba compile the pair's search twice
-        _search_pair(np.int64(k), ii, jj, starts, exact, full, tail, half, iters, tol,
-                     coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap,
-                     same_angle, same_shift, lm, polish, m_taps, np.empty(n_c), np.empty(n_c),
-                     np.empty((n_c, 3)), np.empty((n_c, 3, 3)), np.empty((n_c, 3)),
-                     np.empty(n_c, np.int64), _workspace(), out_p, out_c)  # fmt: skip
+    scratch = (np.empty(n_c), np.empty(n_c), np.empty((n_c, 3)), np.empty((n_c, 3, 3)),
+               np.empty((n_c, 3)), np.empty(n_c, np.int64))  # fmt: skip
+    ws = _workspace()
+    for k in range(lo, hi):
+        _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
+                     prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
+                     same_shift, lm, polish, m_taps, scratch[0], scratch[1], scratch[2],
+                     scratch[3], scratch[4], scratch[5], ws, out_p, out_c)  # fmt: skip
+
+
+def _search(*args: Any) -> None:
+    """The CPU driver of :func:`_search_pair`: the pairs (``args`` as
+    :func:`_search_range` takes them after its range) in one range per thread, on numba's
+    thread count. Python threads over a kernel that releases the lock, rather than numba's
+    ``prange``: the same static split and results, and no parallel loop for numba to compile
+    (that driver's compile was a large share of a cold first call)."""
+    m = args[4].shape[0]  # ii
+    threads = max(1, min(numba.get_num_threads(), m))
+    if threads == 1:
+        _search_range(0, m, *args)
+        return
+    step = -(-m // threads)
+    with ThreadPoolExecutor(threads) as pool:
+        done = [
+            pool.submit(_search_range, lo, min(lo + step, m), *args) for lo in range(0, m, step)
+        ]
+        for future in done:
+            future.result()
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
