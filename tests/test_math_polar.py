@@ -549,7 +549,7 @@ def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
     spinning BLAS workers left to slow the refinement), in order, at most that many ahead."""
     from threadpoolctl import threadpool_info
 
-    from ia_stages.kmax.search import _on_threads
+    from ia_stages.core.threads import on_threads
 
     started = []
 
@@ -557,7 +557,7 @@ def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
         started.append(a)
         return a, [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
-    chunks = _on_threads(task, range(10), 2)
+    chunks = on_threads(task, range(10), 2)
     first, blas = next(chunks)
     assert first == 0 and blas and all(n == 1 for n in blas)
     assert len(started) <= 2

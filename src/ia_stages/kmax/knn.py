@@ -44,6 +44,7 @@ import numpy as np
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.smoothing import smooth_normalize
+from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
@@ -54,7 +55,6 @@ from ia_stages.kmax.search import (
     MemoryBudgetError,
     PolarScan,
     SearchSettings,
-    _on_threads,
     _pair_layout,
     _refine_candidates,
 )
@@ -254,7 +254,7 @@ def _scan(
         starts = scan.starts(scores, i, j, r0, j0, c) if i.size else np.empty((0, c, 3))
         return i, j, d2[a, b], starts, (r1 - r0) * (j1 - j0)
 
-    for i, j, d2, starts, size in _on_threads(task, tiles, lanes):
+    for i, j, d2, starts, size in on_threads(task, tiles, lanes):
         if progress is not None:
             progress(size)
         if i.size:

@@ -18,7 +18,6 @@ float32 values one by one. The sums stay float64; the float32 rounding of the mo
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +28,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ia_stages.core.taps import _PAD, _pd, _pdd, _pw, taps
+from ia_stages.core.threads import on_threads
 from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.align import _sumsq
 
@@ -538,24 +538,19 @@ def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, iters, tol, c
                      scratch[3], scratch[4], scratch[5], ws, out_p, out_c)  # fmt: skip
 
 
-def _search(*args: Any) -> None:
-    """The CPU driver of :func:`_search_pair`: the pairs (``args`` as
-    :func:`_search_range` takes them after its range) in one range per thread, on numba's
-    thread count. Python threads over a kernel that releases the lock, rather than numba's
+def _search(exact, full, tail, half, ii, *rest: Any) -> None:
+    """The CPU driver of :func:`_search_pair`: the pairs ``ii`` (and the rest of
+    :func:`_search_range`'s arguments after its range) in one range per thread, on numba's
+    thread count. Threads over a kernel that releases Python's lock, rather than numba's
     ``prange``: the same static split and results, and no parallel loop for numba to compile
     (that driver's compile was a large share of a cold first call)."""
-    m = args[4].shape[0]  # ii
+    m = ii.shape[0]
     threads = max(1, min(numba.get_num_threads(), m))
-    if threads == 1:
-        _search_range(0, m, *args)
-        return
-    step = -(-m // threads)
-    with ThreadPoolExecutor(threads) as pool:
-        done = [
-            pool.submit(_search_range, lo, min(lo + step, m), *args) for lo in range(0, m, step)
-        ]
-        for future in done:
-            future.result()
+    step = -(-m // threads) if m else 1
+    ranges = [(lo, min(lo + step, m)) for lo in range(0, m, step)]
+    for _ in on_threads(lambda r: _search_range(*r, exact, full, tail, half, ii, *rest), ranges,
+                        threads):  # fmt: skip
+        pass
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -29,19 +29,17 @@ array is ever held.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numba
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ia_stages.core.backend import array_module, fft_module, to_numpy
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.smoothing import half_resolution, smooth, smooth_normalize
+from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
 from ia_stages.core.warp import INTERPOLATIONS, warp
 from ia_stages.kmax.polar import (
@@ -509,7 +507,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         return i, j, polar.starts(scores, i, j, r0, j0, c)
 
     firsts = range(0, Un.shape[0], rows)
-    chunks = map(scan, firsts) if xp is not np else _on_threads(scan, firsts, lanes)
+    chunks = map(scan, firsts) if xp is not np else on_threads(scan, firsts, lanes)
     yield from (chunk for chunk in chunks if chunk is not None)
 
 
@@ -542,21 +540,6 @@ def lattice_neighbours(lattice: np.ndarray) -> np.ndarray:
         near = np.flatnonzero((gap > 0) & (gap <= step * (1 + 1e-9)))
         out[o, : near.size] = near
     return out
-
-
-def _on_threads(task: Callable[[Any], Any], args: Any, workers: int) -> Any:
-    """Yield task(a) for every a, in order, computed on ``workers`` threads with BLAS on one
-    thread each, at most that many ahead of the consumer. BLAS's own worker threads would
-    keep spinning for ~0.1 s after each product and slow the compiled refinement that follows
-    by up to a third (n = 100 digits: 36 -> 26 us/pair without them)."""
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        pending: deque = deque()
-        for a in args:
-            pending.append(pool.submit(task, a))
-            if len(pending) >= workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
 
 
 def _pair_peaks_gpu(scores: Any, i: np.ndarray, j: np.ndarray, c: int) -> tuple[Any, Any]:

@@ -60,6 +60,8 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
 
     Returns a validated deep copy; raises :class:`ConfigError` with a one-line message.
     """
+    import yaml
+
     cfg = copy.deepcopy(dict(config))
     _check_finite(cfg)
     datasets = cfg.get("datasets")
@@ -68,8 +70,6 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
         for name, ds in (datasets.items() if isinstance(datasets, dict) else ())
         if isinstance(ds, dict)
     }
-    import yaml
-
     schema = yaml.safe_load(Path(schema_path).read_text())
     errors = sorted(_validator_class()(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
