@@ -1,7 +1,8 @@
 """A real one-node SLURM cluster on localhost (Debian's slurmctld, slurmd and munge) with two
-fake GPUs: the small workflow's iteration 0 (kappa^max and invariant-mean blocks: every kind of
-GPU job, on the local run's dataset store) runs through snakemake-executor-plugin-slurm and the
-profile in profiles/slurm, and its stores equal a local run's.
+fake GPUs: a kappa^max block and an iteration's invariant means of the small workflow (a GPU job
+of each stage, on the local run's stores before them) run through
+snakemake-executor-plugin-slurm and the profile in profiles/slurm, and their stores equal a
+local run's.
 
 Needs root and the Debian packages, which `.ci/run` installs; where they are missing, or where
 /etc/slurm holds a real cluster's configuration, the test is skipped rather than touch it.
@@ -148,11 +149,17 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
                 path.unlink()
 
 
-# one column block of iteration 0's invariant means: both GPU rules (kappa^max and
-# invariant-mean blocks) and the kappa^max gather, 3 levels deep (each level is one more round
-# of the executor's status checks); the dataset store, a CPU job, is the local run's
-TARGET = "results/shapes3/ia/iter1/means/0.zarr"
-DATASET = Path("results/data/shapes3.zarr")
+# Two GPU jobs with no job between them and the local run's stores (the executor checks their
+# status 5, 20, 45 s after they start, so every further level of jobs costs 15-25 s more): an
+# off-diagonal kappa^max block of shapes3 (rule kmax_block), and mnist3's iteration-1 features,
+# its invariant means in one job (rule means_whole). Snakemake keeps an output it has no record
+# of (no params to compare), so the copied stores are inputs, not jobs.
+TARGETS = ["results/shapes3/ia/iter0/kmax/0_1.zarr", "results/mnist3/ia/iter1/features.zarr"]
+COPIED = [
+    Path("results/data/shapes3.zarr"),
+    Path("results/data/mnist3.zarr"),
+    Path("results/mnist3/ia/iter0/kmax.zarr"),
+]
 
 
 def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp_path):
@@ -161,9 +168,8 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
     config = {**TINY, "backend": "auto", "auto_gpu": "all"}
     local = tiny_reference
     remote = fresh(tmp_path, "slurm", config)
-    # Snakemake keeps an output it has no record of (no params to compare), so the GPU jobs
-    # start at once: a level less to wait for
-    shutil.copytree(local / DATASET, remote / DATASET)
+    for rel in COPIED:
+        shutil.copytree(local / rel, remote / rel)
     proc = snakemake(
         remote,
         "--profile",
@@ -172,10 +178,9 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
         "4",
         "--slurm-no-account",
         # The plugin checks first after this many seconds, then waits 10 s longer after each
-        # check that finds no job finished: checks at 5, 20, 45 s after a level starts. Every
-        # job here takes 12-14 s on an idle machine (most of it the job's own Snakemake
-        # starting) and longer beside the other test workers, so a first check at 15 s found
-        # a level at 15 s idle but at 40 s in the suite; at 1 s, at 33 s.
+        # check that finds no job finished. Every job here takes 12-14 s on an idle machine
+        # (most of it the job's own Snakemake starting) and longer beside the other test
+        # workers.
         "--slurm-init-seconds-before-status-checks",
         "5",
         "--default-resources",
@@ -184,15 +189,14 @@ def test_workflow_on_slurm_equals_a_local_run(slurm_cluster, tiny_reference, tmp
         "runtime=10",
         "--latency-wait",
         "5",
-        TARGET,
+        *TARGETS,
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    made = [p for p in stores(remote) if p != DATASET]
-    assert len(made) == 5  # 3 kappa^max blocks, their gather, 1 means block
+    made = [p for p in stores(remote) if p not in COPIED]
+    assert sorted(map(str, made)) == sorted(TARGETS)
     assert_same_stores(local, remote, made)
     submitted = proc.stderr.count("has been submitted with SLURM jobid")
     assert submitted == len(made)  # every job went through sbatch
-    for block in (remote / "results").rglob("kmax/*.zarr"):
-        # SLURM's GRES gave the job one of the two fake GPUs
-        assert read_store(block).attrs["cuda_visible_devices"] in {"0", "1"}, block
+    for rel in made:  # SLURM's GRES gave each job one of the two fake GPUs
+        assert read_store(remote / rel).attrs["cuda_visible_devices"] in {"0", "1"}, rel
