@@ -562,3 +562,27 @@ def test_scan_chunks_run_on_threads_in_order_with_single_threaded_blas():
     assert first == 0 and blas and all(n == 1 for n in blas)
     assert len(started) <= 2
     assert [a for a, _ in chunks] == list(range(1, 10))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_compiled_loops_cover_every_item_once_in_one_range_per_thread(threads):
+    """The CPU driver of every compiled loop (kappa^max's pairs, ring samples, lattice scores,
+    group refinement, feature neighbours) splits 0..n-1 into contiguous ranges, at most one per
+    numba thread, each item in exactly one; an error in any range reaches the caller."""
+    import numba
+
+    from ia_stages.core.threads import on_ranges
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for n in (0, 1, 2, 5, 17):
+            seen: list[tuple[int, int]] = []
+            on_ranges(lambda lo, hi, seen=seen: seen.append((lo, hi)), n)
+            items = [k for lo, hi in seen for k in range(lo, hi)]
+            assert sorted(items) == list(range(n))
+            assert len(seen) <= min(numba.get_num_threads(), max(n, 1))
+        with pytest.raises(ZeroDivisionError):
+            on_ranges(lambda lo, hi: 1 / 0 if hi == 17 else None, 17)
+    finally:
+        numba.set_num_threads(before)

@@ -20,9 +20,10 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ia_stages.core.taps import _PAD, _pd, _pw, taps
+from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps
 
@@ -207,12 +208,13 @@ def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam
     out_c[k] = cost
 
 
-@njit(cache=True, parallel=True)
-def _group_refine(ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, out_q, out_c):
-    """The CPU driver of :func:`_group_refine_pair`: pairs in parallel over numba's threads."""
-    for k in prange(ii.shape[0]):
-        # int64: one compiled signature (see ia_stages.kmax.refine._search)
-        _group_refine_pair(np.int64(k), ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0,
+@njit(cache=True, nogil=True)
+def _group_refine(lo, hi, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, out_q,
+                  out_c):  # fmt: skip
+    """:func:`_group_refine_pair` over the pairs ``lo..hi-1`` (one thread's range of
+    :func:`ia_stages.core.threads.on_ranges`)."""
+    for k in range(lo, hi):
+        _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0,
                            m_taps, np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
 
 
@@ -256,10 +258,11 @@ def refine_pairs(
         return out_q, out_c
     U = np.ascontiguousarray(np.asarray(U, dtype=np.float64).reshape(len(U), -1))
     shape = np.array(np.shape(V)[1:], dtype=np.int64)
-    _group_refine(
+    rest = (
         np.asarray(ii, np.int64), np.asarray(jj, np.int64), U, moving_layout(V, interpolation),
         shape, np.ascontiguousarray(q0, dtype=np.float64), 3 + group.n_extra,
         group.bounds.limits(), int(group.iters), float(group.tol), float(group.lam0),
         taps(interpolation), out_q, out_c,
     )  # fmt: skip
+    on_ranges(lambda lo, hi: _group_refine(lo, hi, *rest), m)
     return out_q, out_c

@@ -8,11 +8,12 @@ poor model of the correlation objective when u and v differ, and Gauss-Newton th
 steps per pair where Newton needs ~5. One pass over the target's non-zero pixels computes the
 interpolated warp (B-spline or Keys taps, :data:`ia_stages.core.taps.TAPS`, on the moving
 image's prefiltered coefficients) with its first and second derivatives, the cost, gradient and
-Hessian, without storing any image-sized array. On the CPU, pairs run in parallel over numba's
-threads and the moving images (what the taps weigh) are read as float32, two values per load
-(:func:`_packed`): the loop is bound by its gathered loads. The CUDA kernels read the same
-float32 values one by one. The sums stay float64; the float32 rounding of the moving images
-(relative 6e-8 per value) moves d2 far below the search's tolerances.
+Hessian, without storing any image-sized array. On the CPU, one range of pairs runs per thread
+(:func:`ia_stages.core.threads.on_ranges`) and the moving images (what the taps weigh) are
+read as float32, two values per load (:func:`_packed`): the loop is bound by its gathered
+loads. The CUDA kernels read the same float32 values one by one. The sums stay float64; the
+float32 rounding of the moving images (relative 6e-8 per value) moves d2 far below the
+search's tolerances.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
 from ia_stages.core.taps import _PAD, _pd, _pdd, _pw, taps
-from ia_stages.core.threads import on_threads
+from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.align import _sumsq
 
@@ -540,17 +540,10 @@ def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, iters, tol, c
 
 def _search(exact, full, tail, half, ii, *rest: Any) -> None:
     """The CPU driver of :func:`_search_pair`: the pairs ``ii`` (and the rest of
-    :func:`_search_range`'s arguments after its range) in one range per thread, on numba's
-    thread count. Threads over a kernel that releases Python's lock, rather than numba's
-    ``prange``: the same static split and results, and no parallel loop for numba to compile
-    (that driver's compile was a large share of a cold first call)."""
-    m = ii.shape[0]
-    threads = max(1, min(numba.get_num_threads(), m))
-    step = -(-m // threads) if m else 1
-    ranges = [(lo, min(lo + step, m)) for lo in range(0, m, step)]
-    for _ in on_threads(lambda r: _search_range(*r, exact, full, tail, half, ii, *rest), ranges,
-                        threads):  # fmt: skip
-        pass
+    :func:`_search_range`'s arguments after its range) in one range per thread
+    (:func:`ia_stages.core.threads.on_ranges`)."""
+    on_ranges(lambda lo, hi: _search_range(lo, hi, exact, full, tail, half, ii, *rest),
+              ii.shape[0])  # fmt: skip
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:

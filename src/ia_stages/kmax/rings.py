@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ia_stages.core.taps import _PAD, _dot4, _pw, taps
+from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
 
 
@@ -102,11 +103,11 @@ def pair_peaks(
     return theta, centre
 
 
-@njit(cache=True, parallel=True)
-def _polar_samples(padded, pad, H, W, centres, dy, dx, out, m_taps):
-    n_c, n = centres.shape[0], centres.shape[1]
+@njit(cache=True, nogil=True)
+def _polar_samples(lo, hi, padded, pad, H, W, centres, dy, dx, out, m_taps):
+    n_c = centres.shape[0]
     R, M = dy.shape
-    for k in prange(n):
+    for k in range(lo, hi):
         v = padded[k]
         for o in range(n_c):
             for r in range(R):
@@ -149,11 +150,12 @@ def polar_samples(
     Q = spline_coefficients(np.asarray(images, dtype=np.float64), interpolation)
     padded = np.pad(Q, ((0, 0), (pad, pad), (pad, pad)))
     out = np.empty((centres.shape[0], n, *dy.shape), dtype=np.float32)
-    _polar_samples(
+    rest = (
         padded, pad, H, W, np.ascontiguousarray(centres, dtype=np.float64),
         np.ascontiguousarray(dy, dtype=np.float64), np.ascontiguousarray(dx, dtype=np.float64),
         out, taps(interpolation),
     )  # fmt: skip
+    on_ranges(lambda lo, hi: _polar_samples(lo, hi, *rest), n)
     return out
 
 
@@ -269,8 +271,23 @@ def _lattice_pair_centre(A, B, i, j, o, synthesis, g, out_po):
         out_po[t] = acc
 
 
-@njit(cache=True, parallel=True, fastmath=True)
-def lattice_pair_scores(A, B, ia, jb, synthesis, out):
+@njit(cache=True, nogil=True, fastmath=True)
+def _lattice_pairs(lo, hi, A, B, ia, jb, synthesis, out):
+    K, n_o = A.shape[0], B.shape[2]
+    for p in range(lo, hi):
+        g = np.empty(2 * K)
+        for o in range(n_o):
+            _lattice_pair_centre(A, B, ia[p], jb[p], o, synthesis, g, out[p, o])
+
+
+def lattice_pair_scores(
+    A: np.ndarray,
+    B: np.ndarray,
+    ia: np.ndarray,
+    jb: np.ndarray,
+    synthesis: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """Rotation scores of chosen pairs against a lattice of centres, into ``out``.
 
     For pair p: the ring spectra ``A[:, ia[p]]`` of its fixed image about its centroid
@@ -278,13 +295,9 @@ def lattice_pair_scores(A, B, ia, jb, synthesis, out):
     against those of its moving image about every lattice centre ``B[:, jb[p]]``
     ``(K, n_o, 2R)``: G_k = sum over rings of u_k conj(v_k), then the scores over ``M`` angles
     ``[Re G_0, Im G_0, Re G_1, ...] @ synthesis`` (:func:`ia_stages.kmax.polar.
-    angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. Pairs in parallel (numba threads;
-    fastmath: the sums reassociated, as the refinement's CPU kernels);
-    :func:`ia_stages.kmax.cuda.lattice_pair_scores_cuda` runs the same
-    :func:`_lattice_pair_centre` one thread per (pair, centre).
+    angle_synthesis`). ``out``: ``(m, n_o, M)`` float32. One range of pairs per thread
+    (:func:`ia_stages.core.threads.on_ranges`; fastmath: the sums reassociated, as the
+    refinement's CPU kernels); :func:`ia_stages.kmax.cuda.lattice_pair_scores_cuda` runs the
+    same :func:`_lattice_pair_centre` one thread per (pair, centre).
     """
-    K, n_o = A.shape[0], B.shape[2]
-    for p in prange(ia.size):
-        g = np.empty(2 * K)
-        for o in range(n_o):
-            _lattice_pair_centre(A, B, ia[p], jb[p], o, synthesis, g, out[p, o])
+    on_ranges(lambda lo, hi: _lattice_pairs(lo, hi, A, B, ia, jb, synthesis, out), ia.size)

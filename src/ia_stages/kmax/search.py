@@ -20,7 +20,7 @@ The search is global over the full circle of rotations, in two steps:
 2. a local refinement of each candidate (sub-degree, sub-pixel) on the interpolated objective
    (cubic B-spline by default, or Keys: ``SearchSettings.interpolation``): Newton steps with
    Levenberg-Marquardt damping, one compiled search per pair (:mod:`ia_stages.kmax.refine`),
-   written once and run in parallel over pairs on numba's CPU threads for numpy arrays, or one
+   written once and run over ranges of pairs on CPU threads for numpy arrays, or one
    GPU thread per pair (:mod:`ia_stages.kmax.cuda`) for cupy.
 
 Memory: the scan works on chunks of rows whose size follows ``memory_mb``, so no n^2 x rotations
@@ -182,7 +182,7 @@ SEARCH_METHODS = ("polar", "grid")
 PEAK_RULES = ("envelope", "joint")
 MB = 2**20
 # pairs refined per call: alternating often between the scan's BLAS threads and the
-# refinement's numba threads costs ~25% (BLAS threads spin a while after each product)
+# refinement's threads is slow (BLAS threads spin a while after each product)
 REFINE_BATCH = 100_000
 SCAN_CHUNK_MB = 128  # working set of one chunk of the polar scan (products + scores)
 

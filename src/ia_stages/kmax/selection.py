@@ -9,7 +9,9 @@ the CPU here and for CUDA by :mod:`ia_stages.kmax.cuda` (one thread per row).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+
+from ia_stages.core.threads import on_ranges
 
 
 @njit(cache=True, nogil=True)
@@ -62,13 +64,18 @@ def _sift_down(hd, hj, size, d, j):
     hd[k], hj[k] = d, j
 
 
-@njit(cache=True, parallel=True)
-def nearest_of_block(product, sq, lo, out):
+@njit(cache=True, nogil=True)
+def _nearest_of_rows(r0, r1, product, sq, lo, out):
+    c = out.shape[1]
+    for r in range(r0, r1):
+        _nearest_of_row(product, sq, lo, r, np.empty(c, dtype=np.float32),
+                        np.empty(c, dtype=np.int64), out[r])  # fmt: skip
+
+
+def nearest_of_block(product: np.ndarray, sq: np.ndarray, lo: int, out: np.ndarray) -> None:
     """Every row of ``product (m, n)`` (rows ``lo``.. of F F^T) into ``out (m, c)``: its c
-    nearest others (:func:`_nearest_of_row`), rows in parallel over numba's threads;
+    nearest others (:func:`_nearest_of_row`), one range of rows per thread
+    (:func:`ia_stages.core.threads.on_ranges`);
     :func:`ia_stages.kmax.cuda.nearest_of_block_cuda` runs the same function one thread per
     row."""
-    c = out.shape[1]
-    for r in prange(product.shape[0]):
-        _nearest_of_row(product, sq, lo, np.int64(r), np.empty(c, dtype=np.float32),
-                        np.empty(c, dtype=np.int64), out[r])  # fmt: skip
+    on_ranges(lambda r0, r1: _nearest_of_rows(r0, r1, product, sq, lo, out), product.shape[0])
