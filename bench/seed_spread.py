@@ -1,0 +1,84 @@
+"""Table 1's K-given read-outs over many seeds, from a finished benchmark run's stores.
+
+The default run scores every randomised method with ``benchmark.seeds`` seeds (2); on 100
+images one image is 0.01 of ACC, so a gap between two rows may be the seeds' spread. This
+script reruns the stored kappa^max-based methods (no kappa^max or invariant mean is computed
+again) with seed indices 0..S-1 and prints each method's ACC: mean, standard deviation, min,
+max, and how often IA's kept iteration is at or above each baseline on the same seed index.
+
+Usage::
+
+    python bench/seed_spread.py RUN [--seeds 20] [--datasets mnist_rot affnist]
+
+RUN is the folder ``snakemake --cores all`` ran in (its ``config/config.yaml`` and
+``results/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.core.seeds import stage_seed
+from ia_stages.pipeline.config import cluster_settings, data_of, load_config
+from ia_stages.pipeline.stages.common import load_features
+from ia_stages.pipeline.stages.run_method import predict
+
+K_GIVEN = ["spectral_kmax", "spectral_knn", "community_knn_k", "ia_k"]
+FOUND = ["community_knn", "ia"]
+
+
+def kmax_paths(run: Path, dataset: str, method: str, iterations: int) -> list[Path]:
+    """The kappa^max stores a method reads: iteration 0, or 0..T for IA's read-outs."""
+    last = iterations if method in ("ia", "ia_k") else 0
+    return [run / f"results/{dataset}/ia/iter{t}/kmax.zarr" for t in range(last + 1)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--datasets", nargs="+", default=None)
+    ap.add_argument("--config", type=Path, default=None, help="default: RUN/config/config.yaml")
+    args = ap.parse_args()
+    cfg = load_config(args.config or args.run / "config" / "config.yaml")
+    names = args.datasets or [
+        d for d in cfg["datasets"] if data_of(d) in cfg["benchmark"]["datasets"]
+    ]
+    T = cfg["ia"]["iterations"]
+    for dataset in names:
+        if not (args.run / f"results/{dataset}/ia").exists():
+            print(f"\n{dataset}: no IA stores in {args.run}; skipped")
+            continue
+        data_path = args.run / f"results/data/{data_of(dataset)}.zarr"
+        data = load_features(data_path)
+        labels = data["label"].values
+        acc: dict[str, np.ndarray] = {}
+        for method in K_GIVEN + FOUND:
+            row = []
+            for s in range(args.seeds):
+                settings = cluster_settings(cfg, dataset, method, s)
+                seed = stage_seed(settings["seed"], f"cluster:{dataset}:{method}:{s}")
+                rng = np.random.default_rng(seed)
+                paths = kmax_paths(args.run, dataset, method, T)
+                pred, _ = predict(method, data, data_path, settings, paths, rng, seed % 2**31)
+                row.append(accuracy(labels, pred))
+            acc[method] = np.array(row)
+        print(f"\n{dataset} (n = {labels.size}, {args.seeds} seed indices): ACC")
+        print(f"{'method':18s} {'mean':>6s} {'std':>6s} {'min':>6s} {'max':>6s}  first 2")
+        for method, a in acc.items():
+            first = " ".join(f"{v:.3f}" for v in a[:2])
+            spread = f"{a.mean():6.3f} {a.std():6.3f} {a.min():6.3f} {a.max():6.3f}"
+            print(f"{method:18s} {spread}  {first}")
+        for ia, rivals in (("ia_k", K_GIVEN[:-1]), ("ia", FOUND[:-1])):
+            for r in rivals:
+                share = np.mean(acc[ia] >= acc[r])
+                print(f"  {ia} >= {r} on {share:.0%} of seed indices; mean gap "
+                      f"{(acc[ia] - acc[r]).mean():+.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
