@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import threading
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,17 +34,29 @@ def on_threads(task: Callable[[Any], Any], args: Iterable[Any], workers: int) ->
             yield pending.popleft().result()
 
 
+_RANGE_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (process id, pool)
+
+
+def _range_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool for :func:`on_ranges`, made on first use (and again in a forked
+    child, which has none of its parent's threads, or when more workers are asked for)."""
+    global _RANGE_POOL
+    pid = os.getpid()
+    if _RANGE_POOL is None or _RANGE_POOL[0] != pid or _RANGE_POOL[1]._max_workers < workers:
+        _RANGE_POOL = (pid, ThreadPoolExecutor(workers, thread_name_prefix="ia-stages-ranges"))
+    return _RANGE_POOL[1]
+
+
 def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:
     """Run ``kernel(lo, hi)`` over ``0..n-1`` split into one contiguous range per thread, on
     numba's thread count (:func:`numba.get_num_threads`); the first range runs on the calling
-    thread.
+    thread, the others on a pool kept for the process.
 
     The CPU driver of the package's compiled loops: ``kernel`` calls an ``njit(nogil=True)``
-    function over items ``lo..hi-1``. This is the static split numba's ``prange`` makes, with
-    no parallel loop for numba to compile on a first call (a large share of a cold start).
-    Plain threads, started per call: no pool to set up (or to lose across a fork), so a call
-    on a few items costs little more than the kernel. An exception in any range is raised
-    here, after every range has ended.
+    function over items ``lo..hi-1``, which must not call this function again. This is the
+    static split numba's ``prange`` makes, with no parallel loop for numba to compile on a
+    first call (a large share of a cold start). An exception in any range is raised here,
+    after every range has ended.
 
     Example
     -------
@@ -59,19 +71,13 @@ def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:
         return
     threads = max(1, min(numba.get_num_threads(), n))
     step = -(-n // threads)
-    errors: list[BaseException] = []
-
-    def run(lo: int) -> None:
-        try:
-            kernel(lo, min(lo + step, n))
-        except BaseException as error:  # raised again in the calling thread
-            errors.append(error)
-
-    others = [threading.Thread(target=run, args=(lo,)) for lo in range(step, n, step)]
-    for t in others:
-        t.start()
-    run(0)
-    for t in others:
-        t.join()
-    if errors:
-        raise errors[0]
+    others = range(step, n, step)
+    pool = _range_pool(len(others)) if others else None
+    futures = [pool.submit(kernel, lo, min(lo + step, n)) for lo in others]
+    try:
+        kernel(0, min(step, n))
+    finally:
+        for f in futures:  # every range ends before this returns or raises
+            f.exception()
+    for f in futures:
+        f.result()
