@@ -22,19 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from ia_stages.benchmark.metrics import accuracy
-from ia_stages.core.seeds import stage_seed
 from ia_stages.pipeline.config import cluster_settings, data_of, load_config
 from ia_stages.pipeline.stages.common import load_features
-from ia_stages.pipeline.stages.run_method import predict
+from ia_stages.pipeline.stages.run_method import method_seed, predict
 
 K_GIVEN = ["spectral_kmax", "spectral_knn", "community_knn_k", "ia_k"]
 FOUND = ["community_knn", "ia"]
-
-
-def kmax_paths(run: Path, dataset: str, method: str, iterations: int) -> list[Path]:
-    """The kappa^max stores a method reads: iteration 0, or 0..T for IA's read-outs."""
-    last = iterations if method in ("ia", "ia_k") else 0
-    return [run / f"results/{dataset}/ia/iter{t}/kmax.zarr" for t in range(last + 1)]
 
 
 def main() -> None:
@@ -56,15 +49,20 @@ def main() -> None:
         data_path = args.run / f"results/data/{data_of(dataset)}.zarr"
         data = load_features(data_path)
         labels = data["label"].values
+        # every iteration's store: IA's read-outs take them all, predict() gives the baselines
+        # iteration 0's; each is read once for all methods and seeds
+        paths = [args.run / f"results/{dataset}/ia/iter{t}/kmax.zarr" for t in range(T + 1)]
+        stored: dict = {}
         acc: dict[str, np.ndarray] = {}
         for method in K_GIVEN + FOUND:
             row = []
             for s in range(args.seeds):
                 settings = cluster_settings(cfg, dataset, method, s)
-                seed = stage_seed(settings["seed"], f"cluster:{dataset}:{method}:{s}")
+                seed = method_seed(settings)
                 rng = np.random.default_rng(seed)
-                paths = kmax_paths(args.run, dataset, method, T)
-                pred, _ = predict(method, data, data_path, settings, paths, rng, seed % 2**31)
+                pred, _ = predict(
+                    method, data, data_path, settings, paths, rng, seed % 2**31, stored
+                )
                 row.append(accuracy(labels, pred))
             acc[method] = np.array(row)
         print(f"\n{dataset} (n = {labels.size}, {args.seeds} seed indices): ACC")

@@ -34,7 +34,7 @@ def on_threads(task: Callable[[Any], Any], args: Iterable[Any], workers: int) ->
             yield pending.popleft().result()
 
 
-_RANGE_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (process id, pool)
+_RANGE_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (process id, workers, pool)
 
 
 def _range_pool(workers: int) -> ThreadPoolExecutor:
@@ -42,9 +42,10 @@ def _range_pool(workers: int) -> ThreadPoolExecutor:
     child, which has none of its parent's threads, or when more workers are asked for)."""
     global _RANGE_POOL
     pid = os.getpid()
-    if _RANGE_POOL is None or _RANGE_POOL[0] != pid or _RANGE_POOL[1]._max_workers < workers:
-        _RANGE_POOL = (pid, ThreadPoolExecutor(workers, thread_name_prefix="ia-stages-ranges"))
-    return _RANGE_POOL[1]
+    if _RANGE_POOL is None or _RANGE_POOL[0] != pid or _RANGE_POOL[1] < workers:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="ia-stages-ranges")
+        _RANGE_POOL = (pid, workers, pool)
+    return _RANGE_POOL[2]
 
 
 def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:

@@ -59,6 +59,13 @@ def n_clusters_of(settings: dict, labels: np.ndarray, path: str | Path) -> int:
     return K
 
 
+def method_seed(settings: dict) -> int:
+    """The seed of one benchmark job (:func:`ia_stages.pipeline.config.cluster_settings`):
+    the run's seed, the dataset, the method and the seed index together."""
+    s = settings
+    return stage_seed(s["seed"], f"cluster:{s['dataset']}:{s['method']}:{s['seed_index']}")
+
+
 def predict(
     method: str,
     data: xr.Dataset,
@@ -145,9 +152,7 @@ def _run_one(
     stored: dict[str, KappaMaxResult],
 ) -> xr.Dataset:
     method = settings["method"]
-    seed = stage_seed(
-        settings["seed"], f"cluster:{settings['dataset']}:{method}:{settings['seed_index']}"
-    )
+    seed = method_seed(settings)
     rng = np.random.default_rng(seed)
     with timer() as t:
         pred, extra = predict(method, data, dataset, settings, kmax, rng, seed % 2**31, stored)
