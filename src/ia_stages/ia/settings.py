@@ -157,8 +157,11 @@ class PathSettings:
     dense_max : 'auto': most samples that run dense (>= 2)
     k : kNN path: list width, the sample itself included; None = the larger of the
         attention's k and the read-out graph's k + 1 (:meth:`IASettings.knn_width`)
-    search : kNN path: the per-pair search of the candidate pairs: 'exact' (the library's
-        exact preset :data:`ia_stages.kmax.EXACT_SEARCH`) or 'ia' (``IASettings.search``)
+    search : kNN path: the per-pair search of the candidate pairs: 'ia' (the default:
+        ``IASettings.search``, the dense path's search; its optimum of a listed pair equals the
+        exact preset's at IA's beta on digits, letters and noisy digits, at half the graph's
+        CPU: README "Large image sets") or 'exact' (the screen, then the library's exact
+        preset :data:`ia_stages.kmax.EXACT_SEARCH` on the listed pairs)
     sample : kNN path: samples (seeded, at random; all when n is smaller) whose all-pairs
         kappa^max the read-out's silhouette and the stopping rules use in place of the n x n
         distances (:class:`~ia_stages.readout.graph.KnnDistances`; >= 2); None (the default)
@@ -182,7 +185,7 @@ class PathSettings:
     mode: str = "auto"
     dense_max: int = DENSE_MAX
     k: int | None = None
-    search: str = "exact"
+    search: str = "ia"
     sample: int | None = None
     sample_search: str = "screen"
     min_sample: int = 300
@@ -390,8 +393,8 @@ class IASettings:
         return replace(f, exact_width=self._neighbour_counts(n)[0])
 
     def knn_search(self) -> SearchSettings:
-        """The per-pair search of the kNN path's candidate pairs: the exact preset
-        (``path.search`` 'exact') or ``search`` ('ia')."""
+        """The per-pair search of the kNN path's candidate pairs: ``search`` (``path.search``
+        'ia', the default) or the exact preset ('exact')."""
         return EXACT_SEARCH if self.path.search == "exact" else self.search
 
     def knn_sample_search(self) -> SearchSettings:

@@ -261,6 +261,8 @@ class CandidatePairs:
         a pair was refined more than once (screened, then exactly) the lower sqdist, on a
         tie the earlier part's (a pair two blocks share is refined identically in both)."""
         a, b = np.concatenate([q.a for q in parts]), np.concatenate([q.b for q in parts])
+        if a.size == 0:  # e.g. a row block whose expansion found no new pair
+            return cls.none(parts[0].params.shape[1])
         d2 = np.concatenate([q.sqdist for q in parts])
         order = np.lexsort((d2, b, a))
         del d2
