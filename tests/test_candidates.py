@@ -8,7 +8,7 @@ from scipy.ndimage import rotate
 
 from ia_stages.data.datasets import DatasetError
 from ia_stages.data.large import digit_copies
-from ia_stages.kmax import EXACT_SEARCH, kappa_max
+from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.features import (
     FeatureSettings,
     feature_neighbours,
@@ -133,6 +133,35 @@ def test_bad_input_names_the_setting(copies):
         kappa_max(X, k=3, mode="fast")
     with pytest.raises(ValueError, match=r"features\.route"):
         FeatureSettings(route="wavelet")
+
+
+def test_given_candidates_are_refined_in_place_of_the_features(copies):
+    """Candidates given (an earlier result's lists) are the pairs refined: their lists equal
+    the run that found them, with fewer pairs refined; a list of the true neighbours gives the
+    exact mode's lists. Bad candidates name the argument."""
+    X = copies.data[:24].astype(float)
+    n, search = X.shape[0], SearchSettings()
+    fs = FeatureSettings(n_candidates=8, n_dims=16, n_expand=0)
+    found = kappa_max(X, k=4, sigma=1.0, mode="candidates", settings=search, features=fs)
+    again = kappa_max(X, k=4, sigma=1.0, mode="candidates", settings=search, features=fs,
+                      candidates=found.indices)  # fmt: skip
+    assert again.pairs_refined < found.pairs_refined
+    assert np.array_equal(again.indices, found.indices)
+    np.testing.assert_array_equal(again.sqdist, found.sqdist)
+    exact = kappa_max(X, k=4, sigma=1.0, settings=search)
+    given = kappa_max(X, k=4, sigma=1.0, mode="candidates", settings=search, features=fs,
+                      candidates=exact.indices[:, 1:])  # fmt: skip
+    assert np.array_equal(given.indices, exact.indices)
+    np.testing.assert_allclose(given.sqdist, exact.sqdist, atol=1e-9)
+    for bad, needle in (
+        (found.indices[:5], r"candidates must be \(n=24, m >= 1\)"),
+        (found.indices.astype(float), "candidates must be integer"),
+        (found.indices + n, r"candidates must be sample indices in 0\.\.23"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            kappa_max(X, k=4, mode="candidates", features=fs, candidates=bad)
+    with pytest.raises(ValueError, match="candidates: given candidate pairs need k and mode"):
+        kappa_max(X, k=4, candidates=found.indices)
 
 
 @pytest.mark.slow

@@ -86,6 +86,10 @@ def test_iteration_means_read_out_and_classes(knn_run):
     np.testing.assert_allclose(w.sum(1), 1.0)  # every column's weights over its neighbours
     lists = read_store(res / "ia/iter0/knn.zarr")["indices"].values
     np.testing.assert_array_equal(idx, lists[:, : idx.shape[1]])  # attention.k of the lists
+    # iteration 1's candidate pairs: each image's neighbours in iteration 0's lists
+    later = read_store(res / "ia/iter1/knn_features.zarr")
+    np.testing.assert_array_equal(later["candidates"].values, lists[:, 1:])
+    assert later["embedding"].shape == (N, 0)  # no features computed
     table = pd.read_csv(res / "clusters.csv")
     assert len(table) == N and table["cluster"].min() == 0
     classes = read_store(res / "classes.zarr")

@@ -247,11 +247,11 @@ def run_ia(
     if kernel is not None and knn_path:
         raise ValueError("kernel: a kernel in place of kappa^max needs path.mode 'dense'")
 
-    def kmax_of(V: Any, progress: Any) -> KappaMaxResult | KnnDistances:
+    def kmax_of(V: Any, progress: Any, previous: Any) -> KappaMaxResult | KnnDistances:
         if kernel is not None:
             return kernel(V, s)
         if knn_path:
-            return s.knn_distances(V, seed, progress)
+            return s.knn_distances(V, seed, progress, None if previous is None else previous.knn)
         return s.kmax(V, progress=progress)
 
     def bar(total: int, desc: str, unit: str) -> tqdm:
@@ -265,7 +265,7 @@ def run_ia(
         for t in range(T + 1):
             what = "final kappa^max" if t == T else f"iteration {t + 1}: kappa^max"
             with bar(None if knn_path else pairs, what, "pair") as b, clock("kmax"):
-                kms.append(kmax_of(V, b.update))
+                kms.append(kmax_of(V, b.update, kms[-1] if kms else None))
             with clock("readout"):
                 parts.append(
                     read_out(distances(kms[-1]), s.readout, n_clusters, seed, value(kms[-1]))

@@ -25,7 +25,7 @@ from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
 from ia_stages.ia.weights import AttentionSettings
-from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, KnnResult, SearchSettings, kappa_max
 from ia_stages.kmax.candidates import first_pass_search
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.readout.graph import (
@@ -48,6 +48,7 @@ SILHOUETTE_TOLERANCE = 0.1
 INITS = ("kmax", "identity")
 PATH_MODES = ("auto", "dense", "candidates")
 PATH_SEARCHES = ("exact", "ia")
+LATER_CANDIDATES = ("lists", "features")
 SAMPLE_SEARCHES = ("screen", "exact")
 DENSE_MAX = 5000
 """``path.mode`` 'auto' takes the kNN path above this many samples by default: dense
@@ -178,6 +179,13 @@ class PathSettings:
         "Large image sets")
     features : kNN path: :class:`~ia_stages.kmax.features.FeatureSettings` (the invariant
         features and the candidate count c, sized to n when None)
+    later_candidates : kNN path, every iteration after the input's: each sample's candidate
+        pairs are 'lists' (the default: its neighbours in the previous iteration's lists; the
+        expansion pass, ``features.n_expand``, adds their neighbours' neighbours) or
+        'features' (its c nearest in invariant-feature space, as for the input). The
+        attention pulls each sample towards its listed neighbours, so their means stay near:
+        on 20,000 digit copies the lists' candidates held as many of iteration 1's nearest as
+        the features' at a fifth of the pairs (README "Large image sets")
 
     The kNN path needs kNN attention and the graph read-out, and searches no mirror images.
     """
@@ -191,6 +199,7 @@ class PathSettings:
     min_sample: int = 300
     sample_per_root_n: float = 7.0
     features: FeatureSettings = DEFAULT_FEATURES
+    later_candidates: str = "lists"
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the field when a setting is out of range."""
@@ -200,6 +209,7 @@ class PathSettings:
         check_choice(self.search, "path.search", PATH_SEARCHES)
         check_number(self.sample, "path.sample", integer=True, low=2, allow_none=True)
         check_choice(self.sample_search, "path.sample_search", SAMPLE_SEARCHES)
+        check_choice(self.later_candidates, "path.later_candidates", LATER_CANDIDATES)
         check_number(self.min_sample, "path.min_sample", integer=True, low=2)
         check_number(self.sample_per_root_n, "path.sample_per_root_n", low=0.0)
         if not isinstance(self.features, FeatureSettings):
@@ -392,6 +402,20 @@ class IASettings:
             return f
         return replace(f, exact_width=self._neighbour_counts(n)[0])
 
+    def later_candidates(self, previous: KnnResult | None) -> np.ndarray | None:
+        """The candidate pairs of an iteration after the input's: the ``previous`` lists'
+        neighbours (each sample's own place left out) with ``path.later_candidates`` 'lists',
+        else None (found in invariant-feature space).
+
+        Example
+        -------
+        >>> ia_settings().later_candidates(KnnResult.itself_only(3, 2, 3)).tolist()
+        [[-1], [-1], [-1]]
+        """
+        if previous is None or self.path.later_candidates != "lists":
+            return None
+        return np.asarray(previous.indices)[:, 1:]
+
     def knn_search(self) -> SearchSettings:
         """The per-pair search of the kNN path's candidate pairs: ``search`` (``path.search``
         'ia', the default) or the exact preset ('exact')."""
@@ -441,7 +465,9 @@ class IASettings:
         d["group"] = self.group.settings()
         return d
 
-    def knn_distances(self, V: Any, seed: int = 0, progress: Any = None) -> KnnDistances:
+    def knn_distances(
+        self, V: Any, seed: int = 0, progress: Any = None, previous: KnnResult | None = None
+    ) -> KnnDistances:
         """kappa^max of ``V`` by the kNN path: every sample's :meth:`knn_width` nearest
         (:func:`ia_stages.kmax.kappa_max` with ``mode='candidates'``) and the exact all-pairs
         kappa^max among ``path.sample_size(n)`` samples drawn with ``seed``
@@ -453,6 +479,9 @@ class IASettings:
         seed : int, default 0
             Seed of the sample.
         progress : called with the number of candidate pairs refined
+        previous : the previous iteration's lists (None for the input images): with
+            ``path.later_candidates`` 'lists' their indices are the candidates
+            (:meth:`later_candidates`)
 
         Returns
         -------
@@ -474,6 +503,7 @@ class IASettings:
             sigma=self.sigma,
             features=self.knn_features(n),
             progress=progress,
+            candidates=self.later_candidates(previous),
         )
         pick = sample_indices(n, self.path.sample_size(n), seed)
         return KnnDistances(knn, pick, self.sample_sqdist(V, pick))

@@ -85,6 +85,7 @@ def kappa_max_candidates(
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
     features: FeatureSettings = DEFAULT_FEATURES,
+    candidates: np.ndarray | None = None,
 ) -> KnnResult:
     """Each sample's k nearest under kappa^max (itself first), refined on candidates only.
 
@@ -105,6 +106,10 @@ def kappa_max_candidates(
     progress : called with the number of pairs refined after every block
     features : :class:`ia_stages.kmax.features.FeatureSettings`; its ``n_candidates`` (c)
         must be >= k; None sizes it to n (:meth:`~ia_stages.kmax.features.FeatureSettings.sized`)
+    candidates : None (the default: each sample's c nearest in invariant-feature space), or
+        ``(n, m)`` int sample indices, each sample's candidates given (entries < 0 and the
+        sample itself are ignored; :func:`check_candidates`): no features are computed. IA's
+        later iterations pass the previous iteration's lists
 
     Memory: the images (float64), the refinement's targets of as many images as
     ``settings.memory_mb`` holds (on a GPU: the layout of all images), the features
@@ -131,10 +136,13 @@ def kappa_max_candidates(
     uu = (Un**2).reshape(n, -1).sum(1)
     if xp is not np:
         Un = xp.asarray(Un)
-    F = invariant_features(Un, features)
-    clock.lap("features")
-    cand = candidate_lists(Un, F, features, settings, clock=clock)
-    del F
+    if candidates is None:
+        F = invariant_features(Un, features)
+        clock.lap("features")
+        cand = candidate_lists(Un, F, features, settings, clock=clock)
+        del F
+    else:
+        cand = check_candidates(candidates, n)
     first = first_pass_search(settings, features)
     pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
@@ -154,6 +162,27 @@ def kappa_max_candidates(
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
+
+
+def check_candidates(candidates: Any, n: int) -> np.ndarray:
+    """Given candidate lists as int64 ``(n, m)``, after checking them (one line naming
+    ``candidates``: not 2-D, another number of rows than the n images, no column, not
+    integers, an index outside -1..n-1).
+
+    Example
+    -------
+    >>> check_candidates(np.array([[1], [0], [-1]]), 3).shape
+    (3, 1)
+    """
+    c = np.asarray(to_numpy(candidates))
+    if c.ndim != 2 or c.shape[0] != n or c.shape[1] < 1:
+        raise ValueError(f"candidates must be (n={n}, m >= 1) sample indices, got {c.shape}")
+    if c.dtype.kind not in "iu":
+        raise ValueError(f"candidates must be integer sample indices, got dtype {c.dtype}")
+    if c.size and (c.min() < -1 or c.max() >= n):
+        raise ValueError(f"candidates must be sample indices in 0..{n - 1} (or -1), got "
+                         f"{c.min()}..{c.max()}")  # fmt: skip
+    return c.astype(np.int64)
 
 
 def first_pass_search(

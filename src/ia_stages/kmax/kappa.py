@@ -36,6 +36,7 @@ def kappa_max(
     k: int | None = None,
     mode: str = "exact",
     features: FeatureSettings = DEFAULT_FEATURES,
+    candidates: Any = None,
 ) -> KappaMaxResult | KnnResult:
     """kappa^max between every image of ``U`` and every image of ``V``.
 
@@ -73,6 +74,9 @@ def kappa_max(
         ``features.screen`` (default) every candidate pair by the default search first and
         only the lists' pairs again by ``settings``
     features : the invariant features and candidate count of ``mode='candidates'``
+    candidates : ``mode='candidates'`` only: None (found in invariant-feature space), or
+        ``(n, m)`` sample indices, each sample's candidate pairs given (e.g. an earlier
+        result's ``indices``)
 
     Returns
     -------
@@ -104,6 +108,8 @@ def kappa_max(
     for name, images in ((first, U), ("V", V)):
         if images is not None:
             check_image_content(images, name, sigma)
+    if candidates is not None and (k is None or mode != "candidates"):
+        raise ValueError("candidates: given candidate pairs need k and mode='candidates'")
     if k is not None:
         if V is not None:
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
@@ -115,8 +121,9 @@ def kappa_max(
         if mode == "candidates":
             settings = EXACT_SEARCH if settings is None else settings
             knn = kappa_max_candidates(
-                U, k, beta, normalization, lists_group, settings, progress, sigma, features
-            )
+                U, k, beta, normalization, lists_group, settings, progress, sigma, features,
+                candidates,
+            )  # fmt: skip
         else:
             settings = SearchSettings() if settings is None else settings
             knn = kappa_max_knn(U, k, beta, normalization, lists_group, settings, progress, sigma)

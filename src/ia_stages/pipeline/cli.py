@@ -141,7 +141,7 @@ def _cmd_knn_features(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import knn
 
     with _use_threads(a.threads):
-        ds = knn.features(a.images, a.out, _settings(a.settings))
+        ds = knn.features(a.images, a.out, _settings(a.settings), a.previous)
     log.info("wrote %s in %.1f s", a.out, ds.attrs["wall_seconds"])
 
 
@@ -389,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("knn-features", _cmd_knn_features, "kNN path: invariant features, sample")
     sp.add_argument("--images", required=True)
+    sp.add_argument(
+        "--previous", help="the previous iteration's kNN store: its lists are the candidates"
+    )
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)

@@ -503,6 +503,7 @@ def _knn_settings(cfg: dict, dataset: str) -> dict:
         "search": asdict(s.knn_search()),
         "sample": s.path.sample_size(n),  # sized to n as the estimator sizes it
         "sample_search": asdict(s.knn_sample_search()),
+        "later_candidates": s.path.later_candidates,
     }
 
 
@@ -517,6 +518,12 @@ def knn_second_pass(cfg: dict, dataset: str) -> bool:
     s = _knn_settings(cfg, dataset)
     features = FeatureSettings(**s["features"])
     return has_second_pass(SearchSettings(**s["search"]), features, s["k"])
+
+
+def knn_later_lists(cfg: dict, dataset: str) -> bool:
+    """Whether a dataset's kNN path takes the candidates of every iteration after the input's
+    from the previous iteration's lists (``kmax.later_candidates: lists``)."""
+    return _knn_settings(cfg, dataset)["later_candidates"] == "lists"
 
 
 def knn_rows_per_job(cfg: dict, dataset: str) -> int:

@@ -5,7 +5,9 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
 - ``knn-features`` (one job): what every row block needs from all images, computed once:
   the rotation- and translation-invariant features (:func:`ia_stages.kmax.features.
   invariant_features`, whose PCA is fitted on all images), every sample's candidates
-  (:func:`ia_stages.kmax.candidates.candidate_lists`), the prepared images' squared norms,
+  (:func:`ia_stages.kmax.candidates.candidate_lists`; in an iteration after the input's with
+  ``later_candidates: lists``, its neighbours in the previous iteration's kNN store, and no
+  features), the prepared images' squared norms,
   and the all-pairs kappa^max among a seeded random sample of images (by the settings'
   ``sample_search``; what the
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
@@ -106,8 +108,12 @@ def _on_device(Un: np.ndarray, settings: dict) -> tuple[Any, str]:
     return on_backend(Un, settings.get("backend", "numpy"))
 
 
-def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
+def features(
+    images: str | Path, out: str | Path, settings: dict, previous: str | Path | None = None
+) -> xr.Dataset:
     """The global part of one iteration's kNN path, computed once (see the module docstring).
+    With ``previous`` (the previous iteration's kNN store; ``later_candidates: lists``) every
+    sample's candidates are its neighbours there and no features are computed.
 
     Example
     -------
@@ -120,15 +126,20 @@ def features(images: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     pick = sample_indices(n, settings["sample"], int(settings["seed"]))
     U, backend = _on_device(Un, settings)
     with timer() as t:
-        F = invariant_features(U, fs)
-        cand = candidate_lists(U, F, fs, search)
+        if previous is None:
+            F = invariant_features(U, fs)
+            cand = candidate_lists(U, F, fs, search)
+            embedding = np.asarray(to_numpy(F), dtype=np.float32)
+        else:
+            cand = read_knn(previous, n).knn.indices[:, 1:]
+            embedding = np.zeros((n, 0), dtype=np.float32)
         sq = sample_sqdist(
             V, pick, settings["beta"], settings["normalization"], _group(settings),
             SearchSettings(**settings["sample_search"]), settings["sigma"],
         )  # fmt: skip
     ds = xr.Dataset(
         {
-            "embedding": (("sample", "dim"), np.asarray(to_numpy(F), dtype=np.float32)),
+            "embedding": (("sample", "dim"), embedding),
             "candidates": (("sample", "candidate"), cand),
             "norm2": (("sample",), (Un**2).reshape(n, -1).sum(1)),
             "sample_index": (("pick",), pick),

@@ -8,6 +8,7 @@ from ia_stages.pipeline.config import (
     job_backend,
     job_threads,
     kmax_blocks,
+    knn_later_lists,
     knn_path,
     knn_row_blocks,
     knn_rows_per_job,
@@ -153,6 +154,15 @@ def previous_features(w):
     if t == 0:
         return data_store(w.dataset)
     return f"results/{w.dataset}/ia/iter{t}/features.zarr"
+
+
+def previous_lists(w):
+    """The kNN store whose lists are iteration t's candidates (later_candidates: lists), else
+    none: the input images' iteration and the features' candidates."""
+    t = int(w.t)
+    if t == 0 or not knn_later_lists(config, w.dataset):
+        return []
+    return [kmax_store(w.dataset, t - 1)]
 
 
 def previous_kmax(w):

@@ -66,18 +66,20 @@ rule knn_features:
     conda:
         CONDA_ENV
     input:
-        features_of,
+        images=features_of,
+        previous=previous_lists,
     output:
         directory("results/{dataset}/ia/iter{t}/knn_features.zarr"),
     params:
         settings=settings("knn"),
+        previous=lambda w, input: f"--previous {input.previous}" if input.previous else "",
     resources:
         gpu=gpu_per_job("knn"),
     threads: heavy_threads
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_features.log",
     shell:
-        "ia-stages knn-features --images {input} --threads {threads}"
+        "ia-stages knn-features --images {input.images} {params.previous} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
