@@ -190,6 +190,22 @@ def test_provenance_hash_matches_settings() -> None:
     assert p1["seed"] == 3 and isinstance(p1["seed"], int)
 
 
+def test_a_writer_killed_mid_write_leaves_nothing_after_the_next_write(tmp_path: Path) -> None:
+    """What a killed writer left beside a store or a text file (its temporary, the old store it
+    had moved aside) goes with the next write of that path; other paths' are kept."""
+    path = tmp_path / "a.zarr"
+    write_store(_dataset(seed=0), path)
+    (tmp_path / ".a.zarr.tmp-0badf00d" / "features").mkdir(parents=True)
+    (tmp_path / ".a.zarr.old-0badf00d").mkdir()
+    (tmp_path / ".b.zarr.tmp-0badf00d").mkdir()  # another store's: not ours to remove
+    (tmp_path / ".t.md.tmp-0badf00d").write_text("half")
+    write_store(_dataset(seed=1), path)
+    write_text_atomic("whole\n", tmp_path / "t.md")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.zarr.tmp-0badf00d", "a.zarr", "t.md"]
+    new = _dataset(seed=1)["features"].values
+    np.testing.assert_array_equal(read_store(path)["features"].values, new)
+
+
 def test_write_text_atomic(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "t.md"
     write_text_atomic("one\n", path)

@@ -4,6 +4,7 @@ store that looks complete."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -66,10 +67,24 @@ def strings(values) -> np.ndarray:
     return np.asarray(list(values), dtype=object)
 
 
+def _remove_leftovers(path: Path) -> None:
+    """Remove the temporaries (``.NAME.tmp-*``, ``.NAME.old-*``) that a writer of ``path``
+    killed mid-write (``kill -9``, a node lost) left beside it: one job writes a given output,
+    so none of them belongs to a live writer."""
+    name = glob.escape(path.name)
+    for leftover in (*path.parent.glob(f".{name}.tmp-*"), *path.parent.glob(f".{name}.old-*")):
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+
+
 def write_store(ds: xr.Dataset, path: str | Path) -> Path:
-    """Write ``ds`` as a Zarr v3 store at ``path`` atomically (temp dir + rename)."""
+    """Write ``ds`` as a Zarr v3 store at ``path`` atomically (temp dir + rename), after
+    removing what an earlier writer of ``path`` killed mid-write left beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
     try:
@@ -125,9 +140,11 @@ def store_sizes(path: str | Path) -> dict[str, int]:
 
 
 def write_text_atomic(text: str, path: str | Path) -> Path:
-    """Write a text file atomically (temp file + rename)."""
+    """Write a text file atomically (temp file + rename), after removing what an earlier
+    writer of ``path`` killed mid-write left beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.write_text(text)
     os.replace(tmp, path)
