@@ -26,7 +26,7 @@ from ia_stages.core.validation import check_choice, check_number
 from ia_stages.ia.invariant_mean import PRECONDITIONERS, MeanSettings
 from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, KnnResult, SearchSettings, kappa_max
-from ia_stages.kmax.candidates import first_pass_search
+from ia_stages.kmax.candidates import first_pass_search, listed_candidates
 from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.readout.graph import (
     COMMUNITIES,
@@ -184,8 +184,8 @@ class PathSettings:
         expansion pass, ``features.n_expand``, adds their neighbours' neighbours) or
         'features' (its c nearest in invariant-feature space, as for the input). The
         attention pulls each sample towards its listed neighbours, so their means stay near:
-        on 20,000 digit copies the lists' candidates held as many of iteration 1's nearest as
-        the features' at a fifth of the pairs (README "Large image sets")
+        on 20,000 digit copies the lists' candidates found as many of iteration 1's nearest as
+        the features' with half the pairs refined (README "Large image sets")
 
     The kNN path needs kNN attention and the graph read-out, and searches no mirror images.
     """
@@ -414,7 +414,7 @@ class IASettings:
         """
         if previous is None or self.path.later_candidates != "lists":
             return None
-        return np.asarray(previous.indices)[:, 1:]
+        return listed_candidates(previous)
 
     def knn_search(self) -> SearchSettings:
         """The per-pair search of the kNN path's candidate pairs: ``search`` (``path.search``

@@ -185,6 +185,18 @@ def check_candidates(candidates: Any, n: int) -> np.ndarray:
     return c.astype(np.int64)
 
 
+def listed_candidates(knn: KnnResult) -> np.ndarray:
+    """Each sample's neighbours in the lists of ``knn``, its own (first) place left out:
+    ``(n, k - 1)``, the candidate pairs of IA's later iterations on the kNN path.
+
+    Example
+    -------
+    >>> listed_candidates(KnnResult.itself_only(2, 3, 3)).tolist()
+    [[-1, -1], [-1, -1]]
+    """
+    return np.asarray(knn.indices)[:, 1:]
+
+
 def first_pass_search(
     settings: SearchSettings = EXACT_SEARCH, features: FeatureSettings = DEFAULT_FEATURES
 ) -> SearchSettings:

@@ -50,6 +50,7 @@ from ia_stages.kmax.candidates import (
     first_pass_search,
     has_second_pass,
     knn_from_pairs,
+    listed_candidates,
     prepared_images,
     refine_rows,
     second_pass,
@@ -131,7 +132,7 @@ def features(
             cand = candidate_lists(U, F, fs, search)
             embedding = np.asarray(to_numpy(F), dtype=np.float32)
         else:
-            cand = read_knn(previous, n).knn.indices[:, 1:]
+            cand = listed_candidates(read_knn(previous, n).knn)
             embedding = np.zeros((n, 0), dtype=np.float32)
         sq = sample_sqdist(
             V, pick, settings["beta"], settings["normalization"], _group(settings),
