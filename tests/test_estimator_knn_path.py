@@ -111,6 +111,7 @@ def test_the_screened_sample_keeps_near_pairs_and_the_clusters(letters):
         ({"kmax_options": {"sample": 1}}, r"kmax_options\['sample'\] must be >= 2"),
         ({"kmax_options": {"sample_search": "fast"}}, r"kmax_options\['sample_search'\] must be"),
         ({"kmax_options": {"pool": 1}}, "kmax_options has no key 'pool'"),
+        ({"kmax_options": {"later_candidates": "x"}}, r"\['later_candidates'\] must be one"),
         ({"kmax_options": {"features": {"n_dims": -1}}}, r"\['features'\]\['n_dims'\] must be"),
     ],
 )

@@ -8,7 +8,7 @@ the preset used when ``preset=None`` is ``'images'``; ``preset='paper'`` is the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from ia_stages.ia.settings import (
     PRESETS,
     READOUT_KINDS,
     IASettings,
+    PathSettings,
     ia_settings,
     sized,
     with_sigma,
@@ -86,19 +87,8 @@ _OPTIONS = {
         ),
     ),
     "stop_options": ("stop", ("n_seeds", "min_ari")),
-    "kmax_options": (
-        "path",
-        (
-            "dense_max",
-            "k",
-            "search",
-            "sample",
-            "sample_search",
-            "min_sample",
-            "sample_per_root_n",
-            "features",
-        ),
-    ),
+    # every PathSettings key but the mode (its own parameter, kmax_mode)
+    "kmax_options": ("path", tuple(f.name for f in fields(PathSettings) if f.name != "mode")),
 }
 
 
@@ -227,7 +217,9 @@ class InvariantAttentionClustering(
         preset on the listed pairs), ``sample`` (images whose all-pairs kappa^max the
         silhouette and the stopping rule read; None follows n: ``min_sample``,
         ``sample_per_root_n``),
-        ``sample_search`` ('screen' | 'exact': the search of the sample's pairs) and
+        ``sample_search`` ('screen' | 'exact': the search of the sample's pairs),
+        ``later_candidates`` ('lists': later iterations refine each image's previous
+        neighbours | 'features') and
         ``features`` (a dict of
         :class:`~ia_stages.kmax.features.FeatureSettings` keys, e.g. ``n_candidates``)
 
