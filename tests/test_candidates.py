@@ -390,6 +390,26 @@ def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
         assert np.array_equal(getattr(one, name), getattr(chunked, name)), name
 
 
+def test_pairs_among_some_images_are_refined_as_among_those_images_alone(copies):
+    """The refinement of pairs that touch a few of the images reads those images from the
+    whole set (no copy of them): every pair's result is bit for bit that of the same pairs
+    refined on a stack holding only those images."""
+    from ia_stages.kmax.candidates import prepared_images, refine_pairs
+
+    X = copies.data[:30].astype(float)
+    Un = prepared_images(X, 3, 1.0, features=FeatureSettings(n_candidates=6, n_dims=16))
+    owner = np.array([2, 7, 11, 20])
+    cand = np.array([[7, 25, 3], [2, 11, 28], [20, 25, 7], [3, 11, 2]])
+    here = refine_pairs(Un, owner, cand, 3, 2.0, sigma=1.0)
+    need = np.unique(np.r_[owner, cand.ravel()])
+    local = refine_pairs(Un[need], np.searchsorted(need, owner), np.searchsorted(need, cand),
+                         3, 2.0, sigma=1.0)  # fmt: skip
+    assert here.a.size == 9  # 12 listed, 3 of them twice
+    assert np.array_equal(here.a, need[local.a]) and np.array_equal(here.b, need[local.b])
+    for name in ("sqdist", "params", "scanned"):
+        assert np.array_equal(getattr(here, name), getattr(local, name)), name
+
+
 @pytest.mark.slow
 def test_expansion_finds_neighbours_the_features_missed(copies):
     """The pass over neighbours of neighbours adds pairs not refined before, keeps every list

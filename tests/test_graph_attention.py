@@ -18,6 +18,8 @@ from ia_stages.readout.graph import (
     leiden_n_clusters,
     leiden_silhouette,
     leiden_sweep,
+    leiden_sweeps,
+    prefetch_sweeps,
 )
 from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 
@@ -205,6 +207,55 @@ def test_leiden_sweep_in_worker_processes_gives_the_partitions_of_one_process(
     chosen = leiden_silhouette(lists, sq, resolutions, seed=3)
     monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 10**9)
     assert np.array_equal(chosen, leiden_silhouette(lists, sq, resolutions, seed=3))
+
+
+def _four_blobs(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = ([0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0])
+    P = np.concatenate([rng.normal(c, 1.5, (50, 2)) for c in centres])
+    return ((P[:, None] - P[None]) ** 2).sum(-1)
+
+
+def test_sweeps_of_two_graphs_in_one_pool_are_each_graphs_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two graphs' sweeps sharing two worker processes return, graph by graph and in the
+    order of the resolutions, the partitions of each run made here alone."""
+    import ia_stages.readout.graph as graph
+
+    lists = [knn_from_dense(_four_blobs(5), 11), knn_from_dense(_four_blobs(6), 7)]
+    resolutions = (0.05, 0.3, 1.0, 2.0, 4.0)
+    here = [[leiden_knn(knn, 3, r) for r in resolutions] for knn in lists]
+    monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(graph, "_SWEEPS", {})
+    apart = leiden_sweeps(lists, 3, resolutions, workers=2)
+    assert len(apart) == 2
+    for mine, theirs in zip(here, apart, strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+    assert not np.array_equal(here[0][2], here[1][2])  # two graphs, two results
+
+
+def test_prefetched_sweeps_serve_the_read_outs_without_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After :func:`prefetch_sweeps` of two iterations, their silhouette read-outs run no
+    Leiden of their own and return what they return without the prefetch."""
+    import ia_stages.readout.graph as graph
+
+    sqs = [_four_blobs(5), _four_blobs(6)]
+    g = {"k": 10, "community": "silhouette", "resolutions": [1.0, 0.3, 2.0]}
+    monkeypatch.setattr(graph, "_SWEEPS", {})
+    expected = [graph.graph_partition(sq, g, None, 4) for sq in sqs]
+    monkeypatch.setattr(graph, "_SWEEPS", {})
+    monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
+    prefetch_sweeps(sqs, g, None, 4)
+    assert len(graph._SWEEPS) == 2
+
+    def no_run(*args: object) -> None:
+        raise AssertionError("a Leiden run after the prefetch")
+
+    monkeypatch.setattr(graph, "_leidenalg_leiden", no_run)
+    for sq, labels in zip(sqs, expected, strict=True):
+        assert np.array_equal(graph.graph_partition(sq, g, None, 4), labels)
+    prefetch_sweeps(sqs, g, 4, 4)  # with K: nothing to run ahead (no_run would raise)
 
 
 def test_silhouette_read_out_of_one_group_returns_one_cluster() -> None:

@@ -25,7 +25,12 @@ from ia_stages.ia.attention import InvariantAttentionStep, attention_step
 from ia_stages.ia.class_averages import ClassAverages, cluster_averages
 from ia_stages.ia.settings import IASettings, ReadoutSettings, StopSettings, sized, with_sigma
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.readout.graph import KnnDistances, graph_partition, spectral_affinity
+from ia_stages.readout.graph import (
+    KnnDistances,
+    graph_partition,
+    prefetch_sweeps,
+    spectral_affinity,
+)
 from ia_stages.readout.linkage import cluster_by_distance
 from ia_stages.readout.stopping import stop_iteration
 
@@ -130,6 +135,8 @@ def read_iterations(
     reason : one line saying why
     """
     values = values if values is not None else [None] * len(sqdists)
+    if settings.readout.kind == "graph":  # the iterations' Leiden runs in one pool
+        prefetch_sweeps(sqdists, settings.readout.graph(), n_clusters, seed)
     parts = []
     for sq, v in zip(sqdists, values, strict=True):
         parts.append(read_out(sq, settings.readout, n_clusters, seed, v))

@@ -191,8 +191,10 @@ def listed_candidates(knn: KnnResult) -> np.ndarray:
 
     Example
     -------
-    >>> listed_candidates(KnnResult.itself_only(2, 3, 3)).tolist()
-    [[-1, -1], [-1, -1]]
+    >>> from ia_stages.kmax.neighbours import knn_from_dense
+    >>> sq = np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 2.0], [4.0, 2.0, 0.0]])
+    >>> listed_candidates(knn_from_dense(sq, 2)).tolist()
+    [[1], [0], [1]]
     """
     return np.asarray(knn.indices)[:, 1:]
 
@@ -477,11 +479,12 @@ def refine_pairs(
     if k == 1 or a.size == 0:
         return out
     # the images these pairs touch: the scan's spectra and the refinement's layout are made
-    # for those alone, in local indices
+    # for those alone, in local indices; on the CPU they are read from Un a batch at a time
+    # (a copy of nearly all images would cost as much memory as Un itself)
     xp = array_module(Un)
     need = np.unique(np.concatenate([a, b]))
-    Ul = Un if need.size == n else Un[xp.asarray(need)]
-    uu = to_numpy((Ul**2).reshape(need.size, -1).sum(1))
+    Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
+    uu = _sumsq_rows(Ul)
     scan = _PairScan(Ul, settings)
     la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
     width = COLUMN_BLOCK if xp is np else GPU_COLUMN_BLOCK
@@ -710,6 +713,39 @@ def knn_from_pairs(
     return result
 
 
+class _Rows:
+    """The images ``Un[need]`` (``need`` sorted sample indices), read from ``Un`` only where
+    indexed: a slice or an index array gives those images (a copy of them alone), so that a
+    refinement touching nearly all images holds no second copy of them.
+
+    Example
+    -------
+    >>> rows = _Rows(np.arange(12.0).reshape(6, 1, 2), np.array([1, 4, 5]))
+    >>> rows.shape, rows[1:3][:, 0, 0].tolist(), rows[np.array([0, 2])][:, 0, 1].tolist()
+    ((3, 1, 2), [8.0, 10.0], [3.0, 11.0])
+    """
+
+    def __init__(self, Un: np.ndarray, need: np.ndarray) -> None:
+        self.Un, self.need = Un, need
+        self.whole = need.size == Un.shape[0]  # need = 0..n-1: Un itself
+        self.shape = (need.size,) + Un.shape[1:]
+        self.dtype = Un.dtype
+
+    def __getitem__(self, at: slice | np.ndarray) -> np.ndarray:
+        return self.Un[at] if self.whole else self.Un[self.need[at]]
+
+
+def _sumsq_rows(Ul: Any) -> np.ndarray:
+    """Squared norm ``(m,)`` of every image of ``Ul`` (an array or :class:`_Rows`), in
+    batches of :data:`SPECTRA_BATCH` images (no temporary of all of them)."""
+    m = Ul.shape[0]
+    parts = []
+    for s in range(0, m, SPECTRA_BATCH):
+        part = Ul[s : s + SPECTRA_BATCH]
+        parts.append(to_numpy((part**2).reshape(part.shape[0], -1).sum(1)))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 class _PairScan:
     """The polar scan of chosen pairs (a, b): scores of a's centroid rings against b's rings
     about each lattice centre, and starts by the search's peak rule."""
@@ -718,14 +754,16 @@ class _PairScan:
         self.Un, self.settings = Un, settings
         self.xp = xp = array_module(Un)
         self.M = settings.n_angles
-        self.m = to_numpy(centroids(Un))
+        n = Un.shape[0]
+        self.m = np.concatenate(
+            [to_numpy(centroids(Un[s : s + SPECTRA_BATCH])) for s in range(0, n, SPECTRA_BATCH)]
+        )
         self.shape = Un.shape[1:]
         lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
         self.offs = lattice
         self.neighbours = lattice_neighbours(lattice)
         self.synthesis = xp.asarray(angle_synthesis(self.M))
         self.interp = interp = settings.interpolation
-        n = Un.shape[0]
         self.A = None  # (K, n, 2R): every image's rings about its centroid, made in batches
         for s in range(0, n, SPECTRA_BATCH):
             part = slice(s, min(s + SPECTRA_BATCH, n))

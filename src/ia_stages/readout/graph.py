@@ -389,33 +389,64 @@ def leiden_sweep(
     >>> [p.tolist() for p in leiden_sweep(knn, 0, (0.5, 1.0))]
     [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
     """
+    return leiden_sweeps([knn], seed, resolutions, workers)[0]
+
+
+def leiden_sweeps(
+    knns: list[KnnResult],
+    seed: int,
+    resolutions: list[float] | tuple[float, ...],
+    workers: int | None = None,
+) -> list[list[np.ndarray]]:
+    """:func:`leiden_sweep` of several graphs (an IA run's iterations), the runs of all of
+    them shared by one set of worker processes, so that no worker waits at the end of one
+    graph's sweep while the other finishes its last run. The partitions are those of
+    :func:`leiden_sweep` of each graph alone; the sweeps are kept for later calls as
+    :func:`leiden_sweep`'s are.
+
+    Returns one list of ``(n,)`` int64 labels per graph, one array per resolution.
+
+    Example
+    -------
+    >>> knn = knn_from_dense(np.kron(np.eye(2), np.ones((3, 3))) * -1 + 1, 3)
+    >>> [len(s) for s in leiden_sweeps([knn, knn], 0, (0.5, 1.0))]
+    [2, 2]
+    """
     import numba
 
-    key = _sweep_key(knn, seed, resolutions)
-    if key in _SWEEPS:
-        return [labels.astype(np.int64) for labels in _SWEEPS[key]]
-    graph = igraph_of(knn)
+    keys = [_sweep_key(knn, seed, resolutions) for knn in knns]
+    todo = [g for g, key in enumerate(keys) if key not in _SWEEPS]
+    todo = [g for i, g in enumerate(todo) if keys[g] not in {keys[h] for h in todo[:i]}]
+    graphs = {g: igraph_of(knns[g]) for g in todo}
+    tasks = [(g, float(r)) for g in todo for r in resolutions]
     workers = numba.get_num_threads() if workers is None else int(workers)
-    workers = min(workers, len(resolutions))
-    if workers <= 1 or knn.n < PARALLEL_MIN_NODES:
-        runs = [_leidenalg_leiden(graph, seed, float(r)) for r in resolutions]
+    workers = min(workers, len(tasks))
+    large = any(knns[g].n >= PARALLEL_MIN_NODES for g in todo)
+    if workers <= 1 or not large:
+        runs = [_leidenalg_leiden(graphs[g], seed, r) for g, r in tasks]
     else:
         from joblib import Parallel, delayed
 
         # loky's worker processes start fresh (no fork of this process's kernel threads) and
         # do not run the caller's main script again
         runs = Parallel(n_jobs=workers, backend="loky")(
-            delayed(_leidenalg_leiden)(graph, seed, float(r)) for r in resolutions
+            delayed(_leidenalg_leiden)(graphs[g], seed, r) for g, r in tasks
         )
-    while len(_SWEEPS) >= SWEEPS_KEPT:
-        _SWEEPS.pop(next(iter(_SWEEPS)))
-    _SWEEPS[key] = [labels.astype(np.int32) for labels in runs]  # half the memory; < 2**31
-    return list(runs)
+    m = len(resolutions)
+    fresh = {keys[g]: runs[i * m : (i + 1) * m] for i, g in enumerate(todo)}
+    out = [fresh[key] if key in fresh else [p.astype(np.int64) for p in _SWEEPS[key]]
+           for key in keys]  # fmt: skip
+    for key, sweep in fresh.items():
+        while len(_SWEEPS) >= SWEEPS_KEPT:
+            _SWEEPS.pop(next(iter(_SWEEPS)))
+        _SWEEPS[key] = [labels.astype(np.int32) for labels in sweep]  # half the memory
+    return [list(sweep) for sweep in out]
 
 
-SWEEPS_KEPT = 4
+SWEEPS_KEPT = 8
 """The last sweeps :func:`leiden_sweep` keeps, so that a read-out's stability curve
-(:func:`ia_stages.ia.stability.read_out_stability`) reuses the read-out's Leiden runs."""
+(:func:`ia_stages.ia.stability.read_out_stability`) and the read-outs of an IA run's
+iterations (:func:`prefetch_sweeps`) reuse the Leiden runs made before."""
 _SWEEPS: dict[tuple, list[np.ndarray]] = {}
 
 
@@ -520,6 +551,35 @@ def silhouette_sweep(
             # the same number of communities
             scores[r] = silhouette_score(D, on, metric="precomputed")
     return ordered, partitions, scores
+
+
+def prefetch_sweeps(
+    sqdists: list[Any], graph: dict, n_clusters: int | None, seed: int
+) -> None:
+    """Run ahead, in one set of worker processes (:func:`leiden_sweeps`), the Leiden sweeps
+    that :func:`graph_partition` will run to read out each of ``sqdists`` without K (community
+    'silhouette'), so that its read-outs find them made. Nothing is run with K, for other
+    communities, for graphs below :data:`PARALLEL_MIN_NODES` nodes (run in this process
+    anyway) or for more graphs than :data:`SWEEPS_KEPT` keeps. Arguments as
+    :func:`graph_partition`'s, one distance per graph.
+
+    Example
+    -------
+    >>> prefetch_sweeps([kd0, kd1], {"k": 10, "community": "silhouette",
+    ...                  "resolutions": (0.5, 1.0)}, None, 0)  # doctest: +SKIP
+    """
+    if n_clusters is not None or graph.get("community") != "silhouette":
+        return
+    if not 2 <= len(sqdists) < SWEEPS_KEPT:
+        return
+    k = int(graph["k"])
+    lists = []
+    for sq in sqdists:
+        n = sq.n if isinstance(sq, KnnDistances) else np.shape(sq)[0]
+        if n < PARALLEL_MIN_NODES or not 1 <= k < n:
+            return
+        lists.append(readout_lists(sq, k))
+    leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in graph["resolutions"])))
 
 
 def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, tolerance: float) -> int:
