@@ -728,7 +728,7 @@ class _Rows:
     def __init__(self, Un: np.ndarray, need: np.ndarray) -> None:
         self.Un, self.need = Un, need
         self.whole = need.size == Un.shape[0]  # need = 0..n-1: Un itself
-        self.shape = (need.size,) + Un.shape[1:]
+        self.shape = (need.size, *Un.shape[1:])
         self.dtype = Un.dtype
 
     def __getitem__(self, at: slice | np.ndarray) -> np.ndarray:

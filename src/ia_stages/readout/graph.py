@@ -553,9 +553,7 @@ def silhouette_sweep(
     return ordered, partitions, scores
 
 
-def prefetch_sweeps(
-    sqdists: list[Any], graph: dict, n_clusters: int | None, seed: int
-) -> None:
+def prefetch_sweeps(sqdists: list[Any], graph: dict, n_clusters: int | None, seed: int) -> None:
     """Run ahead, in one set of worker processes (:func:`leiden_sweeps`), the Leiden sweeps
     that :func:`graph_partition` will run to read out each of ``sqdists`` without K (community
     'silhouette'), so that its read-outs find them made. Nothing is run with K, for other
