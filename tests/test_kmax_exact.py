@@ -152,3 +152,24 @@ def test_compiled_joint_peaks_equal_the_array_code_and_are_local_maxima():
         for o, t in zip(o1[p], a[p], strict=True):
             near = nbr[o][nbr[o] >= 0]
             assert s[o, t] >= max(s[o, (t - 1) % M], s[o, (t + 1) % M], s[near, t].max())
+
+
+def test_target_layout_lists_every_images_nonzero_pixels_at_centred_coordinates():
+    """The refinement's targets: image i's pixels are ``off[i]:off[i + 1]``, each a non-zero
+    pixel of image i in row-major order at its coordinates about the image centre; ``uu``
+    its squared norm. Blank images (first, middle, last) hold no pixel."""
+    from ia_stages.kmax.refine import _target_pixels
+
+    rng = np.random.default_rng(0)
+    U = rng.random((7, 5, 6))
+    U[U < 0.5] = 0.0
+    U[[0, 3, 6]] = 0.0
+    off, gy, gx, t, uu = _target_pixels(U)
+    assert off.tolist()[0] == 0 and off[-1] == np.count_nonzero(U)
+    for i, image in enumerate(U):
+        r, c = np.nonzero(image)
+        part = slice(off[i], off[i + 1])
+        assert np.array_equal(gy[part], r - 2.0) and np.array_equal(gx[part], c - 2.5)
+        assert np.array_equal(t[part], image[r, c])
+        assert uu[i] == pytest.approx((image**2).sum(), rel=1e-15)
+    assert off[1] == off[0] and off[4] == off[3] and off[7] == off[6]

@@ -550,10 +550,24 @@ def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
     """``off, gy, gx, t, uu`` of :class:`Resolution` for targets ``U (n_i, H, W)``."""
     U = np.asarray(U, dtype=np.float64)
     n, H, W = U.shape
-    k, r, c = np.nonzero(U)  # row-major: grouped by image
-    off = np.zeros(n + 1, dtype=np.int64)
-    off[1:] = np.cumsum(np.bincount(k, minlength=n))
-    return off, r - (H - 1) / 2.0, c - (W - 1) / 2.0, U[k, r, c], _sumsq(U)
+    # from the flat indices alone (row-major: grouped by image), so that no row, column and
+    # image index arrays of every pixel are held at once (the targets of ~10^4 images at a time)
+    flat = np.flatnonzero(U)
+    off = np.searchsorted(flat, np.arange(n + 1, dtype=np.int64) * (H * W))
+    t = U.reshape(-1)[flat]
+    pix = flat % (H * W)
+    del flat
+    gy = (pix // W) - (H - 1) / 2.0
+    gx = (pix % W) - (W - 1) / 2.0
+    return off, gy, gx, t, _sumsq_rows(U)
+
+
+def _sumsq_rows(U: np.ndarray, rows: int = 4096) -> np.ndarray:
+    """:func:`~ia_stages.kmax.align._sumsq` of ``U (n, H, W)``, ``rows`` images at a time
+    (each image's sum is its own: the same values, without a squared copy of all of them)."""
+    if U.shape[0] <= rows:
+        return _sumsq(U)
+    return np.concatenate([_sumsq(U[s : s + rows]) for s in range(0, U.shape[0], rows)])
 
 
 @dataclass(frozen=True)

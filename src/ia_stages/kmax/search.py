@@ -382,8 +382,10 @@ def _floored(images: Any, fraction: float) -> Any:
     |value| set to 0: the Gaussian tails of smoothed images, which the compiled kernel would
     otherwise visit in every evaluation."""
     xp = array_module(images)
-    top = xp.abs(images).reshape(images.shape[0], -1).max(1)[:, None, None]
-    return xp.where(xp.abs(images) >= fraction * top, images, 0.0)
+    size = xp.abs(images)
+    keep = size >= fraction * size.reshape(images.shape[0], -1).max(1)[:, None, None]
+    del size
+    return xp.where(keep, images, 0.0)
 
 
 def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
