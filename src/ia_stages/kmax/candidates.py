@@ -486,7 +486,10 @@ def refine_pairs(
     Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
     uu = _sumsq_rows(Ul)
     scan = _PairScan(Ul, settings)
-    la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
+    if need.size == n:  # every image: local indices are the sample indices
+        la, lb = a, b
+    else:
+        la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
     width = COLUMN_BLOCK if xp is np else GPU_COLUMN_BLOCK
     if xp is np:
         # on the CPU the targets are laid out once per chunk of images that memory_mb holds
