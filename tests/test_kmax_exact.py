@@ -170,6 +170,39 @@ def test_target_layout_lists_every_images_nonzero_pixels_at_centred_coordinates(
         r, c = np.nonzero(image)
         part = slice(off[i], off[i + 1])
         assert np.array_equal(gy[part], r - 2.0) and np.array_equal(gx[part], c - 2.5)
+        assert gy.dtype == gx.dtype == np.float32  # halves: exact
         assert np.array_equal(t[part], image[r, c])
         assert uu[i] == pytest.approx((image**2).sum(), rel=1e-15)
     assert off[1] == off[0] and off[4] == off[3] and off[7] == off[6]
+
+
+def test_float32_pixel_coordinates_give_the_float64_layouts_results_bit_for_bit():
+    """The targets' coordinates are held as float32 (multiples of 1/2, exact); the compiled
+    search widens them as it reads them, so every pair's d2 and transform equal those of a
+    layout with float64 coordinates."""
+    from dataclasses import replace as swap
+
+    from ia_stages.kmax.search import _pair_layout, _policy
+
+    rng = np.random.default_rng(3)
+    X = smooth(rng.random((6, 20, 20)) * (rng.random((6, 20, 20)) > 0.6), 1.0)
+    Un = normalize(X)
+    layout = _pair_layout(Un, Un, 1.0, EXACT_SEARCH)
+    assert layout.full.gy.dtype == np.float32
+
+    def widened(res):
+        if res is None:
+            return None
+        return swap(res, gy=res.gy.astype(np.float64), gx=res.gx.astype(np.float64))
+
+    wide = swap(
+        layout, **{f: widened(getattr(layout, f)) for f in ("full", "half", "search", "tail")}
+    )
+    ii, jj = np.triu_indices(6, 1)
+    starts = np.zeros((ii.size, 2, 3))
+    starts[:, 1, 0] = 1.3
+    policy = _policy(EXACT_SEARCH)
+    p32, d32 = search_pairs(layout, ii, jj, starts, 2.0, policy, EXACT_SEARCH.coarse_iters)
+    p64, d64 = search_pairs(wide, ii, jj, starts, 2.0, policy, EXACT_SEARCH.coarse_iters)
+    assert np.array_equal(d32, d64) and np.array_equal(p32, p64)
+    assert np.all(d32 < 2.0)  # the pairs were refined (unit-norm images: d2 < 2 when aligned)

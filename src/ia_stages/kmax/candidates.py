@@ -70,7 +70,10 @@ PAIR_BATCH = 256  # pairs scored at once (each holds the spectra of all its cent
 # on a GPU: larger launches (its memory holds them; one thread per pair needs many pairs)
 GPU_COLUMN_BLOCK = 4096
 GPU_PAIR_BATCH = 16384
-TARGET_BYTES_PER_PIXEL = 54  # the refinement's targets: 3 float64 per pixel, 2 + 1/4 times
+# the refinement's targets per pixel: two float32 coordinates and a float64 value, laid out
+# 2 + 1/4 times (36 bytes), and the chunk's own images, their floored and half-resolution
+# copies while its layout is made (18)
+TARGET_BYTES_PER_PIXEL = 54
 MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
 SPECTRA_BATCH = 4096  # images whose centroid ring spectra are made at once (bounds memory)
 

@@ -557,8 +557,10 @@ def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
     t = U.reshape(-1)[flat]
     pix = flat % (H * W)
     del flat
-    gy = (pix // W) - (H - 1) / 2.0
-    gx = (pix % W) - (W - 1) / 2.0
+    # pixel coordinates about the centre are multiples of 1/2 below 2^23: float32 holds them
+    # exactly (the kernels widen them to float64 as they read them: the same arithmetic)
+    gy = ((pix // W) - (H - 1) / 2.0).astype(np.float32)
+    gx = ((pix % W) - (W - 1) / 2.0).astype(np.float32)
     return off, gy, gx, t, _sumsq_rows(U)
 
 
@@ -575,7 +577,8 @@ class Resolution:
     """One resolution of a block of pairs, laid out for the compiled kernels.
 
     off : ``(n_i + 1,)`` target i's pixels are ``off[i]:off[i + 1]`` of
-    gy, gx, t : centred row / column coordinates and values of the targets' non-zero pixels
+    gy, gx, t : centred row / column coordinates (float32: halves, held exactly) and values
+        of the targets' non-zero pixels
     V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` what the interpolation's taps weigh for the
         moving images (:func:`ia_stages.core.warp.spline_coefficients`: the images for 'keys',
         their B-spline coefficients for 'bspline'), zero-padded, flattened and
@@ -635,8 +638,11 @@ class Resolution:
         return (self.off, self.gy, self.gx, self.t, self.V, self.uu, self.vv, self.shape)
 
     def to(self, xp: Any) -> Resolution:
-        """The same arrays as ``xp`` arrays (e.g. cupy: on the GPU)."""
-        return Resolution(*(xp.asarray(a) for a in self.arrays()))
+        """The same arrays as ``xp`` arrays (e.g. cupy: on the GPU), the coordinates as
+        float64: the CUDA kernels (and their simulator, whose arithmetic follows numpy's
+        promotion, not numba's) read float64 coordinates."""
+        wide = replace(self, gy=self.gy.astype(np.float64), gx=self.gx.astype(np.float64))
+        return Resolution(*(xp.asarray(a) for a in wide.arrays()))
 
 
 @dataclass(frozen=True)
