@@ -52,6 +52,7 @@ from ia_stages.kmax.polar import (
     centroids,
     scan_spectra,
 )
+from ia_stages.kmax.refine import sumsq_rows
 from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks, pair_peaks
 from ia_stages.kmax.search import (
     EXACT_SEARCH,
@@ -487,7 +488,7 @@ def refine_pairs(
     xp = array_module(Un)
     need = np.unique(np.concatenate([a, b]))
     Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
-    uu = _sumsq_rows(Ul)
+    uu = sumsq_rows(Ul, SPECTRA_BATCH)
     scan = _PairScan(Ul, settings)
     if need.size == n:  # every image: local indices are the sample indices
         la, lb = a, b
@@ -739,17 +740,6 @@ class _Rows:
 
     def __getitem__(self, at: slice | np.ndarray) -> np.ndarray:
         return self.Un[at] if self.whole else self.Un[self.need[at]]
-
-
-def _sumsq_rows(Ul: Any) -> np.ndarray:
-    """Squared norm ``(m,)`` of every image of ``Ul`` (an array or :class:`_Rows`), in
-    batches of :data:`SPECTRA_BATCH` images (no temporary of all of them)."""
-    m = Ul.shape[0]
-    parts = []
-    for s in range(0, m, SPECTRA_BATCH):
-        part = Ul[s : s + SPECTRA_BATCH]
-        parts.append(to_numpy((part**2).reshape(part.shape[0], -1).sum(1)))
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 class _PairScan:

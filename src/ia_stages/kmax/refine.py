@@ -561,15 +561,23 @@ def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
     # exactly (the kernels widen them to float64 as they read them: the same arithmetic)
     gy = ((pix // W) - (H - 1) / 2.0).astype(np.float32)
     gx = ((pix % W) - (W - 1) / 2.0).astype(np.float32)
-    return off, gy, gx, t, _sumsq_rows(U)
+    return off, gy, gx, t, sumsq_rows(U)
 
 
-def _sumsq_rows(U: np.ndarray, rows: int = 4096) -> np.ndarray:
-    """:func:`~ia_stages.kmax.align._sumsq` of ``U (n, H, W)``, ``rows`` images at a time
-    (each image's sum is its own: the same values, without a squared copy of all of them)."""
-    if U.shape[0] <= rows:
-        return _sumsq(U)
-    return np.concatenate([_sumsq(U[s : s + rows]) for s in range(0, U.shape[0], rows)])
+def sumsq_rows(U: Any, rows: int = 4096) -> np.ndarray:
+    """:func:`~ia_stages.kmax.align._sumsq` of ``U (n, H, W)`` (numpy, cupy, or anything
+    sliced along its first axis into arrays), ``rows`` images at a time, on the host (each
+    image's sum is its own: the same values, without a squared copy of all of them).
+
+    Example
+    -------
+    >>> sumsq_rows(np.ones((3, 2, 2)), rows=2).tolist()
+    [4.0, 4.0, 4.0]
+    """
+    from ia_stages.core.backend import to_numpy
+
+    parts = [to_numpy(_sumsq(U[s : s + rows])) for s in range(0, U.shape[0], rows)]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 @dataclass(frozen=True)
