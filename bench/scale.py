@@ -9,7 +9,7 @@ MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elast
 deformed, rotated in [0, 360) and shifted by scipy (40 x 40 px). ``--data letters``:
 letters rendered from their outlines at random angles and shifts
 (:mod:`ia_stages.data.render`, 40 x 40 px, psf 0.7), ``--digits`` letters of A-Z cycled x
-``--copies``.
+``--copies``. ``--noise``/``--snr`` add white noise (seeded) to either kind.
 
 Reference: the exact rectangular kappa^max (``EXACT_SEARCH``) of ``--rows`` random images
 against every image; a row's true k - 1 nearest others are its lowest d2 outside itself.
@@ -95,6 +95,12 @@ def main() -> None:
     else:
         X = letters(args.digits, args.copies, args.seed)
         label = np.repeat(np.arange(args.digits) % 26, args.copies)
+        noise = args.noise
+        if args.snr is not None:
+            noise = float(np.sqrt(X.var(axis=(1, 2)).mean() / args.snr))
+            print(f"SNR {args.snr:g}: white noise std {noise:.4f}")
+        if noise:
+            X = X + np.random.default_rng(args.seed + 2).normal(0.0, noise, X.shape)
     X = X.astype(np.float64)
     n = X.shape[0]
     print(f"data: {args.data} n = {n} {X.shape[1]}x{X.shape[2]}, made in "
