@@ -42,6 +42,37 @@ def test_refinement_objective_is_the_norm_preserving_distance():
     assert np.isclose(d2[0], direct, rtol=1e-5)
 
 
+def test_the_floor_leaves_out_only_what_neither_image_reaches():
+    """The refinement summed over the pixels where either image reaches the floor gives the
+    all-pixel refinement's optimum and d2 (to the floor's share of the images), on letters
+    rendered from their outlines under affine maps, from starts at any angle and shifted; a
+    bad floor is one line naming the key."""
+    g = make_group("affine")
+    rng = np.random.default_rng(0)
+    p = np.column_stack([rng.uniform(-np.pi, np.pi, 8), rng.uniform(-4, 4, (8, 2)),
+                         rng.uniform(-0.15, 0.15, (8, 3))])  # fmt: skip
+    X = np.concatenate([
+        render(letter(c, 14), SHAPE, params=p[k : k + 1, :3], psf=1.0, linear=g.matrix(p[k]))
+        for k, c in enumerate("RFPGRFPG")
+    ])  # fmt: skip
+    U = normalize(smooth(X, 1.0))
+    ii, jj = np.triu_indices(len(U), 1)
+    q0 = np.zeros((ii.size, 6))
+    q0[:, 0] = rng.uniform(-np.pi, np.pi, ii.size)
+    q0[:, 1:3] = rng.uniform(-3, 3, (ii.size, 2))
+    q_all, d_all = refine_pairs(U, U, ii, jj, q0, make_group("affine", floor=0.0), "bspline")
+    for floor in (1e-3, 1e-2):
+        q_f, d_f = refine_pairs(U, U, ii, jj, q0, make_group("affine", floor=floor), "bspline")
+        assert np.abs(d_f - d_all).max() < floor**2
+        assert np.abs(q_f - q_all).max() < 1e-3
+        # the reported d2 is the all-pixel objective at the optimum found
+        every = make_group("affine", iters=0, floor=0.0)
+        _, direct = refine_pairs(U, U, ii, jj, q_f, every, "bspline")
+        assert np.abs(d_f - direct).max() < floor**2
+    with pytest.raises(ValueError, match=r"^group_floor: "):
+        make_group("affine", floor=1.0)
+
+
 def test_half_resolution_evaluations_first_find_the_affine_copy_for_fewer_full_ones():
     """half_iters: the first evaluations on 2 x 2 block means (translation halved about the
     centre: a wrong conversion would start the full-resolution stage off the copy); then 2
@@ -188,7 +219,8 @@ PTX = textwrap.dedent(
     def a(dtype, ndim):
         return nt.Array(dtype, ndim, "C")
 
-    sig = (a(i64, 1), a(i64, 1), a(f64, 2), a(nt.float32, 2), a(i64, 1), a(f64, 2), i64,
+    sig = (a(i64, 1), a(i64, 1), a(f64, 2), a(nt.float32, 2), a(f64, 2), a(f64, 2),
+           a(f64, 2), a(f64, 1), a(i64, 1), a(f64, 2), i64,
            nt.UniTuple(f64, 4), i64, f64, f64, nt.UniTuple(f64, 16), a(f64, 4), a(f64, 2),
            a(f64, 1))
     ptx, _ = cuda.compile_ptx(_group_kernel().py_func, sig, cc=(9, 0))

@@ -167,6 +167,11 @@ class AffineFamily:
     lam0 : default 1e-3: its initial Levenberg-Marquardt damping
     half_iters : default 0: evaluations per pair on 2 x 2 block means of the images before the
         ``iters`` at full resolution (a quarter of the pixels each; 0 = none)
+    floor : default 1e-3: the refinement visits only the pixels where the target or the
+        warped moving image can reach this fraction of its largest |value| (per row, the
+        columns between the first and the last such pixel of either,
+        :func:`ia_stages.kmax.group_refine._group_eval`), not the smoothed images' far tails;
+        0 = every pixel
 
     Example
     -------
@@ -183,6 +188,7 @@ class AffineFamily:
     tol: float = 1e-9
     lam0: float = 1e-3
     half_iters: int = 0
+    floor: float = 1e-3
 
     def __post_init__(self) -> None:
         if self.name not in GROUP_NAMES:
@@ -195,6 +201,8 @@ class AffineFamily:
             raise ValueError(f"group_tol: must be >= 0, got {self.tol}")
         if not self.lam0 > 0.0:
             raise ValueError(f"group_lam0: must be > 0, got {self.lam0}")
+        if not 0.0 <= self.floor < 1.0:
+            raise ValueError(f"group_floor: must be in [0, 1), got {self.floor}")
 
     @property
     def n_extra(self) -> int:
@@ -226,6 +234,7 @@ class AffineFamily:
             "group_half_iters": int(self.half_iters),
             "group_tol": float(self.tol),
             "group_lam0": float(self.lam0),
+            "group_floor": float(self.floor),
         }
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
@@ -356,6 +365,7 @@ def make_group(
     tol: float = 1e-9,
     lam0: float = 1e-3,
     half_iters: int = 0,
+    floor: float = 1e-3,
 ) -> SE2 | AffineFamily:
     """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
 
@@ -364,7 +374,9 @@ def make_group(
     (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
     1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
     (default 8), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
-    (default 1e-3), after ``half_iters`` evaluations on 2 x 2 block means (default 0: none).
+    (default 1e-3), after ``half_iters`` evaluations on 2 x 2 block means (default 0: none),
+    summing over the pixels where either image can reach ``floor`` of its largest |value|
+    (default 1e-3; 0: all).
     Bad values raise a one-line ValueError
     naming the key.
 
@@ -379,6 +391,9 @@ def make_group(
         raise ValueError(f"mirror: must be true or false, got {mirror!r}")
     bounds = GroupBounds(tuple(scale), float(anisotropy), float(shear))
     if name == "se2" and not mirror:
-        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters))
+        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters),
+                     float(floor))  # fmt: skip
         return SE2()
-    return AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters))
+    return AffineFamily(
+        name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters), float(floor)
+    )

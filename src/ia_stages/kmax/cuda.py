@@ -289,12 +289,12 @@ def _group_kernel() -> Any:
     refine_pair = _device_functions()["_group_refine_pair"]
 
     @cuda.jit
-    def group_kernel(ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, ws, out_q,
-                     out_c):  # fmt: skip
+    def group_kernel(ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims, iters, tol, lam0,
+                     m_taps, ws, out_q, out_c):  # fmt: skip
         k = cuda.grid(1)
         if k < ii.shape[0]:
-            refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps,
-                        ws[k], out_q, out_c)  # fmt: skip
+            refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims, iters, tol,
+                        lam0, m_taps, ws[k], out_q, out_c)  # fmt: skip
 
     return group_kernel
 
@@ -312,11 +312,14 @@ def group_refine_cuda(
     if m == 0:
         return out_q, out_c
     n = group_refine.N_Q
-    moving = group_refine.moving_layout(np.asarray(to_numpy(V)), interpolation, packed=False)
+    moving, boxes_v = group_refine.moving_layout(
+        np.asarray(to_numpy(V)), interpolation, packed=False, floor=group.floor
+    )
+    flat, boxes_u, spans, uu = group_refine.target_layout(np.asarray(to_numpy(U)), group.floor)
     _group_kernel()[-(-m // THREADS), THREADS](
-        xp.asarray(ii, dtype=np.int64), xp.asarray(jj, dtype=np.int64),
-        xp.ascontiguousarray(xp.asarray(U, dtype=np.float64).reshape(U.shape[0], -1)),
-        xp.asarray(moving), xp.asarray(np.array(V.shape[1:], dtype=np.int64)),
+        xp.asarray(ii, dtype=np.int64), xp.asarray(jj, dtype=np.int64), xp.asarray(flat),
+        xp.asarray(moving), xp.asarray(boxes_u), xp.asarray(boxes_v), xp.asarray(spans),
+        xp.asarray(uu), xp.asarray(np.array(V.shape[1:], dtype=np.int64)),
         xp.ascontiguousarray(xp.asarray(q0, dtype=np.float64)), 3 + group.n_extra,
         group.bounds.limits(), int(group.iters), float(group.tol), float(group.lam0),
         taps.taps(interpolation), xp.empty((m, 5, n, n)), out_q, out_c,

@@ -31,23 +31,64 @@ N_Q = 6  # (theta, b0, b1, log_scale, alpha, shear): the refinement's parameters
 
 
 @_shared(fastmath=True, error_model="numpy")
-def _group_eval(u, v, Wp, H, W, q, g, M, m):
+def _group_eval(u, v, Wp, H, W, q, g, M, m, bu, bv, su, uu):
     """d2 at ``q (6,)`` on one pair; ``g (6,)`` = J^T r and ``M (6, 6)`` = J^T J of the
     residual r = u - s v o tau (the Gauss-Newton model). ``u``: the target, flat ``(H W,)``;
     ``v``: the moving image's padded interpolation coefficients (as :func:`_cost` reads
-    them); ``m``: the tap coefficients."""
+    them); ``m``: the tap coefficients.
+
+    Only the pixels where an image can reach its floor are visited (the group's ``floor``; 0:
+    all): on each row, the columns from the first to the last of the target's span ``su``
+    ``(2 H,)`` and of the pixels that tau sends into the moving coefficients' box ``bv``
+    (:func:`support_boxes`: its rows, columns, and ranges of row + column and row - column,
+    widened by the taps' reach), on the rows that the target's box
+    ``bu`` and that mapped box cover. Elsewhere r = u is taken: d2 = ``uu`` (the target's
+    squared norm) + the sum of r^2 - u^2 over the pixels visited."""
     c, s = math.cos(q[0]), math.sin(q[0])
     e, ea, eb, h = math.exp(q[3]), math.exp(q[4]), math.exp(-q[4]), q[5]
     a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
     a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
-    cost = 0.0
+    r_lo, r_hi = bu[0], bu[1]
+    y_lo, y_hi, x_lo, x_hi = bv[0] - 2.0, bv[1] + 2.0, bv[2] - 2.0, bv[3] + 2.0
+    det = a00 * a11 - a01 * a10
+    moving = bv[1] >= bv[0] and det != 0.0
+    if moving:
+        for corner in range(4):
+            yy = (y_lo if corner < 2 else y_hi) - cy - q[1]
+            xx = (x_lo if corner % 2 == 0 else x_hi) - cx - q[2]
+            ry = (a11 * yy - a01 * xx) / det + cy
+            r_lo, r_hi = min(r_lo, math.floor(ry)), max(r_hi, math.ceil(ry))
+    cost = uu
     g0 = g1 = g2 = g3 = g4 = g5 = 0.0
     m00 = m10 = m11 = m20 = m21 = m22 = m30 = m31 = m32 = m33 = 0.0
     m40 = m41 = m42 = m43 = m44 = m50 = m51 = m52 = m53 = m54 = m55 = 0.0
-    for r in range(H):
+    for r in range(int(max(r_lo, 0)), int(min(r_hi, H - 1)) + 1):
         gy = r - cy
-        for col in range(W):
+        c_lo, c_hi = su[2 * r], su[2 * r + 1]
+        if moving:
+            # the columns whose sample y = a00 gy + a01 gx + .. and x = a10 gy + a11 gx + ..
+            # fall in the moving box: an interval of gx per axis
+            g_lo, g_hi = -1e300, 1e300
+            ty, tx = a00 * gy + cy + q[1], a10 * gy + cx + q[2]
+            for axis in range(4):  # y, x, y + x, y - x: linear in gx
+                if axis == 0:
+                    slope, at, lo, hi = a01, ty, y_lo, y_hi
+                elif axis == 1:
+                    slope, at, lo, hi = a11, tx, x_lo, x_hi
+                elif axis == 2:
+                    slope, at, lo, hi = a01 + a11, ty + tx, bv[4] - 4.0, bv[5] + 4.0
+                else:
+                    slope, at, lo, hi = a01 - a11, ty - tx, bv[6] - 4.0, bv[7] + 4.0
+                if slope != 0.0:
+                    p1, p2 = (lo - at) / slope, (hi - at) / slope
+                    g_lo, g_hi = max(g_lo, min(p1, p2)), min(g_hi, max(p1, p2))
+                elif at < lo or at > hi:
+                    g_hi = -1e300
+            if g_lo <= g_hi:
+                c_lo = min(c_lo, math.floor(max(g_lo + cx, -1.0)))
+                c_hi = max(c_hi, math.ceil(min(g_hi + cx, W + 0.0)))
+        for col in range(int(max(c_lo, 0)), int(min(c_hi, W - 1)) + 1):
             gx = col - cx
             ys = a00 * gy + a01 * gx
             xs = a10 * gy + a11 * gx
@@ -55,6 +96,7 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m):
             ok = (y > -2.0) & (y < H + 1.0) & (x > -2.0) & (x < W + 1.0)
             y, x = min(max(y, -2.0), H + 1.0), min(max(x, -2.0), W + 1.0)
             y0, x0 = _floor(y), _floor(x)
+            up = u[r * W + col]
             fy, fx = y - y0, x - x0
             wy, dy = _pw(fy, m), _pd(fy, m)
             wx, dx = _pw(fx, m), _pd(fx, m)
@@ -68,8 +110,8 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m):
             vx += wy[3] * _dot(dx, r3)
             k = 1.0 if ok else 0.0
             f = k * e * val
-            res = u[r * W + col] - f
-            cost += res * res
+            res = up - f
+            cost += res * res - up * up
             vy, vx = k * e * vy, k * e * vx
             # d tau(p) / d (theta, log_scale, alpha, shear); the translations' are the identity
             j0 = vy * (e * (-s * ea * gy + (-s * ea * h + c * eb) * gx))
@@ -156,15 +198,19 @@ def _cholesky_solve(M, rhs, n, L, out):
 
 
 @_shared()
-def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, ws,
-                       out_q, out_c):  # fmt: skip
-    """Refine pair ``k`` (target ``U[ii[k]]``, moving ``V[jj[k]]``) from ``q0[k] (6,)``: LM on
-    the first ``n_free`` parameters, each trial projected into ``lims`` = (log_scale low,
-    high, |alpha| max, |shear| max); at most ``iters`` evaluations, stopping at a gain below
-    ``tol``. ``ws (5, 6, 6)``: scratch. Writes ``out_q[k]``, ``out_c[k]`` (d2)."""
+def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims, iters, tol, lam0,
+                       m_taps, ws, out_q, out_c):  # fmt: skip
+    """Refine pair ``k`` (target ``U[ii[k]]``, moving ``V[jj[k]]``; their support boxes
+    ``BU[ii[k]]``, ``BV[jj[k]]``, the target's row spans ``SU[ii[k]]`` and squared norm
+    ``UU[ii[k]]``, as :func:`_group_eval` reads them) from
+    ``q0[k] (6,)``: LM on the first ``n_free`` parameters,
+    each trial projected into ``lims`` = (log_scale low, high, |alpha| max, |shear| max); at
+    most ``iters`` evaluations, stopping at a gain below ``tol``. ``ws (5, 6, 6)``: scratch.
+    Writes ``out_q[k]``, ``out_c[k]`` (d2)."""
     H, W = shape[0], shape[1]
     Wp = W + 2 * _PAD
     u, v = U[ii[k]], V[jj[k]]
+    bu, bv, su, uu = BU[ii[k]], BV[jj[k]], SU[ii[k]], UU[ii[k]]
     M, M_t, D, L = ws[0], ws[1], ws[2], ws[3]
     q, q_t, g, g_t, step = ws[4, 0], ws[4, 1], ws[4, 2], ws[4, 3], ws[4, 4]
     for a in range(N_Q):
@@ -172,7 +218,7 @@ def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam
     q[3] = min(max(q[3], lims[0]), lims[1])
     q[4] = min(max(q[4], -lims[2]), lims[2])
     q[5] = min(max(q[5], -lims[3]), lims[3])
-    cost = _group_eval(u, v, Wp, H, W, q, g, M, m_taps)
+    cost = _group_eval(u, v, Wp, H, W, q, g, M, m_taps, bu, bv, su, uu)
     lam = lam0
     for _ in range(iters):
         for a in range(n_free):
@@ -187,7 +233,7 @@ def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam
         q_t[3] = min(max(q_t[3], lims[0]), lims[1])
         q_t[4] = min(max(q_t[4], -lims[2]), lims[2])
         q_t[5] = min(max(q_t[5], -lims[3]), lims[3])
-        cost_t = _group_eval(u, v, Wp, H, W, q_t, g_t, M_t, m_taps)
+        cost_t = _group_eval(u, v, Wp, H, W, q_t, g_t, M_t, m_taps, bu, bv, su, uu)
         if cost_t < cost:
             gain = cost - cost_t
             cost = cost_t
@@ -209,21 +255,87 @@ def _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam
 
 
 @njit(cache=True, nogil=True)
-def _group_refine(lo, hi, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0, m_taps, out_q,
-                  out_c):  # fmt: skip
+def _group_refine(lo, hi, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims, iters, tol,
+                  lam0, m_taps, out_q, out_c):  # fmt: skip
     """:func:`_group_refine_pair` over the pairs ``lo..hi-1`` (one thread's range of
     :func:`ia_stages.core.threads.on_ranges`)."""
     for k in range(lo, hi):
-        _group_refine_pair(k, ii, jj, U, V, shape, q0, n_free, lims, iters, tol, lam0,
-                           m_taps, np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
+        _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims, iters, tol,
+                           lam0, m_taps, np.empty((5, N_Q, N_Q)), out_q, out_c)  # fmt: skip
 
 
-def moving_layout(V: np.ndarray, interpolation: str = "keys", packed: bool = True) -> np.ndarray:
+def support_boxes(images: np.ndarray, floor: float) -> np.ndarray:
+    """The octagon holding each image's pixels of at least ``floor`` times its largest
+    |value|: ``(n, 8)`` float64, the least and largest row, column, row + column and
+    row - column of those pixels; ``floor`` 0: the whole frame's; an all-zero image: an empty
+    octagon (largest row < least).
+
+    Example
+    -------
+    >>> X = np.zeros((2, 6, 6)); X[0, 1:3, 2:5] = 1.0; X[0, 5, 5] = 1e-4
+    >>> support_boxes(X, 1e-3).tolist()[0]
+    [1.0, 2.0, 2.0, 4.0, 3.0, 6.0, -3.0, 0.0]
+    >>> support_boxes(X, 1e-3)[1, :2].tolist()
+    [0.0, -1.0]
+    """
+    A = np.abs(np.asarray(images, dtype=np.float64))
+    n, H, W = A.shape
+    top = A.reshape(n, -1).max(1)
+    keep = A >= floor * top[:, None, None] if floor > 0 else np.ones_like(A, dtype=bool)
+    keep &= (top > 0)[:, None, None]
+    r, c = np.mgrid[0:H, 0:W]
+    out = np.tile(np.array([0.0, -1.0, 0.0, -1.0, 0.0, -1.0, 0.0, -1.0]), (n, 1))
+    some = keep.reshape(n, -1).any(1)
+    for at, coord in enumerate((r, c, r + c, r - c)):
+        big, small = np.abs(coord).max() + 1, -np.abs(coord).max() - 1
+        out[some, 2 * at] = np.where(keep, coord, big).reshape(n, -1).min(1)[some]
+        out[some, 2 * at + 1] = np.where(keep, coord, small).reshape(n, -1).max(1)[some]
+    return out
+
+
+def moving_layout(
+    V: np.ndarray, interpolation: str = "keys", packed: bool = True, floor: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Moving images ``V (n, H, W)`` as the kernels read them: the interpolation's
-    coefficients, zero-padded by ``_PAD``, flattened, :func:`_packed` (CPU) or float32 (CUDA)."""
+    coefficients, zero-padded by ``_PAD``, flattened, :func:`_packed` (CPU) or float32 (CUDA);
+    and the coefficients' :func:`support_boxes` at ``floor``."""
     Q = spline_coefficients(np.asarray(V, dtype=np.float64), interpolation)
     padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
-    return _packed(padded) if packed else padded.astype(np.float32)
+    return (_packed(padded) if packed else padded.astype(np.float32)), support_boxes(Q, floor)
+
+
+def row_spans(images: np.ndarray, floor: float) -> np.ndarray:
+    """Each row's first and last column of at least ``floor`` times its image's largest
+    |value|: ``(n, 2 H)`` float64 (first, last of row 0, of row 1, ...); a row without such a
+    pixel gets (W, -1); ``floor`` 0: (0, W - 1) on every row.
+
+    Example
+    -------
+    >>> X = np.zeros((1, 2, 5)); X[0, 0, 1:4] = 1.0
+    >>> row_spans(X, 1e-3).tolist()
+    [[1.0, 3.0, 5.0, -1.0]]
+    """
+    A = np.abs(np.asarray(images, dtype=np.float64))
+    n, H, W = A.shape
+    out = np.empty((n, H, 2))
+    out[..., 0], out[..., 1] = (0.0, W - 1.0) if floor <= 0 else (float(W), -1.0)
+    if floor > 0:
+        top = A.reshape(n, -1).max(1)
+        keep = (A >= floor * top[:, None, None]) & (top > 0)[:, None, None]
+        some = keep.any(2)
+        first = np.argmax(keep, 2)
+        last = W - 1 - np.argmax(keep[..., ::-1], 2)
+        out[..., 0] = np.where(some, first, W)
+        out[..., 1] = np.where(some, last, -1)
+    return out.reshape(n, 2 * H)
+
+
+def target_layout(U: np.ndarray, floor: float) -> tuple[np.ndarray, ...]:
+    """Targets ``U (n, H, W)`` as the kernels read them: flat ``(n, H W)`` float64, their
+    :func:`support_boxes`, :func:`row_spans` and squared norms."""
+    U = np.ascontiguousarray(np.asarray(U, dtype=np.float64))
+    flat = U.reshape(len(U), -1)
+    return flat, support_boxes(U, floor), row_spans(U, floor), (flat**2).sum(1)
 
 
 def refine_pairs(
@@ -249,18 +361,21 @@ def refine_pairs(
 
     Returns
     -------
-    q ``(m, 6)`` and d2 ``(m,)`` = ||U[ii] - s V[jj] o tau||^2 on the grid.
+    q ``(m, 6)`` and d2 ``(m,)`` = ||U[ii] - s V[jj] o tau||^2 on the grid (with
+    ``group.floor`` > 0: on the pixels where either image can reach its floor,
+    :func:`_group_eval`).
     """
     m = int(np.size(ii))
     out_q = np.empty((m, N_Q))
     out_c = np.empty(m)
     if m == 0:
         return out_q, out_c
-    U = np.ascontiguousarray(np.asarray(U, dtype=np.float64).reshape(len(U), -1))
     shape = np.array(np.shape(V)[1:], dtype=np.int64)
+    flat, boxes_u, spans, uu = target_layout(U, group.floor)
+    moving, boxes_v = moving_layout(V, interpolation, floor=group.floor)
     rest = (
-        np.asarray(ii, np.int64), np.asarray(jj, np.int64), U, moving_layout(V, interpolation),
-        shape, np.ascontiguousarray(q0, dtype=np.float64), 3 + group.n_extra,
+        np.asarray(ii, np.int64), np.asarray(jj, np.int64), flat, moving, boxes_u, boxes_v, spans,
+        uu, shape, np.ascontiguousarray(q0, dtype=np.float64), 3 + group.n_extra,
         group.bounds.limits(), int(group.iters), float(group.tol), float(group.lam0),
         taps(interpolation), out_q, out_c,
     )  # fmt: skip

@@ -285,6 +285,7 @@ def _check_group(group: dict, key: str) -> None:
         field, _, detail = str(err).partition(": ")
         field = {"group": "name", "group_iters": "iters", "group_tol": "tol"}.get(field, field)
         field = {"group_lam0": "lam0", "group_half_iters": "half_iters"}.get(field, field)
+        field = {"group_floor": "floor"}.get(field, field)
         raise ConfigError(f"config key '{key}.{field}': {detail}") from None
 
 
