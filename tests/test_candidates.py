@@ -470,3 +470,5 @@ def test_noise_does_not_pull_the_features_centroids_toward_the_frame_middle():
     )
     with pytest.raises(ValueError, match=r"features\.centroid_noise"):
         FeatureSettings(centroid_noise=-1.0)
+    with pytest.raises(ValueError, match=r"features\.noise_border"):
+        FeatureSettings(noise_border=0)

@@ -74,6 +74,8 @@ class FeatureSettings:
         (smoothed and normalised) estimated from their borders
         (:func:`ia_stages.core.noise.estimate_noise`, on the PCA's rows); on clean images s
         is 0 and this is the centroid of |u|. 0: always the centroid of |u| (the scan's)
+    noise_border : width (px) of the frame whose pixels estimate s (narrower where the
+        images are too small for it)
     batch : images whose features are computed at once, and rows per block of the candidate
         search (bounds memory)
     seed : seed of the PCA's subset
@@ -92,13 +94,14 @@ class FeatureSettings:
     screen: bool = True
     exact_width: int | None = None
     centroid_noise: float = 3.0
+    noise_border: int = 3
     batch: int = 2048
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.route not in FEATURE_ROUTES:
             raise ValueError(f"features.route must be one of {FEATURE_ROUTES}, got {self.route!r}")
-        for name in ("n_angles", "n_freqs", "pca_rows", "min_candidates", "batch"):
+        for name in ("n_angles", "n_freqs", "pca_rows", "min_candidates", "batch", "noise_border"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"features.{name} must be >= 1, got {getattr(self, name)}")
         if self.n_candidates is not None and int(self.n_candidates) < 1:
@@ -290,9 +293,9 @@ def invariant_features(
 
 def centroid_floor(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) -> float:
     """The weight floor of the 'centroid' family's centroids: ``settings.centroid_noise`` times
-    the white-noise standard deviation of ``images`` ``(m, H, W)`` estimated from a frame 3 px
-    wide (narrower on images under 8 px; 0 where there is no frame to read, or the family is
-    not used).
+    the white-noise standard deviation of ``images`` ``(m, H, W)`` estimated from a frame
+    ``settings.noise_border`` px wide (narrower where the images are too small for it; 0 where
+    there is no frame to read, or the family is not used).
 
     Example
     -------
@@ -300,7 +303,7 @@ def centroid_floor(images: Any, settings: FeatureSettings = DEFAULT_FEATURES) ->
     >>> round(centroid_floor(X) / 0.3, 1)
     1.0
     """
-    border = min(3, (min(images.shape[1:]) - 1) // 2)
+    border = min(int(settings.noise_border), (min(images.shape[1:]) - 1) // 2)
     if settings.route == "spectrum" or not settings.centroid_noise or border < 1:
         return 0.0
     return float(settings.centroid_noise) * estimate_noise(images, border)
