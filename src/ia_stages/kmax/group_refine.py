@@ -28,6 +28,7 @@ from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps
 
 N_Q = 6  # (theta, b0, b1, log_scale, alpha, shear): the refinement's parameters
+LAYOUT_BATCH = 4096  # images whose supports are found at once (bounds the temporaries)
 
 
 @_shared(fastmath=True, error_model="numpy")
@@ -278,19 +279,27 @@ def support_boxes(images: np.ndarray, floor: float) -> np.ndarray:
     >>> support_boxes(X, 1e-3)[1, :2].tolist()
     [0.0, -1.0]
     """
-    A = np.abs(np.asarray(images, dtype=np.float64))
-    n, H, W = A.shape
-    top = A.reshape(n, -1).max(1)
-    keep = A >= floor * top[:, None, None] if floor > 0 else np.ones_like(A, dtype=bool)
-    keep &= (top > 0)[:, None, None]
-    r, c = np.mgrid[0:H, 0:W]
+    n, H, W = np.shape(images)
     out = np.tile(np.array([0.0, -1.0, 0.0, -1.0, 0.0, -1.0, 0.0, -1.0]), (n, 1))
-    some = keep.reshape(n, -1).any(1)
-    for at, coord in enumerate((r, c, r + c, r - c)):
-        big, small = np.abs(coord).max() + 1, -np.abs(coord).max() - 1
-        out[some, 2 * at] = np.where(keep, coord, big).reshape(n, -1).min(1)[some]
-        out[some, 2 * at + 1] = np.where(keep, coord, small).reshape(n, -1).max(1)[some]
+    r, c = np.mgrid[0:H, 0:W]
+    for a in range(0, n, LAYOUT_BATCH):
+        keep = _above(images[a : a + LAYOUT_BATCH], floor)
+        some = keep.reshape(len(keep), -1).any(1)
+        part = out[a : a + LAYOUT_BATCH]
+        for at, coord in enumerate((r, c, r + c, r - c)):
+            big = np.abs(coord).max() + 1
+            part[some, 2 * at] = np.where(keep, coord, big).reshape(len(keep), -1).min(1)[some]
+            low = np.where(keep, coord, -big).reshape(len(keep), -1).max(1)
+            part[some, 2 * at + 1] = low[some]
     return out
+
+
+def _above(images: np.ndarray, floor: float) -> np.ndarray:
+    """``(m, H, W)`` bool: the pixels of at least ``floor`` times their image's largest |value|
+    (every pixel with ``floor`` 0), none in an all-zero image."""
+    A = np.abs(np.asarray(images, dtype=np.float64))
+    top = A.reshape(len(A), -1).max(1)[:, None, None]
+    return (A >= floor * top) & (top > 0)
 
 
 def moving_layout(
@@ -315,18 +324,17 @@ def row_spans(images: np.ndarray, floor: float) -> np.ndarray:
     >>> row_spans(X, 1e-3).tolist()
     [[1.0, 3.0, 5.0, -1.0]]
     """
-    A = np.abs(np.asarray(images, dtype=np.float64))
-    n, H, W = A.shape
+    n, H, W = np.shape(images)
     out = np.empty((n, H, 2))
-    out[..., 0], out[..., 1] = (0.0, W - 1.0) if floor <= 0 else (float(W), -1.0)
+    out[..., 0], out[..., 1] = 0.0, W - 1.0
     if floor > 0:
-        top = A.reshape(n, -1).max(1)
-        keep = (A >= floor * top[:, None, None]) & (top > 0)[:, None, None]
-        some = keep.any(2)
-        first = np.argmax(keep, 2)
-        last = W - 1 - np.argmax(keep[..., ::-1], 2)
-        out[..., 0] = np.where(some, first, W)
-        out[..., 1] = np.where(some, last, -1)
+        for a in range(0, n, LAYOUT_BATCH):
+            keep = _above(images[a : a + LAYOUT_BATCH], floor)
+            some = keep.any(2)
+            first = np.argmax(keep, 2)
+            last = W - 1 - np.argmax(keep[..., ::-1], 2)
+            out[a : a + LAYOUT_BATCH, :, 0] = np.where(some, first, W)
+            out[a : a + LAYOUT_BATCH, :, 1] = np.where(some, last, -1)
     return out.reshape(n, 2 * H)
 
 
