@@ -25,7 +25,7 @@ from numba import njit
 from ia_stages.core.taps import _PAD, _pd, _pw, taps
 from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
-from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps
+from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps, above_floor
 
 N_Q = 6  # (theta, b0, b1, log_scale, alpha, shear): the refinement's parameters
 LAYOUT_BATCH = 4096  # images whose supports are found at once (bounds the temporaries)
@@ -297,9 +297,8 @@ def support_boxes(images: np.ndarray, floor: float) -> np.ndarray:
 def _above(images: np.ndarray, floor: float) -> np.ndarray:
     """``(m, H, W)`` bool: the pixels of at least ``floor`` times their image's largest |value|
     (every pixel with ``floor`` 0), none in an all-zero image."""
-    A = np.abs(np.asarray(images, dtype=np.float64))
-    top = A.reshape(len(A), -1).max(1)[:, None, None]
-    return (A >= floor * top) & (top > 0)
+    A = np.asarray(images, dtype=np.float64)
+    return above_floor(A, floor) & A.reshape(len(A), -1).any(1)[:, None, None]
 
 
 def moving_layout(

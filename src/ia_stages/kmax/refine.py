@@ -27,6 +27,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.taps import _PAD, _pd, _pdd, _pw, taps
 from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
@@ -564,6 +565,22 @@ def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
     return off, gy, gx, t, sumsq_rows(U)
 
 
+def above_floor(images: Any, fraction: float) -> Any:
+    """``(n, h, w)`` bool (numpy or cupy, as ``images``): the pixels of at least ``fraction``
+    of their image's largest |value| (every pixel of an all-zero image, and every pixel with
+    ``fraction`` 0). The floor that the searches' targets and the group refinement's visited
+    pixels are cut at.
+
+    Example
+    -------
+    >>> above_floor(np.array([[[1.0, 0.001, -0.5]]]), 0.01).tolist()
+    [[[True, False, True]]]
+    """
+    xp = array_module(images)
+    size = xp.abs(images)
+    return size >= fraction * size.reshape(images.shape[0], -1).max(1)[:, None, None]
+
+
 def sumsq_rows(U: Any, rows: int = 4096) -> np.ndarray:
     """:func:`~ia_stages.kmax.align._sumsq` of ``U (n, H, W)`` (numpy, cupy, or anything
     sliced along its first axis into arrays), ``rows`` images at a time, on the host (each
@@ -574,8 +591,6 @@ def sumsq_rows(U: Any, rows: int = 4096) -> np.ndarray:
     >>> sumsq_rows(np.ones((3, 2, 2)), rows=2).tolist()
     [4.0, 4.0, 4.0]
     """
-    from ia_stages.core.backend import to_numpy
-
     parts = [to_numpy(_sumsq(U[s : s + rows])) for s in range(0, U.shape[0], rows)]
     return np.concatenate(parts) if parts else np.zeros(0)
 

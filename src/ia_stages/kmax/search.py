@@ -49,7 +49,13 @@ from ia_stages.kmax.polar import (
     centroids,
     scan_spectra,
 )
-from ia_stages.kmax.refine import PairImages, RefinePolicy, pair_images, search_pairs
+from ia_stages.kmax.refine import (
+    PairImages,
+    RefinePolicy,
+    above_floor,
+    pair_images,
+    search_pairs,
+)
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
@@ -381,11 +387,7 @@ def _floored(images: Any, fraction: float) -> Any:
     """``images (n, h, w)`` with the pixels below ``fraction`` of their image's largest
     |value| set to 0: the Gaussian tails of smoothed images, which the compiled kernel would
     otherwise visit in every evaluation."""
-    xp = array_module(images)
-    size = xp.abs(images)
-    keep = size >= fraction * size.reshape(images.shape[0], -1).max(1)[:, None, None]
-    del size
-    return xp.where(keep, images, 0.0)
+    return array_module(images).where(above_floor(images, fraction), images, 0.0)
 
 
 def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
