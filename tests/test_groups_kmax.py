@@ -73,6 +73,41 @@ def test_the_floor_leaves_out_only_what_neither_image_reaches():
         make_group("affine", floor=1.0)
 
 
+def test_a_map_beyond_the_bounds_is_refined_to_the_bounded_optimum():
+    """Letters rendered from outlines under shears and scalings beyond the group's bounds:
+    within the default budget the refinement ends on the shear bound at a bounded local
+    optimum -- L-BFGS-B (scipy) on the same objective within the same bounds, started from
+    the result, lowers d2 by no more than its own tolerance."""
+    from scipy.optimize import minimize
+
+    kw = {"shear": 0.1, "scale": (0.9, 1.1), "anisotropy": 1.2}
+    g = make_group("affine", **kw)
+    p = np.array([[0.0] * 6, [0.4, 0.8, -0.6, 0.2, 0.0, 0.3], [-0.5, -0.5, 0.7, -0.05, 0.15, -0.25],
+                  [0.0] * 6, [1.0, 0.3, 0.2, 0.18, -0.2, 0.2]])  # fmt: skip
+    X = np.concatenate([
+        render(letter(c, 16), SHAPE, params=p[k : k + 1, :3], psf=1.0, linear=g.matrix(p[k]))
+        for k, c in enumerate("RRRFF")
+    ])  # fmt: skip
+    U = normalize(smooth(X, 1.0))
+    ii, jj = np.array([1, 2, 4]), np.array([0, 0, 3])
+    q0 = np.zeros((3, 6))
+    q0[:, :3] = p[ii, :3]
+    q, d2 = refine_pairs(U, U, ii, jj, q0, g, "bspline")
+    lo, hi, alpha, shear = g.bounds.limits()
+    np.testing.assert_allclose(np.abs(q[:, 5]), shear)
+    evaluate = make_group("affine", iters=0, **kw)
+    box = [(None, None)] * 3 + [(lo, hi), (-alpha, alpha), (-shear, shear)]
+    for k in range(3):
+
+        def d2_at(x, k=k):
+            pair = (ii[k : k + 1], jj[k : k + 1])
+            return refine_pairs(U, U, *pair, x[None], evaluate, "bspline")[1][0]
+
+        best = minimize(d2_at, q[k], method="L-BFGS-B", bounds=box)
+        assert np.isclose(d2_at(q[k]), d2[k], rtol=1e-9)
+        assert best.fun > d2[k] - 1e-6
+
+
 def test_half_resolution_evaluations_first_find_the_affine_copy_for_fewer_full_ones():
     """half_iters: the first evaluations on 2 x 2 block means (translation halved about the
     centre: a wrong conversion would start the full-resolution stage off the copy); then 2

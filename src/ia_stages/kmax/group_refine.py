@@ -205,8 +205,10 @@ def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims,
     ``BU[ii[k]]``, ``BV[jj[k]]``, the target's row spans ``SU[ii[k]]`` and squared norm
     ``UU[ii[k]]``, as :func:`_group_eval` reads them) from
     ``q0[k] (6,)``: LM on the first ``n_free`` parameters,
-    each trial projected into ``lims`` = (log_scale low, high, |alpha| max, |shear| max); at
-    most ``iters`` evaluations, stopping at a gain below ``tol``. ``ws (5, 6, 6)``: scratch.
+    each trial projected into ``lims`` = (log_scale low, high, |alpha| max, |shear| max), a
+    parameter on its bound that the step would push outward held there (the active set of
+    the bounds); at most ``iters`` evaluations, stopping at a gain below ``tol``.
+    ``ws (5, 6, 6)``: scratch.
     Writes ``out_q[k]``, ``out_c[k]`` (d2)."""
     H, W = shape[0], shape[1]
     Wp = W + 2 * _PAD
@@ -221,12 +223,25 @@ def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims,
     q[5] = min(max(q[5], -lims[3]), lims[3])
     cost = _group_eval(u, v, Wp, H, W, q, g, M, m_taps, bu, bv, su, uu)
     lam = lam0
+    rhs = ws[4, 5]
     for _ in range(iters):
         for a in range(n_free):
             for b in range(n_free):
                 D[a, b] = M[a, b]
             D[a, a] += lam * max(M[a, a], 1e-12)
-        if not _cholesky_solve(D, g, n_free, L, step):
+            rhs[a] = g[a]
+        for a in range(3, n_free):
+            # a parameter on its bound that the model pushes outward stays there: it leaves
+            # the step (projecting the full step instead stalls the other parameters)
+            lo_a = lims[0] if a == 3 else -lims[a - 2]
+            hi_a = lims[1] if a == 3 else lims[a - 2]
+            if (q[a] >= hi_a and g[a] > 0.0) or (q[a] <= lo_a and g[a] < 0.0):
+                for b in range(n_free):
+                    D[a, b] = 0.0
+                    D[b, a] = 0.0
+                D[a, a] = 1.0
+                rhs[a] = 0.0
+        if not _cholesky_solve(D, rhs, n_free, L, step):
             lam = max(10.0 * lam, 1e-3)
             continue
         for a in range(N_Q):
