@@ -283,9 +283,9 @@ def _check_group(group: dict, key: str) -> None:
         make_group(**group)
     except ValueError as err:
         field, _, detail = str(err).partition(": ")
-        field = {"group": "name", "group_iters": "iters", "group_tol": "tol"}.get(field, field)
-        field = {"group_lam0": "lam0", "group_half_iters": "half_iters"}.get(field, field)
-        field = {"group_floor": "floor"}.get(field, field)
+        # the groups name their settings as the stores do (group_iters, ...); the block's keys
+        # drop the prefix, and its 'name' is the group itself
+        field = "name" if field == "group" else field.removeprefix("group_")
         raise ConfigError(f"config key '{key}.{field}': {detail}") from None
 
 
