@@ -1,7 +1,7 @@
 """What the group refinement costs and what fewer evaluations would lose, on digits.
 
 Usage: python bench/group_refine_cost.py [--n 150] [--kind affnist] [--group affine_wide]
-       [--iters 8 4 2] [--floor 1e-3] [--k 10] [--beta 20]
+       [--iters 60 6+2 8] [--floor 1e-3] [--k 10] [--beta 20]
 
 On ``--n`` affNIST-style digits (``ia_stages.data.datasets.affnist``, seed 0; ``--kind mnist_rot``:
 digits rotated by our generator), the all-pairs kappa^max under SE(2) and under the group
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=150)
     ap.add_argument("--kind", choices=["affnist", "mnist_rot"], default="affnist")
     ap.add_argument("--group", choices=sorted(GROUPS), default="affine_wide")
-    ap.add_argument("--iters", nargs="+", default=["8", "4", "2"],
+    ap.add_argument("--iters", nargs="+", default=["60", "6+2", "8"],
                     help="evaluations, or HALF+FULL (6+3: 6 at half resolution first)")  # fmt: skip
     ap.add_argument("--floor", type=float, nargs="+", default=[1e-3])
     ap.add_argument("--k", type=int, default=10)

@@ -2,7 +2,7 @@
 outlines under random maps of the group (never warped by our code), and the cost per pair.
 
 Usage: python bench/groups.py [--renderings 6] [--beta 2] [--size 48] [--height 24] [--psf 1]
-       [--fraction 0.25] [--cost-n 40] [--iters 8] [--half-iters 0] [--skip-invariance]
+       [--fraction 0.25] [--cost-n 40] [--iters 2] [--half-iters 6] [--skip-invariance]
        [--skip-cost]
 
 Invariance (Table 2). For each group and each pair of different shapes (letters of DejaVu
@@ -167,8 +167,10 @@ def main() -> None:
     ap.add_argument("--psf", type=float, default=1.0)
     ap.add_argument("--fraction", type=float, default=0.25)
     ap.add_argument("--cost-n", type=int, default=40)
-    ap.add_argument("--iters", type=int, default=8, help="cost: the groups' iters")
-    ap.add_argument("--half-iters", type=int, default=0, help="cost: the groups' half_iters")
+    ap.add_argument("--iters", type=int, default=2, help="cost: the groups' iters (the default)")
+    ap.add_argument(
+        "--half-iters", type=int, default=6, help="cost: the groups' half_iters (the default)"
+    )
     ap.add_argument("--skip-invariance", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
     args = ap.parse_args()

@@ -95,8 +95,8 @@ def test_make_group_and_settings():
     assert g.param_names == ("theta", "b0", "b1", "log_scale", "mirror")
     assert g.settings() == {
         "group": "similarity", "mirror": True, "scale": [0.9, 1.1], "anisotropy": 1.5,
-        "shear": 0.25, "group_iters": 8, "group_tol": 1e-9, "group_lam0": 1e-3,
-        "group_half_iters": 0, "group_floor": 1e-3,
+        "shear": 0.25, "group_iters": 2, "group_tol": 1e-9, "group_lam0": 1e-3,
+        "group_half_iters": 6, "group_floor": 1e-3,
     }  # fmt: skip
     with pytest.raises(ValueError, match="a mirror image"):
         make_group("affine").from_matrix(np.diag([1.0, -1.0]), np.zeros(2))
@@ -182,7 +182,7 @@ def test_group_enters_the_stage_settings_and_the_hash(default_config):
     assert "group" not in stage_settings(plain, "kmax", name)  # SE(2): the stores' hash stays
     assert plain["datasets"][name]["group"] == {
         "name": "se2", "mirror": False, "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
-        "iters": 8, "tol": 1e-9, "lam0": 1e-3, "half_iters": 0, "floor": 1e-3,
+        "iters": 2, "tol": 1e-9, "lam0": 1e-3, "half_iters": 6, "floor": 1e-3,
     }  # fmt: skip
     # the kmax stage builds the group from its settings
     assert make_group(**stage_settings(cfg, "kmax", name)["group"]).n_params == 7

@@ -34,7 +34,7 @@ def _renders():
 def test_refinement_objective_is_the_norm_preserving_distance():
     X = _renders()
     U = normalize(smooth(X, 2.0))
-    g = make_group("affine", iters=0)
+    g = make_group("affine", iters=0, half_iters=0)
     q = np.array([[0.3, 0.5, -0.2, np.log(1.1), -0.1, 0.2]])
     _, d2 = refine_pairs(U, U, np.array([0]), np.array([2]), q, g, "bspline")
     s = np.exp(q[0, 3])
@@ -66,7 +66,7 @@ def test_the_floor_leaves_out_only_what_neither_image_reaches():
         assert np.abs(d_f - d_all).max() < floor**2
         assert np.abs(q_f - q_all).max() < 1e-3
         # the reported d2 is the all-pixel objective at the optimum found
-        every = make_group("affine", iters=0, floor=0.0)
+        every = make_group("affine", iters=0, half_iters=0, floor=0.0)
         _, direct = refine_pairs(U, U, ii, jj, q_f, every, "bspline")
         assert np.abs(d_f - direct).max() < floor**2
     with pytest.raises(ValueError, match=r"^group_floor: "):
@@ -95,7 +95,7 @@ def test_a_map_beyond_the_bounds_is_refined_to_the_bounded_optimum():
     q, d2 = refine_pairs(U, U, ii, jj, q0, g, "bspline")
     lo, hi, alpha, shear = g.bounds.limits()
     np.testing.assert_allclose(np.abs(q[:, 5]), shear)
-    evaluate = make_group("affine", iters=0, **kw)
+    evaluate = make_group("affine", iters=0, half_iters=0, **kw)
     box = [(None, None)] * 3 + [(lo, hi), (-alpha, alpha), (-shear, shear)]
     for k in range(3):
 
@@ -123,6 +123,19 @@ def test_half_resolution_evaluations_first_find_the_affine_copy_for_fewer_full_o
     assert g.settings()["group_half_iters"] == 6
     with pytest.raises(ValueError, match=r"^group_half_iters: "):
         make_group("affine", half_iters=-1)
+
+
+def test_images_of_an_odd_size_spend_the_half_resolution_budget_at_full_resolution():
+    """Block means need even sizes: on 13 x 13 images the staged budget (6 on block means, 2
+    at full resolution) is 8 evaluations at full resolution, and on 12 x 12 it is not."""
+    rng = np.random.default_rng(3)
+    for size, same in ((13, True), (12, False)):
+        U = normalize(smooth(rng.random((3, size, size)) ** 4, 1.0))
+        ii, jj = np.array([0, 1]), np.array([1, 2])
+        q0 = np.zeros((2, 6))
+        staged = refine_pairs(U, U, ii, jj, q0, make_group("affine", iters=2, half_iters=6))
+        flat = refine_pairs(U, U, ii, jj, q0, make_group("affine", iters=8, half_iters=0))
+        assert np.array_equal(staged[1], flat[1]) is same
 
 
 @pytest.mark.slow
@@ -211,7 +224,7 @@ SIMULATED = textwrap.dedent(
     from ia_stages.core.groups import make_group
     from ia_stages.core.smoothing import normalize, smooth
     from ia_stages.kmax.cuda import group_refine_cuda
-    from ia_stages.kmax.group_refine import refine_pairs
+    from ia_stages.kmax.group_refine import refine_in_stages, refine_pairs
 
     assert config.ENABLE_CUDASIM
     X = np.zeros((3, 12, 12))
@@ -222,9 +235,10 @@ SIMULATED = textwrap.dedent(
     U = normalize(smooth(X, 1.0))
     ii, jj = np.array([0, 1]), np.array([2, 0])
     q0 = np.array([[0.1, 0.2, -0.3, 0.05, 0.02, 0.01], [-0.2, 0.0, 0.4, 0.0, 0.0, 0.0]])
-    g = make_group("affine", iters=4)
+    g = make_group("affine", iters=4, half_iters=3)  # both stages: block means, then full
     qc, cc = refine_pairs(U, U, ii, jj, q0, g)
-    qg, cg = group_refine_cuda(U, U, ii, jj, q0, g)
+    run = lambda A, B, q, s: group_refine_cuda(A, B, ii, jj, q, s)
+    qg, cg = (np.asarray(a) for a in refine_in_stages(run, U, U, q0, g))
     print(json.dumps({"cost": float(np.abs(cc - cg).max()),
                       "params": float(np.abs(qc - qg).max()),
                       "moved": float(np.abs(qc - q0).max())}))

@@ -162,11 +162,12 @@ class AffineFamily:
     name : 'se2', 'similarity' or 'affine'
     mirror : default False: the group also holds the mirror images
     bounds : :class:`GroupBounds` for the local refinement of the extra parameters
-    iters : default 8: the refinement's most evaluations per pair
+    iters : default 2: the refinement's most evaluations per pair at full resolution
     tol : default 1e-9: it stops at a drop of d2 below this
     lam0 : default 1e-3: its initial Levenberg-Marquardt damping
-    half_iters : default 0: evaluations per pair on 2 x 2 block means of the images before the
-        ``iters`` at full resolution (a quarter of the pixels each; 0 = none)
+    half_iters : default 6: evaluations per pair on 2 x 2 block means of the images before the
+        ``iters`` at full resolution (a quarter of the pixels each; 0 = none; images of an odd
+        size run them at full resolution: :func:`ia_stages.kmax.group_refine.refine_in_stages`)
     floor : default 1e-3: the refinement visits only the pixels where the target or the
         warped moving image can reach this fraction of its largest |value| (per row, the
         columns between the first and the last such pixel of either,
@@ -184,10 +185,10 @@ class AffineFamily:
     name: str = "affine"
     mirror: bool = False
     bounds: GroupBounds = GroupBounds()
-    iters: int = 8
+    iters: int = 2
     tol: float = 1e-9
     lam0: float = 1e-3
-    half_iters: int = 0
+    half_iters: int = 6
     floor: float = 1e-3
 
     def __post_init__(self) -> None:
@@ -361,10 +362,10 @@ def make_group(
     scale: tuple[float, float] = (0.8, 1.25),
     anisotropy: float = 1.5,
     shear: float = 0.25,
-    iters: int = 8,
+    iters: int = 2,
     tol: float = 1e-9,
     lam0: float = 1e-3,
-    half_iters: int = 0,
+    half_iters: int = 6,
     floor: float = 1e-3,
 ) -> SE2 | AffineFamily:
     """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
@@ -372,9 +373,9 @@ def make_group(
     ``se2`` without mirror gives :class:`SE2` (today's search, unchanged); every other choice an
     :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
     (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
-    1.5) and ``shear`` (largest |h|, default 0.25), with at most ``iters`` evaluations per pair
-    (default 8), stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0``
-    (default 1e-3), after ``half_iters`` evaluations on 2 x 2 block means (default 0: none),
+    1.5) and ``shear`` (largest |h|, default 0.25): ``half_iters`` evaluations per pair on 2 x 2
+    block means (default 6; 0: none), then at most ``iters`` at full resolution (default 2),
+    stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0`` (default 1e-3),
     summing over the pixels where either image can reach ``floor`` of its largest |value|
     (default 1e-3; 0: all).
     Bad values raise a one-line ValueError

@@ -302,9 +302,10 @@ def _group_kernel() -> Any:
 def group_refine_cuda(
     U: Any, V: Any, ii: Any, jj: Any, q0: Any, group: Any, interpolation: str = "keys"
 ) -> tuple[Any, Any]:
-    """:func:`ia_stages.kmax.group_refine.refine_pairs` on the GPU, one thread per pair: the
-    same arguments (``U``, ``ii``, ``jj``, ``q0`` host or device arrays; the moving images
-    ``V`` are laid out on the host) and results as arrays of the kind of ``U``."""
+    """:func:`ia_stages.kmax.group_refine.refine_stage` (one stage of the refinement; the
+    stages: :func:`ia_stages.kmax.group_refine.refine_in_stages`) on the GPU, one thread per
+    pair: the same arguments (``U``, ``ii``, ``jj``, ``q0`` host or device arrays; the moving
+    images ``V`` are laid out on the host) and results as arrays of the kind of ``U``."""
     xp = array_module(U)
     m = int(ii.shape[0])
     out_q = xp.empty((m, group_refine.N_Q))

@@ -7,7 +7,8 @@ Multiplying by s makes the warp an isometry of L2 (||s v o tau|| = ||v||), so th
 area does not bias the score, and makes the score symmetric: d2_{u,v}(tau) = d2_{v,u}(tau^-1)
 (change of variables), up to the sampling of the grid. The refinement is Levenberg-Marquardt on
 the Gauss-Newton model of this least-squares form, over (theta, b0, b1, log_scale[, alpha,
-shear]) from the SE(2) optimum, every trial projected into the group's bounds.
+shear]) from the SE(2) optimum, every trial projected into the group's bounds, first on 2 x 2
+block means of the images, then at full resolution (:func:`refine_in_stages`).
 
 Like :mod:`ia_stages.kmax.refine`, the per-pair code is written once as scalar Python
 (registered in :data:`ia_stages.kmax.refine.SHARED`) and compiled with numba for the CPU here
@@ -17,11 +18,14 @@ and for CUDA by :mod:`ia_stages.kmax.cuda` (:func:`ia_stages.kmax.cuda.group_ref
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from ia_stages.core.backend import to_numpy
+from ia_stages.core.smoothing import half_resolution
 from ia_stages.core.taps import _PAD, _pd, _pw, taps
 from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
@@ -369,7 +373,8 @@ def refine_pairs(
     group: Any,
     interpolation: str = "keys",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Refine the alignments ``q0 (m, 6)`` of V[jj] onto U[ii] within ``group``'s bounds.
+    """Refine the alignments ``q0 (m, 6)`` of V[jj] onto U[ii] within ``group``'s bounds, in
+    the group's stages (:func:`refine_in_stages`).
 
     Parameters
     ----------
@@ -378,7 +383,7 @@ def refine_pairs(
     ii, jj : ``(m,)`` pair indices
     q0 : ``(m, 6)`` starts (theta, b0, b1, log_scale, alpha, shear)
     group : an :class:`ia_stages.core.groups.AffineFamily`: which parameters are free (SE(2)'s
-        and its extras), their bounds, and the iteration limit and tolerance
+        and its extras), their bounds, and the evaluation budget and tolerance
     interpolation : 'keys' or 'bspline'
 
     Returns
@@ -386,7 +391,54 @@ def refine_pairs(
     q ``(m, 6)`` and d2 ``(m,)`` = ||U[ii] - s V[jj] o tau||^2 on the grid (with
     ``group.floor`` > 0: on the pixels where either image can reach its floor,
     :func:`_group_eval`).
+
+    Example
+    -------
+    >>> q, d2 = refine_pairs(U, U, np.array([0]), np.array([1]), np.zeros((1, 6)),
+    ...                      make_group("affine"))  # doctest: +SKIP
     """
+
+    def run(A: np.ndarray, B: np.ndarray, q: np.ndarray, g: Any) -> tuple[np.ndarray, np.ndarray]:
+        return refine_stage(A, B, ii, jj, q, g, interpolation)
+
+    return refine_in_stages(run, U, V, q0, group)
+
+
+def refine_in_stages(run: Any, U: Any, V: Any, q0: np.ndarray, group: Any) -> tuple[Any, Any]:
+    """The group's evaluation budget as stages: ``group.half_iters`` evaluations per pair on
+    2 x 2 block means of the images (a quarter of the pixels; about the centre the linear part
+    is the same and the translation halves, :func:`ia_stages.core.smoothing.half_resolution`),
+    then ``group.iters`` at full resolution from there. Images of an odd size cannot be
+    halved: all ``half_iters + iters`` evaluations run at full resolution.
+
+    ``run(U, V, q, g)`` refines every pair from ``q (m, 6)`` with the group ``g`` in one
+    stage (:func:`refine_stage`, or its CUDA build) and returns (q, d2).
+    """
+    H, W = U.shape[1:]
+    if group.half_iters == 0:
+        return run(U, V, q0, group)
+    if H % 2 or W % 2:
+        return run(U, V, q0, replace(group, iters=group.iters + group.half_iters, half_iters=0))
+    q_half = np.array(q0, dtype=np.float64)
+    q_half[:, 1:3] /= 2.0
+    coarse = replace(group, iters=group.half_iters, half_iters=0)
+    q_half, _ = run(half_resolution(U), half_resolution(V), q_half, coarse)
+    q_full = np.array(to_numpy(q_half), dtype=np.float64)
+    q_full[:, 1:3] *= 2.0
+    return run(U, V, q_full, replace(group, half_iters=0))
+
+
+def refine_stage(
+    U: np.ndarray,
+    V: np.ndarray,
+    ii: np.ndarray,
+    jj: np.ndarray,
+    q0: np.ndarray,
+    group: Any,
+    interpolation: str = "keys",
+) -> tuple[np.ndarray, np.ndarray]:
+    """One stage of :func:`refine_pairs` on the CPU: at most ``group.iters`` evaluations per
+    pair at the images' own resolution (``group.half_iters`` is not read)."""
     m = int(np.size(ii))
     out_q = np.empty((m, N_Q))
     out_c = np.empty(m)

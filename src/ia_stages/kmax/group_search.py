@@ -5,16 +5,15 @@ the bounded local refinement of :mod:`ia_stages.kmax.group_refine` from each pai
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
-from ia_stages.core.smoothing import half_resolution, smooth_normalize
+from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images
-from ia_stages.kmax.group_refine import N_Q, refine_pairs
+from ia_stages.kmax.group_refine import N_Q, refine_in_stages, refine_stage
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
 
@@ -31,21 +30,13 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
 
     def run(U, V, q, g):
         if xp is np:
-            return refine_pairs(U, V, ii, jm, q, g, settings.interpolation)
+            return refine_stage(U, V, ii, jm, q, g, settings.interpolation)
         from ia_stages.kmax.cuda import group_refine_cuda
 
-        return (to_numpy(a) for a in group_refine_cuda(U, V, ii, jm, q, g, settings.interpolation))
+        return tuple(to_numpy(a) for a in group_refine_cuda(U, V, ii, jm, q, g,
+                                                            settings.interpolation))  # fmt: skip
 
-    H, W = Un.shape[1:]
-    if group.half_iters > 0 and H % 2 == 0 and W % 2 == 0:
-        # first on 2 x 2 block means (a quarter of the pixels): about the centre the linear
-        # part is the same and the translation halves (core.smoothing.half_resolution)
-        q0[:, 1:3] /= 2.0
-        q0, _ = run(half_resolution(Un), half_resolution(moving), q0,
-                    replace(group, iters=group.half_iters))  # fmt: skip
-        q0 = np.array(q0)
-        q0[:, 1:3] *= 2.0
-    q, d2 = run(Un, moving, q0, group)
+    q, d2 = refine_in_stages(run, Un, moving, q0, group)
     # on the mirror image v_F (columns reversed): v_F o tau_q = v o tau with A = F A_q, b = F b_q
     params = np.zeros((len(ii), group.n_params))
     params[:, : group.n_continuous] = q[:, : group.n_continuous]
