@@ -146,7 +146,8 @@ def cost(args) -> None:
     ref = None
     budget = {"iters": args.iters, "half_iters": args.half_iters}
     rows = [(g, make_group(g, **budget)) for g in GROUPS] + [
-        ("similarity+m", make_group("similarity", mirror=True, **budget))
+        ("se2+m", make_group("se2", mirror=True)),
+        ("similarity+m", make_group("similarity", mirror=True, **budget)),
     ]
     for name, g in rows:
         t0, w0 = time.process_time(), time.perf_counter()

@@ -178,6 +178,58 @@ def test_mirror_images_are_found_inside_kappa_max():
     assert np.sum((U[0] - w) ** 2) < 2e-3
 
 
+def _letters_and_mirrors(n: int) -> np.ndarray:
+    """``n`` renders of 'R' and 'F' at random angles and shifts, every third one mirrored."""
+    rng = np.random.default_rng(5)
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, n), rng.uniform(-1, 1, (n, 2))])
+    X = np.concatenate([render(letter("RF"[k % 2], 14), SHAPE, params=p[k : k + 1], psf=1.0)
+                        for k in range(n)])  # fmt: skip
+    X[::3] = X[::3, :, ::-1]
+    return X
+
+
+def test_the_mirror_search_of_the_upper_triangle_is_the_rectangular_search_of_those_pairs():
+    """kappa_max_mirrored searches U[i] against the mirror of U[j] for i < j only (by blocks
+    of the upper triangle when the memory budget asks for blocks): the same pairs' results as
+    the rectangular search of U against its mirror images, +inf elsewhere."""
+    from dataclasses import replace
+
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.kmax.search import (
+        SearchSettings,
+        _images_per_block,
+        kappa_max_all_pairs,
+        kappa_max_mirrored,
+    )
+
+    X = _letters_and_mirrors(10)
+    full = kappa_max_all_pairs(X, X[..., ::-1], beta=2.0, sigma=2.0)
+    upper = np.triu(np.ones((10, 10), dtype=bool), k=1)
+    small = replace(SearchSettings(), memory_mb=1.0)
+    assert _images_per_block(smooth_normalize(X, 2.0, "unit"), X, small) < 10  # blocks
+    for settings in (SearchSettings(), small):
+        params, sqdist = kappa_max_mirrored(X, beta=2.0, settings=settings, sigma=2.0)
+        np.testing.assert_allclose(sqdist[upper], full.sqdist[upper], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(params[upper], full.params[upper], atol=1e-4)
+        assert np.all(np.isinf(sqdist[~upper]))
+
+
+def test_se2_with_mirrors_keeps_the_searches_optima():
+    """SE(2) with mirrors has nothing to refine beyond the searches: where the mirror does not
+    win, d2 is the SE(2) kappa^max's; where it wins (the mirrored renders), d2 is lower."""
+    X = _letters_and_mirrors(9)
+    plain = kappa_max(X, beta=2.0)
+    res = kappa_max(X, beta=2.0, group=make_group("se2", mirror=True))
+    flag = res.params[..., -1] == 1.0
+    np.testing.assert_array_equal(res.sqdist[~flag], plain.sqdist[~flag])
+    assert flag.any() and np.all(res.sqdist[flag] < plain.sqdist[flag])
+    same = np.array([k % 3 == 0 for k in range(9)])
+    letter_of = np.arange(9) % 2
+    # an R and a mirrored R: the mirror wins
+    i, j = np.flatnonzero(same & (letter_of == 0))[0], np.flatnonzero(~same & (letter_of == 0))[0]
+    assert flag[i, j] and res.sqdist[i, j] < 0.25 * plain.sqdist[i, j]
+
+
 def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set():
     """The candidate kNN mode takes a group: its SE(2) lists (on 12 renders, c is sized to
     n - 1, so every pair) are refined over the group and re-ranked as the exact mode's are."""

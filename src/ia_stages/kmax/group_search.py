@@ -15,12 +15,20 @@ from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.group_refine import N_Q, refine_in_stages, refine_stage
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.search import FLOATS, KappaMaxResult, SearchSettings, kappa_max_all_pairs
+from ia_stages.kmax.search import (
+    FLOATS,
+    KappaMaxResult,
+    SearchSettings,
+    kappa_max_all_pairs,
+    kappa_max_mirrored,
+)
 
 
-def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
-    """Refine SE(2) optima ``se2 (m, 3)`` of V[jj] (its mirror image where ``flipped``) onto
-    U[ii]; returns the group's parameters ``(m, n_params)`` and d2 ``(m,)``."""
+def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
+    """Refine SE(2) optima ``se2 (m, 3)`` (d2 ``se2_d2 (m,)``) of V[jj] (its mirror image where
+    ``flipped``) onto U[ii]; returns the group's parameters ``(m, n_params)`` and d2 ``(m,)``.
+    A group with no parameter beyond SE(2)'s (SE(2) with mirrors) keeps the search's optima:
+    nothing is left to refine."""
     n_j = Vn.shape[0]
     moving = np.concatenate([Vn, Vn[..., ::-1]]) if group.mirror else Vn
     q0 = np.zeros((len(ii), N_Q))
@@ -36,7 +44,10 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
         return tuple(to_numpy(a) for a in group_refine_cuda(U, V, ii, jm, q, g,
                                                             settings.interpolation))  # fmt: skip
 
-    q, d2 = refine_in_stages(run, Un, moving, q0, group)
+    if group.n_extra == 0:
+        q, d2 = q0, np.asarray(se2_d2, dtype=np.float64)
+    else:
+        q, d2 = refine_in_stages(run, Un, moving, q0, group)
     # on the mirror image v_F (columns reversed): v_F o tau_q = v o tau with A = F A_q, b = F b_q
     params = np.zeros((len(ii), group.n_params))
     params[:, : group.n_continuous] = q[:, : group.n_continuous]
@@ -46,30 +57,14 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings):
     return params, d2
 
 
-# the symmetric mirror search runs by blocks of the upper triangle, n^2 (1 + 1 / blocks) / 2
-# pairs, with at most this many blocks of at least MIRROR_BLOCK_MIN images (each block pays
-# the search's set-up)
-MIRROR_BLOCKS = 8
-MIRROR_BLOCK_MIN = 64
-
-
 def _mirror_search(U, V, beta, normalization, settings, sigma):
     """SE(2) kappa^max of U[i] against the mirror image of V[j] (V None: U, pairs i < j only,
-    by blocks of the upper triangle; the entries below the diagonal blocks stay +inf)."""
+    :func:`ia_stages.kmax.search.kappa_max_mirrored`; the entries i >= j stay +inf)."""
     if V is not None:
         r = kappa_max_all_pairs(U, V[..., ::-1], beta, normalization, SE2(), settings, None, sigma)
         return to_numpy(r.params), to_numpy(r.sqdist)
-    n = U.shape[0]
-    PF, DF = np.zeros((n, n, 3)), np.full((n, n), np.inf)
-    blocks = max(1, min(MIRROR_BLOCKS, n // MIRROR_BLOCK_MIN))
-    edges = np.unique(np.linspace(0, n, blocks + 1).astype(int))
-    for a in range(len(edges) - 1):
-        for c in range(a, len(edges) - 1):
-            rows, cols = slice(edges[a], edges[a + 1]), slice(edges[c], edges[c + 1])
-            r = kappa_max_all_pairs(U[rows], U[cols][..., ::-1], beta, normalization, SE2(),
-                                    settings, None, sigma)  # fmt: skip
-            PF[rows, cols], DF[rows, cols] = to_numpy(r.params), to_numpy(r.sqdist)
-    return PF, DF
+    PF, DF = kappa_max_mirrored(U, beta, normalization, settings, sigma)
+    return to_numpy(PF), to_numpy(DF)
 
 
 def kappa_max_group(
@@ -101,6 +96,7 @@ def kappa_max_group(
         if symmetric:
             np.fill_diagonal(flip, False)
         P = np.where(flip[..., None], PF, P)
+        D = np.where(flip, DF, D)
     Un = smooth_normalize(U, sigma, normalization)
     Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     Un_h, Vn_h = (np.asarray(to_numpy(a), dtype=np.float64) for a in (Un, Vn))
@@ -111,7 +107,7 @@ def kappa_max_group(
         ii, jj = np.triu_indices(n_i, k=1)
     else:
         ii, jj = (a.ravel() for a in np.meshgrid(np.arange(n_i), np.arange(n_j), indexing="ij"))
-    p, d2 = _refine(Un_h, Vn_h, ii, jj, P[ii, jj], flip[ii, jj], group, settings)
+    p, d2 = _refine(Un_h, Vn_h, ii, jj, P[ii, jj], flip[ii, jj], group, settings, D[ii, jj])
     params = np.zeros((n_i, n_j, group.n_params))
     sqdist = np.zeros((n_i, n_j))
     params[ii, jj], sqdist[ii, jj] = p, d2
@@ -149,7 +145,7 @@ def refine_knn(
     cols = cols + 1
     jj = knn.indices[rows, cols]
     p, d2 = _refine(Un, Un, rows, jj, knn.params[rows, cols], np.zeros(rows.size, bool), group,
-                    settings)  # fmt: skip
+                    settings, knn.sqdist[rows, cols])  # fmt: skip
     params = np.zeros((n, kk, group.n_params))
     params[rows, cols] = p
     sqdist = np.array(knn.sqdist, dtype=np.float64)

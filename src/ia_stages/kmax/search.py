@@ -269,10 +269,39 @@ def kappa_max_all_pairs(
         ii, jj = ii[order], jj[order]
     else:
         jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
-    params = xp.zeros((n_i, n_j, group.n_params))
-    sqdist = xp.zeros((n_i, n_j))
+    params, sqdist = search_listed(Un, Vn, ii, jj, beta, group, settings, progress, sigma,
+                                   upper=symmetric)  # fmt: skip
+    if symmetric:
+        params[jj, ii] = group.inverse(params[ii, jj])
+        sqdist[jj, ii] = sqdist[ii, jj]
+    params[..., 0] = wrap_angle(params[..., 0])
+    return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+
+
+def search_listed(
+    Un: Any,
+    Vn: Any,
+    ii: np.ndarray,
+    jj: np.ndarray,
+    beta: float,
+    group: SE2,
+    settings: SearchSettings,
+    progress: Callable[[int], None] | None,
+    sigma: float,
+    upper: bool = False,
+) -> tuple[Any, Any]:
+    """The search of the listed pairs (V[jj[k]] onto U[ii[k]]) of smoothed, normalised images
+    ``Un``, ``Vn``: the coarse scan, then the refinement of its candidates.
+
+    ``upper``: every listed pair has ii < jj (with the polar scan, a chunk of rows then scores
+    only the columns right of its first row). Returns params ``(n_i, n_j, n_params)`` and
+    sqdist ``(n_i, n_j)``, 0 where no pair is listed.
+    """
+    xp = array_module(Un)
+    params = xp.zeros((Un.shape[0], Vn.shape[0], group.n_params))
+    sqdist = xp.zeros((Un.shape[0], Vn.shape[0]))
     if settings.method == "polar":
-        chunks = _polar_chunks(Un, Vn, ii, jj, group, settings)
+        chunks = _polar_chunks(Un, Vn, ii, jj, group, settings, upper)
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
     images = _pair_layout(Un, Vn, sigma, settings)
@@ -282,11 +311,54 @@ def kappa_max_all_pairs(
         sqdist[i, j] = d2
         if progress is not None:
             progress(i.size)
-    if symmetric:
-        params[jj, ii] = group.inverse(params[ii, jj])
-        sqdist[jj, ii] = sqdist[ii, jj]
+    return params, sqdist
+
+
+def kappa_max_mirrored(
+    U: Any,
+    beta: float = 1.0,
+    normalization: str = "unit",
+    settings: SearchSettings = SearchSettings(),
+    sigma: float = 2.0,
+) -> tuple[Any, Any]:
+    """SE(2) kappa^max of every image U[i] against the mirror image (columns reversed) of every
+    later one, U[j] with j > i: the pairs a symmetric search under a group with mirrors needs
+    (U[j] against the mirror of U[i] follows, as a mirror is an isometry). By blocks of the
+    upper triangle as :func:`kappa_max_all_pairs` would take them, each diagonal block
+    searching only its own pairs i < j.
+
+    Returns params ``(n, n, 3)`` (the SE(2) transform of the mirror image of U[j] onto U[i])
+    and sqdist ``(n, n)``, +inf for j <= i.
+
+    Example
+    -------
+    >>> params, sqdist = kappa_max_mirrored(X, beta=2.0)  # doctest: +SKIP
+    """
+    U = check_images(U, "U", dtype=FLOATS)
+    xp = array_module(U)
+    Un = smooth_normalize(U, sigma, normalization)
+    n = Un.shape[0]
+    params = xp.zeros((n, n, 3))
+    sqdist = xp.full((n, n), xp.inf)
+    block = _images_per_block(Un, Un, settings)
+    edges = [*range(0, n, block), n]
+    for a in range(len(edges) - 1):
+        for c in range(a, len(edges) - 1):
+            r0, r1, c0, c1 = edges[a], edges[a + 1], edges[c], edges[c + 1]
+            mirrored = xp.ascontiguousarray(Un[c0:c1, :, ::-1])
+            if a == c:
+                ii, jj = np.triu_indices(r1 - r0, k=1)
+                order = np.argsort(jj, kind="stable")
+                ii, jj = ii[order], jj[order]
+            else:
+                jj, ii = (x.ravel() for x in np.meshgrid(np.arange(c1 - c0), np.arange(r1 - r0),
+                                                          indexing="ij"))  # fmt: skip
+            p, d2 = search_listed(Un[r0:r1], mirrored, ii, jj, beta, SE2(), settings, None,
+                                  sigma, upper=a == c)  # fmt: skip
+            params[r0 + ii, c0 + jj] = p[ii, jj]
+            sqdist[r0 + ii, c0 + jj] = d2[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
-    return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+    return params, sqdist
 
 
 def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings) -> int:
@@ -472,12 +544,12 @@ class PolarScan:
         return xp.concatenate([theta[..., None], b], -1).astype(float)
 
 
-def _polar_chunks(Un, Vn, ii, jj, group, settings):
-    """Yield (i, j, starts) from the :class:`PolarScan`, a chunk of rows of U at a time. For
-    ``V = U`` a chunk of rows only scores the columns right of its first row (the pairs i < j).
+def _polar_chunks(Un, Vn, ii, jj, group, settings, upper=False):
+    """Yield (i, j, starts) from the :class:`PolarScan`, a chunk of rows of U at a time. With
+    ``upper`` (only pairs i < j listed, as for ``V = U``) a chunk of rows only scores the
+    columns right of its first row.
     """
     xp = array_module(Un)
-    same = Vn is Un
     polar = PolarScan(Un, Vn, settings)
     n_j = Vn.shape[0]
     per_row = polar.per_pair * n_j
@@ -493,7 +565,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
     rows = int(room // (per_row * lanes))
     # chunks of ~SCAN_CHUNK_MB: fewer columns per row when V = U, and cache-sized products
     rows = min(rows, max(4, int(SCAN_CHUNK_MB * MB // per_row)))
-    if same:  # a chunk also scores the ~rows^2 / 2 pairs j <= i of its rows: keep that small
+    if upper:  # a chunk also scores the ~rows^2 / 2 pairs j <= i of its rows: keep that small
         rows = min(rows, max(4, Un.shape[0] // 16))
     c = settings.n_candidates
     # the pairs of each chunk of rows, found once (a stable sort keeps their order)
@@ -506,7 +578,7 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings):
         if sel.size == 0:
             return None
         i, j = ii[sel], jj[sel]
-        j0 = r0 + 1 if same else 0
+        j0 = r0 + 1 if upper else 0
         scores = polar.scores(r0, min(r0 + rows, Un.shape[0]), j0, n_j)
         return i, j, polar.starts(scores, i, j, r0, j0, c)
 
