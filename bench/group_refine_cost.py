@@ -4,7 +4,8 @@ Usage: python bench/group_refine_cost.py [--n 150] [--kind affnist] [--group aff
        [--iters 60 6+2 8] [--floor 1e-3] [--k 10] [--beta 20]
 
 On ``--n`` affNIST-style digits (``ia_stages.data.datasets.affnist``, seed 0; ``--kind mnist_rot``:
-digits rotated by our generator), the all-pairs kappa^max under SE(2) and under the group
+digits rotated by our generator; ``--kind scirot``: MNIST digits rotated by scipy, as
+``bench/groups_accuracy.py`` makes them), the all-pairs kappa^max under SE(2) and under the group
 (``bench/groups_accuracy.py``'s names) with each ``--floor`` (the group's ``floor``: the
 refinement sums over the pixels where either image reaches it; 0: every pixel) and each
 ``--iters`` (the refinement's most
@@ -46,7 +47,7 @@ def knn_lists(sqdist: np.ndarray, k: int) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=150)
-    ap.add_argument("--kind", choices=["affnist", "mnist_rot"], default="affnist")
+    ap.add_argument("--kind", choices=["affnist", "mnist_rot", "scirot"], default="affnist")
     ap.add_argument("--group", choices=sorted(GROUPS), default="affine_wide")
     ap.add_argument("--iters", nargs="+", default=["60", "6+2", "8"],
                     help="evaluations, or HALF+FULL (6+3: 6 at half resolution first)")  # fmt: skip
@@ -57,6 +58,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     if a.kind == "affnist":
         X = affnist(a.n, rng=rng).data
+    elif a.kind == "scirot":
+        from groups_accuracy import data  # this folder's script: digits rotated by scipy
+
+        X = data("scirot", a.n)[0]
     else:
         X = mnist(a.n, rng=rng, rotation_deg=(0.0, 360.0)).data
     pairs = a.n * (a.n - 1) // 2
