@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ia_stages.core.backend import array_module, ndimage_module
+from ia_stages.core.threads import on_ranges
 
 NORMALIZATIONS = ("unit", "none")
 
@@ -20,7 +23,17 @@ def smooth(images: Any, sigma: float) -> Any:
     xp = array_module(images)
     nd = ndimage_module(xp)
     sig = (0.0,) * (images.ndim - 2) + (sigma, sigma)
-    return nd.gaussian_filter(images, sig, mode="constant", cval=0.0, truncate=4.0)
+    if xp is not np or images.ndim < 3 or images.shape[0] < 2:
+        return nd.gaussian_filter(images, sig, mode="constant", cval=0.0, truncate=4.0)
+    # every image is smoothed alone: a stack is filtered a range of images per thread
+    # (scipy's filters release Python's lock)
+    out = np.empty(images.shape, dtype=images.dtype)
+
+    def fill(lo: int, hi: int) -> None:
+        nd.gaussian_filter(images[lo:hi], sig, output=out[lo:hi], mode="constant", truncate=4.0)
+
+    on_ranges(fill, images.shape[0])
+    return out
 
 
 def normalize(images: Any, mode: str = "unit", inplace: bool = False) -> Any:

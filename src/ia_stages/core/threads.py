@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ def on_threads(task: Callable[[Any], Any], args: Iterable[Any], workers: int) ->
 
 
 _RANGE_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (process id, workers, pool)
+_IN_RANGE = threading.local()  # set while a thread runs one of on_ranges' ranges
 
 
 def _range_pool(workers: int) -> ThreadPoolExecutor:
@@ -53,11 +55,13 @@ def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:
     numba's thread count (:func:`numba.get_num_threads`); the first range runs on the calling
     thread, the others on a pool kept for the process.
 
-    The CPU driver of the package's compiled loops: ``kernel`` calls an ``njit(nogil=True)``
-    function over items ``lo..hi-1``, which must not call this function again. This is the
-    static split numba's ``prange`` makes, with no parallel loop for numba to compile on a
-    first call (a large share of a cold start). An exception in any range is raised here,
-    after every range has ended.
+    The CPU driver of the package's compiled loops and of array code that releases Python's
+    lock (scipy's filters, numpy's copies): ``kernel`` works on items ``lo..hi-1``. This is
+    the static split numba's ``prange`` makes, with no parallel loop for numba to compile on a
+    first call (a large share of a cold start). Called again inside a range (a kernel whose
+    work calls a function that splits its own), it runs ``kernel(0, n)`` on that thread: the
+    ranges already hold every thread, and a range waiting on the pool it runs in would wait
+    forever. An exception in any range is raised here, after every range has ended.
 
     Example
     -------
@@ -70,15 +74,41 @@ def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:
 
     if n <= 0:
         return
+    if getattr(_IN_RANGE, "active", False):
+        kernel(0, n)
+        return
     threads = max(1, min(numba.get_num_threads(), n))
     step = -(-n // threads)
     others = range(step, n, step)
     pool = _range_pool(len(others)) if others else None
-    futures = [pool.submit(kernel, lo, min(lo + step, n)) for lo in others]
+    futures = [pool.submit(_in_range, kernel, lo, min(lo + step, n)) for lo in others]
     try:
-        kernel(0, min(step, n))
+        _in_range(kernel, 0, min(step, n))
     finally:
         for f in futures:  # every range ends before this returns or raises
             f.exception()
     for f in futures:
         f.result()
+
+
+def threads_here() -> int:
+    """The threads work started here may use: 1 inside a range of :func:`on_ranges` (the
+    ranges hold every thread), else numba's thread count (e.g. a library's ``workers``).
+
+    Example
+    -------
+    >>> threads_here() >= 1
+    True
+    """
+    import numba
+
+    return 1 if getattr(_IN_RANGE, "active", False) else numba.get_num_threads()
+
+
+def _in_range(kernel: Callable[[int, int], Any], lo: int, hi: int) -> Any:
+    """``kernel(lo, hi)`` with this thread marked as running a range of :func:`on_ranges`."""
+    _IN_RANGE.active = True
+    try:
+        return kernel(lo, hi)
+    finally:
+        _IN_RANGE.active = False

@@ -17,6 +17,7 @@ from ia_stages.core.groups import SE2
 from ia_stages.core.taps import INTERPOLATIONS as INTERPOLATIONS  # re-exported: the one table
 from ia_stages.core.taps import TAPS as TAPS
 from ia_stages.core.taps import tap_polynomials, warp_with_jacobian_se2
+from ia_stages.core.threads import on_ranges
 
 KEYS_A = -0.5
 _PAD = 4  # zero border wide enough for the taps of clipped sampling points
@@ -59,6 +60,22 @@ def spline_coefficients(images: Any, interpolation: str = "bspline") -> Any:
     if interpolation == "keys":
         return images
     xp = array_module(images)
+    if xp is np and images.ndim == 3 and images.shape[0] > 1:
+        # each image's coefficients are its own: a stack is filtered a range of images per
+        # thread (scipy's filters release Python's lock)
+        images = np.asarray(images, dtype=float)
+        out = np.empty(images.shape)
+
+        def fill(lo: int, hi: int) -> None:
+            out[lo:hi] = _bspline_coefficients(images[lo:hi], np)
+
+        on_ranges(fill, images.shape[0])
+        return out
+    return _bspline_coefficients(images, xp)
+
+
+def _bspline_coefficients(images: Any, xp: Any) -> Any:
+    """:func:`spline_coefficients` for 'bspline', all of ``images`` at once."""
     nd = ndimage_module(xp)
     # zeros around the image, as the taps read outside it: the coefficients inside are then
     # those of the zero-extended image (the filter's pole decays as 0.27^k)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, fft_module
+from ia_stages.core.threads import on_ranges, threads_here
 from ia_stages.core.warp import interpolate
 from ia_stages.kmax.rings import polar_samples
 
@@ -86,7 +87,9 @@ def _ring_spectra(
             w = interpolate(images[sel], field, interpolation=interpolation)
             w = w.reshape(m, n_c, n_radii, n_angles)
             out[:, sel] = w.transpose(1, 0, 2, 3)
-    spec = fft_module(xp).rfft(out, axis=3)
+    # every ring's transform is its own: numpy rings on every thread (pocketfft's workers)
+    workers = {"workers": threads_here()} if xp is np else {}
+    spec = fft_module(xp).rfft(out, axis=3, **workers)
     spec *= xp.sqrt(r)[:, None].astype(np.float32)
     return spec
 
@@ -140,11 +143,19 @@ def scan_spectra(
     block shapes, and a sharded kappa^max equals an unsharded one.
     """
     xp = array_module(images)
-    spec = _ring_spectra(images, centres, n_angles, n_radii, interpolation)
-    n_c, n, R, K = spec.shape
-    out = xp.empty((K, n, n_c, 2 * R))
-    out[..., :R] = spec.real.transpose(3, 1, 0, 2)
-    out[..., R:] = spec.imag.transpose(3, 1, 0, 2)
+    n, H, W = images.shape
+    R = int(np.ceil(np.hypot(H, W) / 2)) if n_radii is None else n_radii
+    out = xp.empty((n_angles // 2 + 1, n, centres.shape[0], 2 * R))
+
+    def fill(lo: int, hi: int) -> None:
+        spec = _ring_spectra(images[lo:hi], centres[:, lo:hi], n_angles, R, interpolation)
+        out[:, lo:hi, :, :R] = spec.real.transpose(3, 1, 0, 2)
+        out[:, lo:hi, :, R:] = spec.imag.transpose(3, 1, 0, 2)
+
+    if xp is np:  # each image's spectra are its own: a range of images per thread
+        on_ranges(fill, n)
+    else:
+        fill(0, n)
     return out
 
 

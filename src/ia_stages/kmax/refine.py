@@ -547,21 +547,50 @@ def _search(exact, full, tail, half, ii, *rest: Any) -> None:
               ii.shape[0])  # fmt: skip
 
 
+@njit(cache=True, nogil=True)
+def _count_targets(lo, hi, U, counts):
+    """Non-zero pixels of the flat images ``U[lo:hi]`` into ``counts`` (NaN counts, -0 not:
+    as ``np.flatnonzero``)."""
+    for k in range(lo, hi):
+        c = 0
+        for p in range(U.shape[1]):
+            if U[k, p] != 0.0:
+                c += 1
+        counts[k] = c
+
+
+@njit(cache=True, nogil=True)
+def _fill_targets(lo, hi, U, off, W, cy, cx, gy, gx, t):
+    """Image k's non-zero pixels, row-major, into ``off[k]:off[k + 1]`` of ``gy, gx, t``."""
+    for k in range(lo, hi):
+        o = off[k]
+        for p in range(U.shape[1]):
+            v = U[k, p]
+            if v != 0.0:
+                gy[o] = np.float32(p // W - cy)
+                gx[o] = np.float32(p % W - cx)
+                t[o] = v
+                o += 1
+
+
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``off, gy, gx, t, uu`` of :class:`Resolution` for targets ``U (n_i, H, W)``."""
+    """``off, gy, gx, t, uu`` of :class:`Resolution` for targets ``U (n_i, H, W)``: two
+    compiled passes over the images on every thread (count, then fill), with no array of
+    every pixel's index."""
     U = np.asarray(U, dtype=np.float64)
     n, H, W = U.shape
-    # from the flat indices alone (row-major: grouped by image), so that no row, column and
-    # image index arrays of every pixel are held at once (the targets of ~10^4 images at a time)
-    flat = np.flatnonzero(U)
-    off = np.searchsorted(flat, np.arange(n + 1, dtype=np.int64) * (H * W))
-    t = U.reshape(-1)[flat]
-    pix = flat % (H * W)
-    del flat
+    flat = np.ascontiguousarray(U).reshape(n, H * W)
+    counts = np.empty(n, dtype=np.int64)
+    on_ranges(lambda lo, hi: _count_targets(lo, hi, flat, counts), n)
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
     # pixel coordinates about the centre are multiples of 1/2 below 2^23: float32 holds them
     # exactly (the kernels widen them to float64 as they read them: the same arithmetic)
-    gy = ((pix // W) - (H - 1) / 2.0).astype(np.float32)
-    gx = ((pix % W) - (W - 1) / 2.0).astype(np.float32)
+    gy = np.empty(off[-1], dtype=np.float32)
+    gx = np.empty(off[-1], dtype=np.float32)
+    t = np.empty(off[-1])
+    cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
+    on_ranges(lambda lo, hi: _fill_targets(lo, hi, flat, off, W, cy, cx, gy, gx, t), n)
     return off, gy, gx, t, sumsq_rows(U)
 
 
@@ -629,22 +658,21 @@ class Resolution:
         ``interpolation``: its prefilter (:func:`ia_stages.core.warp.spline_coefficients`) runs
         here, once per moving image, for the CPU and the CUDA kernels alike."""
         V = np.asarray(V, dtype=np.float64)
-        H, W = V.shape[1:]
-        Q = spline_coefficients(V, interpolation)
-        padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(len(V), -1)
-        off, gy, gx, t, uu = _target_pixels(U)
-        return cls(
-            off,
-            gy,
-            gx,
-            t,
-            _packed(padded) if packed else padded.astype(np.float32),
-            uu,
+        n, H, W = V.shape
+        moving = np.empty((n, (H + 2 * _PAD) * (W + 2 * _PAD)), np.int64 if packed else np.float32)
+        vv = np.empty(n)
+
+        def lay_out(lo: int, hi: int) -> None:  # each image's layout is its own
+            Q = spline_coefficients(V[lo:hi], interpolation)
+            padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(hi - lo, -1)
+            moving[lo:hi] = _packed(padded) if packed else padded
             # the squared norms of the moving images as the kernels read them (float32): then
             # d2 = ||u - v' o tau||^2 for the rounded v', whose distance to v is ~6e-8 ||v||
-            _sumsq(V.astype(np.float32).astype(np.float64)),
-            np.array([H, W], dtype=np.int64),
-        )
+            vv[lo:hi] = _sumsq(V[lo:hi].astype(np.float32).astype(np.float64))
+
+        on_ranges(lay_out, n)
+        off, gy, gx, t, uu = _target_pixels(U)
+        return cls(off, gy, gx, t, moving, uu, vv, np.array([H, W], dtype=np.int64))
 
     def with_targets(self, U: np.ndarray) -> Resolution:
         """The same moving images with targets ``U (n_i, H, W)``."""
