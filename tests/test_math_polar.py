@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.ndimage import gaussian_filter
 
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.smoothing import normalize, smooth
@@ -586,3 +587,40 @@ def test_compiled_loops_cover_every_item_once_in_one_range_per_thread(threads):
             on_ranges(lambda lo, hi: 1 / 0 if hi == 17 else None, 17)
     finally:
         numba.set_num_threads(before)
+
+
+def test_a_range_that_splits_its_own_work_runs_it_on_its_thread():
+    """Array code run by range (the layouts, filters and spectra) calls functions that split
+    their own work by range: inside a range such a call runs whole on that thread (no wait on
+    the pool that runs it, which would never end), covers every item once, and the threads a
+    library may start there are 1."""
+    import numba
+
+    from ia_stages.core.threads import on_ranges, threads_here
+
+    seen: list[tuple[int, int, int, int]] = []
+
+    def outer(lo: int, hi: int) -> None:
+        inner: list[tuple[int, int]] = []
+        on_ranges(lambda a, b: inner.append((a, b)), 7)
+        seen.append((lo, hi, len(inner), threads_here()))
+        assert inner == [(0, 7)]
+
+    on_ranges(outer, 4)
+    assert sorted(k for lo, hi, _, _ in seen for k in range(lo, hi)) == [0, 1, 2, 3]
+    assert all(n_inner == 1 and here == 1 for _, _, n_inner, here in seen)
+    assert threads_here() == numba.get_num_threads()  # outside every range again
+
+
+def test_scan_spectra_of_a_stack_are_each_images_own():
+    """The scan's spectra are made a range of images per thread: every image's equal those
+    of that image alone, bit for bit."""
+    from ia_stages.kmax.polar import scan_spectra
+
+    rng = np.random.default_rng(3)
+    images = gaussian_filter(rng.random((9, 24, 24)), (0, 2, 2))
+    centres = 11.5 + rng.random((2, 9, 2))
+    whole = scan_spectra(images, centres, 16, interpolation="bspline")
+    for k in (0, 4, 8):
+        alone = scan_spectra(images[k : k + 1], centres[:, k : k + 1], 16, interpolation="bspline")
+        np.testing.assert_array_equal(whole[:, k : k + 1], alone)

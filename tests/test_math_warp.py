@@ -12,6 +12,7 @@ from ia_stages.core.warp import (
     keys_kernel,
     keys_kernel_derivative,
     sampling_field,
+    spline_coefficients,
     tap_polynomials,
     warp,
     warp_with_jacobian,
@@ -161,3 +162,20 @@ def test_bspline_warp_is_scipys_cubic_spline_and_interpolates():
     field_out, grad = interpolate(x, field, with_gradient=True, interpolation="bspline")
     np.testing.assert_allclose(out, field_out, atol=1e-12)
     np.testing.assert_allclose(jac[:, 1:], grad, atol=1e-12)
+
+
+def test_a_stacks_spline_coefficients_and_smoothing_are_each_images_own():
+    """The B-spline prefilter and the Gaussian smoothing run a range of images per thread:
+    every image's result equals that of the image alone, bit for bit (any leading shape)."""
+    from ia_stages.core.smoothing import smooth
+
+    rng = np.random.default_rng(4)
+    stack = rng.random((11, 17, 19))
+    coefficients = spline_coefficients(stack, "bspline")
+    for k in (0, 5, 10):
+        np.testing.assert_array_equal(coefficients[k], spline_coefficients(stack[k], "bspline"))
+    jac = rng.random((6, 3, 17, 19))
+    smoothed = smooth(jac, 1.5)
+    for k in (0, 5):
+        np.testing.assert_array_equal(smoothed[k], smooth(jac[k : k + 1], 1.5)[0])
+    np.testing.assert_array_equal(smoothed, gaussian_filter(jac, (0, 0, 1.5, 1.5), mode="constant"))
