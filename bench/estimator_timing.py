@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import ClassVar
 
 import numpy as np
 
@@ -28,7 +27,6 @@ from ia_stages.benchmark.metrics import accuracy, nmi
 from ia_stages.data.datasets import mnist
 from ia_stages.ia.attention import column_normalize, invariant_attention_step
 from ia_stages.ia.estimator import PRESETS, InvariantAttentionClustering
-from ia_stages.kmax import kappa_max
 from ia_stages.readout.linkage import cluster_by_distance
 
 
@@ -90,29 +88,23 @@ def main() -> None:
         _fit(ds, args)
         return
     est = InvariantAttentionClustering(preset=args.preset or "paper")
-    s = est._resolved()
+    s = est._resolved(args.n)
     print(
-        f"n={args.n} preset={s['preset']} beta={s['beta']} sigma={s['sigma']} "
-        f"iterations={s['iterations']} mean={s['mean_settings']}",
+        f"n={args.n} preset={est.preset or 'paper'} beta={s.beta} sigma={s.sigma} "
+        f"iterations={s.iterations} mean={s.mean}",
         flush=True,
     )
     V = ds.data
     t_all = time.perf_counter()
-    for it in range(s["iterations"]):
+    for it in range(s.iterations):
         t0 = time.perf_counter()
-        km = kappa_max(
-            V,
-            beta=s["beta"],
-            normalization=s["normalization"],
-            settings=s["search"],
-            sigma=s["sigma"],
-        )
+        km = s.kmax(V)
         t_k = time.perf_counter() - t0
         W = column_normalize(km.value)
-        floor = s["mean_settings"].weight_floor
+        floor = s.mean.weight_floor
         active = (W >= floor * W.max(0, keepdims=True)).sum(0)
-        if s["mean_settings"].max_images is not None:
-            active = np.minimum(active, s["mean_settings"].max_images)
+        if s.mean.max_images is not None:
+            active = np.minimum(active, s.mean.max_images)
         print(
             f"iter {it + 1}: kappa^max {t_k:.1f} s ({t_k / (args.n * (args.n - 1) / 2) * 1e6:.1f}"
             f" us/pair); images per mean: median {np.median(active):.0f}, "
@@ -122,7 +114,7 @@ def main() -> None:
         cols = range(args.n if args.max_columns is None else min(args.max_columns, args.n))
         counter = _Counter(args.every, len(cols), f"iter {it + 1}: means")
         step = invariant_attention_step(
-            V, km, s["init"], s["mean_settings"], columns=cols, progress=counter
+            V, km, s.init, s.mean, s.group, columns=cols, progress=counter
         )
         t_m = time.perf_counter() - counter.t0
         print(
@@ -135,11 +127,9 @@ def main() -> None:
             return
         V = step.features
     t0 = time.perf_counter()
-    km = kappa_max(
-        V, beta=s["beta"], normalization=s["normalization"], settings=s["search"], sigma=s["sigma"]
-    )
+    km = s.kmax(V)
     print(f"final kappa^max {time.perf_counter() - t0:.1f} s", flush=True)
-    lab = cluster_by_distance(km.sqdist, s["threshold"], s["linkage"], 10)
+    lab = cluster_by_distance(km.sqdist, s.readout.threshold, s.readout.linkage, 10)
     print(
         f"total {time.perf_counter() - t_all:.1f} s; ACC with K=10 (average linkage) "
         f"{accuracy(ds.label, lab):.3f}",
@@ -147,58 +137,27 @@ def main() -> None:
     )
 
 
-class _Timed(InvariantAttentionClustering):
-    """The estimator, recording the wall time of its stages in ``times`` (name, seconds)."""
-
-    times: ClassVar[list[tuple[str, float]]] = []
-
-    def _kmax(self, V, s, progress, U=None):
-        t0 = time.perf_counter()
-        out = super()._kmax(V, s, progress, U)
-        what = "kappa^max" if U is None else "  of which kappa^max means x images"
-        self.times.append((f"{what} {V.shape[0]} x {V.shape[0] if U is None else U.shape[0]}",
-                           time.perf_counter() - t0))  # fmt: skip
-        return out
-
-    def _readout(self, km, s, seed):
-        t0 = time.perf_counter()
-        out = super()._readout(km, s, seed)
-        self.times.append((f"read-out {s['readout']}", time.perf_counter() - t0))
-        return out
-
-    def _cluster_means(self, X, labels, km, s, progress):
-        t0 = time.perf_counter()
-        out = super()._cluster_means(X, labels, km, s, progress)
-        self.times.append(("cluster means and poses (incl. its kappa^max)",
-                           time.perf_counter() - t0))  # fmt: skip
-        return out
-
-
 def _fit(ds, args) -> None:
     import numba
 
     K = None if args.no_k else 10
-    est = _Timed(
+    est = InvariantAttentionClustering(
         n_clusters=K, preset=args.preset, iterations=args.iterations, random_state=args.seed
     )
     s = est._resolved(args.n)
     print(
-        f"n={args.n} K={K} random_state={args.seed} preset={s['preset']} "
-        f"numba threads={numba.get_num_threads()} "
-        f"attention={s['attention_settings']} mean steps={s['attention_mean'].steps} "
-        f"readout={s['readout']} graph={s['graph']} stop={s['stop_rule']} "
-        f"iterations<={s['iterations']}",
+        f"n={args.n} K={K} random_state={args.seed} preset={est.preset} "
+        f"numba threads={numba.get_num_threads()} attention={s.attention} "
+        f"readout={s.readout.kind} stop={s.stop.rule} iterations<={s.iterations}",
         flush=True,
     )
     t0 = time.perf_counter()
     labels = est.fit_predict(ds.data)
     total = time.perf_counter() - t0
-    accounted = 0.0
-    for name, sec in est.times:
-        print(f"  {name:48s} {sec:8.1f} s", flush=True)
-        accounted += 0.0 if name.startswith("  of which") else sec
-    rest = "the rest: iterations' means, stopping rule"
-    print(f"  {rest:48s} {total - accounted:8.1f} s")
+    for part, sec in est.result_.seconds.items():  # run_ia's own clock of every stage
+        print(f"  {part:48s} {sec:8.1f} s", flush=True)
+    rest = "the rest (checks, settings, store of the result)"
+    print(f"  {rest:48s} {total - sum(est.result_.seconds.values()):8.1f} s")
     print(
         f"total fit {total:.1f} s; ACC {accuracy(ds.label, labels):.3f} "
         f"NMI {nmi(ds.label, labels):.3f}; clusters {est.n_clusters_}; n_iter_ {est.n_iter_} "
