@@ -30,7 +30,8 @@ def smooth(images: Any, sigma: float) -> Any:
     out = np.empty(images.shape, dtype=images.dtype)
 
     def fill(lo: int, hi: int) -> None:
-        nd.gaussian_filter(images[lo:hi], sig, out[lo:hi], mode="constant", cval=0.0, truncate=4.0)
+        part = images[lo:hi]
+        nd.gaussian_filter(part, sig, output=out[lo:hi], mode="constant", cval=0.0, truncate=4.0)
 
     on_ranges(fill, images.shape[0])
     return out
