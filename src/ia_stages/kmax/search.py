@@ -260,15 +260,7 @@ def kappa_max_all_pairs(
     if block < max(n_i, n_j):
         return _all_pairs_in_blocks(U, V, block, beta, normalization, group, settings, progress,
                                     sigma)  # fmt: skip
-    if symmetric:
-        # Always warp the later image onto the earlier one (i < j), as a block (bi < bj) of a
-        # sharded run does, so that any blocking gives the same matrix. Sorted by j so that
-        # one column's rotated copies are reused.
-        ii, jj = np.triu_indices(n_i, k=1)
-        order = np.argsort(jj, kind="stable")
-        ii, jj = ii[order], jj[order]
-    else:
-        jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
+    ii, jj = _pair_order(n_i, n_j, symmetric)
     params, sqdist = search_listed(Un, Vn, ii, jj, beta, group, settings, progress, sigma,
                                    upper=symmetric)  # fmt: skip
     if symmetric:
@@ -276,6 +268,19 @@ def kappa_max_all_pairs(
         sqdist[jj, ii] = sqdist[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
+
+
+def _pair_order(n_i: int, n_j: int, upper: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (ii, jj) a search of ``n_i`` targets against ``n_j`` moving images lists, sorted
+    by jj so that one column's rotated copies are reused: with ``upper`` (V = U) only i < j —
+    the later image is always warped onto the earlier one, as a block (bi < bj) of a sharded
+    run does, so that any blocking gives the same matrix — else every pair."""
+    if upper:
+        ii, jj = np.triu_indices(n_i, k=1)
+        order = np.argsort(jj, kind="stable")
+        return ii[order], jj[order]
+    jj, ii = (a.ravel() for a in np.meshgrid(np.arange(n_j), np.arange(n_i), indexing="ij"))
+    return ii, jj
 
 
 def search_listed(
@@ -346,13 +351,7 @@ def kappa_max_mirrored(
         for c in range(a, len(edges) - 1):
             r0, r1, c0, c1 = edges[a], edges[a + 1], edges[c], edges[c + 1]
             mirrored = xp.ascontiguousarray(Un[c0:c1, :, ::-1])
-            if a == c:
-                ii, jj = np.triu_indices(r1 - r0, k=1)
-                order = np.argsort(jj, kind="stable")
-                ii, jj = ii[order], jj[order]
-            else:
-                jj, ii = (x.ravel() for x in np.meshgrid(np.arange(c1 - c0), np.arange(r1 - r0),
-                                                          indexing="ij"))  # fmt: skip
+            ii, jj = _pair_order(r1 - r0, c1 - c0, a == c)
             p, d2 = search_listed(Un[r0:r1], mirrored, ii, jj, beta, SE2(), settings, None,
                                   sigma, upper=a == c)  # fmt: skip
             params[r0 + ii, c0 + jj] = p[ii, jj]
