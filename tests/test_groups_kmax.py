@@ -188,10 +188,11 @@ def _letters_and_mirrors(n: int) -> np.ndarray:
     return X
 
 
-def test_the_mirror_search_of_the_upper_triangle_is_the_rectangular_search_of_those_pairs():
-    """kappa_max_mirrored searches U[i] against the mirror of U[j] for i < j only (by blocks
-    of the upper triangle when the memory budget asks for blocks): the same pairs' results as
-    the rectangular search of U against its mirror images, +inf elsewhere."""
+def test_the_joint_mirror_search_keeps_the_better_of_the_plain_and_the_mirror_search():
+    """kappa_max_with_mirrors searches each pair i < j (by blocks of the upper triangle when
+    the memory budget asks for blocks) against U[j] and its mirror image at once: its d2 is
+    the lower of the separate searches' (U against U, U against its mirror images) up to the
+    refinement's tolerance, the winner's side is the flag, and j <= i stays +inf."""
     from dataclasses import replace
 
     from ia_stages.core.smoothing import smooth_normalize
@@ -199,19 +200,29 @@ def test_the_mirror_search_of_the_upper_triangle_is_the_rectangular_search_of_th
         SearchSettings,
         _images_per_block,
         kappa_max_all_pairs,
-        kappa_max_mirrored,
+        kappa_max_with_mirrors,
     )
 
     X = _letters_and_mirrors(10)
-    full = kappa_max_all_pairs(X, X[..., ::-1], beta=2.0, sigma=2.0)
+    plain = kappa_max_all_pairs(X, beta=2.0, sigma=2.0)
+    mirror = kappa_max_all_pairs(X, X[..., ::-1], beta=2.0, sigma=2.0)
     upper = np.triu(np.ones((10, 10), dtype=bool), k=1)
     small = replace(SearchSettings(), memory_mb=1.0)
-    assert _images_per_block(smooth_normalize(X, 2.0, "unit"), X, small) < 10  # blocks
+    assert _images_per_block(smooth_normalize(X, 2.0, "unit"), X, small, mirror=True) < 10
+    lower = np.minimum(plain.sqdist, mirror.sqdist)
+    wins = mirror.sqdist < plain.sqdist
     for settings in (SearchSettings(), small):
-        params, sqdist = kappa_max_mirrored(X, beta=2.0, settings=settings, sigma=2.0)
-        np.testing.assert_allclose(sqdist[upper], full.sqdist[upper], rtol=1e-6, atol=1e-9)
-        np.testing.assert_allclose(params[upper], full.params[upper], atol=1e-4)
-        assert np.all(np.isinf(sqdist[~upper]))
+        params, sqdist, flipped = kappa_max_with_mirrors(X, beta=2.0, settings=settings, sigma=2.0)
+        np.testing.assert_allclose(sqdist[upper], lower[upper], rtol=1e-6, atol=1e-8)
+        clear = upper & (np.abs(plain.sqdist - mirror.sqdist) > 1e-3)  # not a near tie
+        assert clear.sum() > 30 and wins[clear].any() and (~wins[clear]).any()
+        np.testing.assert_array_equal(flipped[clear], wins[clear])
+        side = np.where(wins[..., None], mirror.params, plain.params)
+        np.testing.assert_allclose(params[clear], side[clear], atol=1e-4)
+        assert np.all(np.isinf(sqdist[~upper])) and not flipped[~upper].any()
+    # a rectangular search: every pair, against V and its mirror images
+    params, sqdist, flipped = kappa_max_with_mirrors(X[:4], X[4:], beta=2.0, sigma=2.0)
+    np.testing.assert_allclose(sqdist, lower[:4, 4:], rtol=1e-6, atol=1e-8)
 
 
 def test_se2_with_mirrors_keeps_the_searches_optima():
@@ -403,3 +414,22 @@ def test_estimator_takes_the_group():
     assert est.kmax_.params.shape[-1] == 4
     with pytest.raises(ValueError, match=r"^group: unknown"):
         InvariantAttentionClustering(2, group="projective").fit(X)
+
+
+def test_the_mirror_images_scan_spectra_are_the_conjugate_rings_about_mirrored_centres():
+    """The polar scan's set-up with mirrors takes the mirror images' ring spectra from the
+    images' own (conjugated, about the mirrored centre lattice) instead of sampling them:
+    the same spectra and centroids as a scan of the images and their mirror images, on an
+    odd, non-square frame and on the exact search's 49-centre lattice."""
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.kmax.search import EXACT_SEARCH, PolarScan, SearchSettings
+
+    X = smooth_normalize(_letters_and_mirrors(6)[:, 1:, 2:], 2.0, "unit")
+    for settings in (SearchSettings(), EXACT_SEARCH):
+        joint = PolarScan(X, X, settings, mirror=True)
+        sampled = PolarScan(X, np.concatenate([X, X[..., ::-1]]), settings)
+        assert joint.B_v.shape == sampled.B_v.shape and joint.n_o == sampled.n_o
+        scale = np.abs(sampled.B_v).max()
+        assert np.abs(joint.B_v - sampled.B_v).max() < 1e-6 * scale
+        np.testing.assert_allclose(joint.m_v, sampled.m_v, atol=1e-12)
+        np.testing.assert_allclose(joint.A_u, sampled.A_u, atol=1e-6 * scale)

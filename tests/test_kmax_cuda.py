@@ -72,6 +72,27 @@ SIMULATED = textwrap.dedent(
                 "spread": float(np.ptp(cpu[1])),
             }
         )
+    # the joint search of plain and mirror-image candidates: V[4] is the mirror image of U[1],
+    # so pair (1, 4) is won by a mirror candidate
+    s = SearchSettings()
+    W = np.concatenate([U, U[1:2, :, ::-1]])
+    both = np.concatenate([W, W[..., ::-1]])
+    i3, j3 = np.array([0, 1, 1]), np.array([3, 2, 4])
+    start3 = np.concatenate([starts, np.zeros((1, 3, 3))])
+    start3 = np.concatenate([start3, start3[:, ::-1]], 1)  # 3 plain, then 3 mirror candidates
+    won = np.zeros((2, 3), bool)
+    cpu = search_pairs(_pair_layout(U, both, 1.0, s), i3, j3, start3, 20.0, _policy(s),
+                       s.coarse_iters, 3, won[0])  # fmt: skip
+    gpu_images = pair_images(
+        U, both, _half_resolution_pair(U, both, 1.0, s), _search_targets(U, s), packed=False,
+        interpolation=s.interpolation,
+    ).to(np)  # fmt: skip
+    gpu = search_pairs_cuda(gpu_images, i3, j3, start3, 20.0, _policy(s), s.coarse_iters, 3,
+                            won[1])  # fmt: skip
+    assert won[0, 2] and (won[0] == won[1]).all(), won
+    out.append({"beta": 20.0, "interpolation": "mirror", "spread": float(np.ptp(cpu[1])),
+                "cost": float(np.abs(cpu[1] - gpu[1]).max()),
+                "params": float(np.abs(cpu[0] - gpu[0]).max())})
     # the scan's peak picking, compiled from the same code
     from ia_stages.kmax.cuda import pair_peaks_cuda
     from ia_stages.kmax.rings import pair_peaks
@@ -160,7 +181,7 @@ def test_cuda_kernel_in_the_simulator_equals_the_cpu_kernel():
     proc = _run(SIMULATED, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 7
+    assert len(results) == 8
     lattice = results.pop()
     assert lattice["spread"] > 1e-3 and lattice["lattice"] < 1e-6, lattice
     for _ in range(2):  # the joint peaks, then the envelope's
@@ -190,9 +211,9 @@ PTX = textwrap.dedent(
 
     res = [a(i64, 1), a(f64, 1), a(f64, 1), a(f64, 1), a(nt.float32, 2), a(f64, 1), a(f64, 1),
            a(i64, 1)]
-    sig = (a(i64, 1), a(i64, 1), a(f64, 3), *res * 4, i64, f64, i64, *[f64] * 11, nt.boolean,
-           nt.UniTuple(f64, 16), a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4), a(f64, 3),
-           a(i64, 2), a(f64, 4), a(f64, 2), a(f64, 1))
+    sig = (a(i64, 1), a(i64, 1), a(f64, 3), i64, i64, *res * 4, i64, f64, i64, *[f64] * 11,
+           nt.boolean, nt.UniTuple(f64, 16), a(f64, 2), a(f64, 2), a(f64, 3), a(f64, 4),
+           a(f64, 3), a(i64, 2), a(f64, 4), a(f64, 2), a(f64, 1), a(nt.boolean, 1))
     ptx, _ = cuda.compile_ptx(_kernel().py_func, sig, cc=(9, 0))
     peaks_sig = (nt.Array(nt.float32, 4, "C"), a(i64, 1), a(i64, 1), i64, a(f64, 2), a(f64, 2),
                  a(i64, 2), a(f64, 2), a(i64, 2))

@@ -384,11 +384,11 @@ def test_candidates_that_converge_together_are_refined_once():
         ]
     )
     s = SearchSettings()
-    got = [compiled_repeats(p[0], c, s.same_angle, s.same_shift) for c in range(4)]
+    got = [compiled_repeats(p[0], 0, c, s.same_angle, s.same_shift) for c in range(4)]
     assert got == [False, True, False, False]
     # a wider tolerance makes the other shift (0.5 px away) a repeat too
     wide = SearchSettings(same_shift=0.6)
-    assert compiled_repeats(p[0], 3, wide.same_angle, wide.same_shift)
+    assert compiled_repeats(p[0], 0, 3, wide.same_angle, wide.same_shift)
 
 
 def test_compiled_ring_samples_equal_the_array_interpolation():

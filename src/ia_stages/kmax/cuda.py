@@ -87,21 +87,21 @@ def _kernel() -> Any:
     search_pair = _device_functions()["_search_pair"]
 
     @cuda.jit
-    def search_kernel(ii, jj, starts, e0, e1, e2, e3, e4, e5, e6, e7, s0, s1, s2, s3, s4, s5,
-                      s6, s7, t0, t1, t2, t3, t4, t5, t6, t7, h0, h1, h2, h3, h4, h5, h6, h7,
-                      iters, tol, coarse_iters, beta, prune_kappa, margin, kappa_stop,
-                      coarse_stop, half_gap, same_angle, same_shift, lam0, lam_reject, abandon,
-                      polish, m_taps, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
-                      out_c):  # fmt: skip
+    def search_kernel(ii, jj, starts, n_plain, mirror_row, e0, e1, e2, e3, e4, e5, e6, e7, s0,
+                      s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7, h0, h1, h2,
+                      h3, h4, h5, h6, h7, iters, tol, coarse_iters, beta, prune_kappa, margin,
+                      kappa_stop, coarse_stop, half_gap, same_angle, same_shift, lam0,
+                      lam_reject, abandon, polish, m_taps, costs, half_costs, g_c, H_c, p_c,
+                      order, ws, out_p, out_c, out_m):  # fmt: skip
         k = cuda.grid(1)
         if k < starts.shape[0]:
-            search_pair(k, ii, jj, starts, (e0, e1, e2, e3, e4, e5, e6, e7),
+            search_pair(k, ii, jj, starts, n_plain, mirror_row, (e0, e1, e2, e3, e4, e5, e6, e7),
                         (s0, s1, s2, s3, s4, s5, s6, s7), (t0, t1, t2, t3, t4, t5, t6, t7),
                         (h0, h1, h2, h3, h4, h5, h6, h7), iters, tol, coarse_iters, beta,
                         prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
                         same_shift, (lam0, lam_reject, abandon), polish, m_taps, costs[k],
                         half_costs[k], g_c[k], H_c[k], p_c[k], order[k], ws[k], out_p,
-                        out_c)  # fmt: skip
+                        out_c, out_m)  # fmt: skip
 
     return search_kernel
 
@@ -239,6 +239,8 @@ def search_pairs_cuda(
     beta: float,
     policy: RefinePolicy,
     coarse_iters: int = 0,
+    n_plain: int | None = None,
+    mirrored: Any | None = None,
 ) -> tuple[Any, Any]:
     """:func:`ia_stages.kmax.refine.search_pairs` on the GPU: one thread per pair.
 
@@ -248,7 +250,9 @@ def search_pairs_cuda(
         the device (:meth:`~ia_stages.kmax.refine.PairImages.to`)
     ii, jj : ``(m,)`` int64 pair indices, device arrays
     starts : ``(m, c, 3)`` float64 candidates, a device array
-    beta, policy, coarse_iters : as for :func:`~ia_stages.kmax.refine.search_pairs`
+    beta, policy, coarse_iters, n_plain : as for :func:`~ia_stages.kmax.refine.search_pairs`
+    mirrored : optional ``(m,)`` bool device array, filled with whether each pair's winner is
+        of the mirror image
 
     Returns
     -------
@@ -258,6 +262,7 @@ def search_pairs_cuda(
     m, n_c = starts.shape[0], starts.shape[1]
     out_p = xp.empty((m, 3))
     out_c = xp.empty(m)
+    out_m = xp.empty(m, dtype=np.bool_) if mirrored is None else mirrored
     if m == 0:
         return out_p, out_c
     if images.full.V.dtype != np.float32:
@@ -275,11 +280,13 @@ def search_pairs_cuda(
     coarse = int(coarse_iters) if images.half is not None else 0
     _kernel()[-(-m // THREADS), THREADS](
         xp.asarray(ii, dtype=np.int64), xp.asarray(jj, dtype=np.int64),
-        xp.ascontiguousarray(xp.asarray(starts, dtype=np.float64)), *arrays, int(policy.iters),
+        xp.ascontiguousarray(xp.asarray(starts, dtype=np.float64)),
+        n_c if n_plain is None else int(n_plain),
+        0 if n_plain is None else images.full.V.shape[0] // 2, *arrays, int(policy.iters),
         float(policy.tol), coarse, float(beta), float(policy.prune_kappa),
         float(policy.prune_margin), float(policy.kappa_stop), float(policy.coarse_stop),
         float(policy.half_gap), float(policy.same_angle), float(policy.same_shift),
-        *policy.lm(), images.search is not None, images.taps(), *scratch, out_p, out_c,
+        *policy.lm(), images.search is not None, images.taps(), *scratch, out_p, out_c, out_m,
     )  # fmt: skip
     return out_p, out_c
 

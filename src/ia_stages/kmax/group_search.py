@@ -20,7 +20,7 @@ from ia_stages.kmax.search import (
     KappaMaxResult,
     SearchSettings,
     kappa_max_all_pairs,
-    kappa_max_mirrored,
+    kappa_max_with_mirrors,
 )
 
 
@@ -57,16 +57,6 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
     return params, d2
 
 
-def _mirror_search(U, V, beta, normalization, settings, sigma):
-    """SE(2) kappa^max of U[i] against the mirror image of V[j] (V None: U, pairs i < j only,
-    :func:`ia_stages.kmax.search.kappa_max_mirrored`; the entries i >= j stay +inf)."""
-    if V is not None:
-        r = kappa_max_all_pairs(U, V[..., ::-1], beta, normalization, SE2(), settings, None, sigma)
-        return to_numpy(r.params), to_numpy(r.sqdist)
-    PF, DF = kappa_max_mirrored(U, beta, normalization, settings, sigma)
-    return to_numpy(PF), to_numpy(DF)
-
-
 def kappa_max_group(
     U: Any,
     V: Any | None,
@@ -87,16 +77,13 @@ def kappa_max_group(
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
     symmetric = V is None
-    res = kappa_max_all_pairs(U, V, beta, normalization, SE2(), settings, progress, sigma)
-    P, D = to_numpy(res.params), to_numpy(res.sqdist)
-    flip = np.zeros(D.shape, dtype=bool)
-    if group.mirror:
-        PF, DF = _mirror_search(U, V, beta, normalization, settings, sigma)
-        flip = DF < D
-        if symmetric:
-            np.fill_diagonal(flip, False)
-        P = np.where(flip[..., None], PF, P)
-        D = np.where(flip, DF, D)
+    if group.mirror:  # V[j] and its mirror image in one search (for V None: pairs i < j)
+        found = kappa_max_with_mirrors(U, V, beta, normalization, settings, progress, sigma)
+        P, D, flip = (to_numpy(a) for a in found)
+    else:
+        res = kappa_max_all_pairs(U, V, beta, normalization, SE2(), settings, progress, sigma)
+        P, D = to_numpy(res.params), to_numpy(res.sqdist)
+        flip = np.zeros(D.shape, dtype=bool)
     Un = smooth_normalize(U, sigma, normalization)
     Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     Un_h, Vn_h = (np.asarray(to_numpy(a), dtype=np.float64) for a in (Un, Vn))

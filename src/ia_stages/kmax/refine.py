@@ -349,10 +349,11 @@ def _refine_from(gy, gx, t, v, Wp, H, W, uu, vv, p, cost, g, Hm, iters, tol, bet
 
 
 @_shared()
-def _repeats(p, c, same_angle, same_shift):
+def _repeats(p, lo, c, same_angle, same_shift):
     """True when candidate ``c`` of ``p (n_c, 3)`` lies within ``same_angle`` radians and
-    ``same_shift`` pixels of an earlier candidate."""
-    for e in range(c):
+    ``same_shift`` pixels of an earlier candidate from ``lo`` on (those of the same moving
+    image)."""
+    for e in range(lo, c):
         turn = abs((p[c, 0] - p[e, 0] + math.pi) % (2.0 * math.pi) - math.pi)
         if (
             turn < same_angle
@@ -364,9 +365,9 @@ def _repeats(p, c, same_angle, same_shift):
 
 
 @_shared()
-def _same_start(p, c):
-    """True when row ``c`` of ``p (n_c, 3)`` equals an earlier row."""
-    for e in range(c):
+def _same_start(p, lo, c):
+    """True when row ``c`` of ``p (n_c, 3)`` equals an earlier row from ``lo`` on."""
+    for e in range(lo, c):
         if p[c, 0] == p[e, 0] and p[c, 1] == p[e, 1] and p[c, 2] == p[e, 2]:
             return True
     return False
@@ -389,16 +390,25 @@ def _argsort_small(x, order):
         order[e] = o
 
 
+@_shared(inline="always")
+def _moving_row(j, c, n_plain, mirror_row):
+    """The row of the moving images that candidate ``c`` of a pair with moving image ``j``
+    warps: ``j``, or for a mirror-image candidate (``c >= n_plain``) ``j + mirror_row``."""
+    return j if c < n_plain else j + mirror_row
+
+
 @_shared()
-def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
-                 prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle, same_shift,
-                 lm, polish, m_taps, costs, half_costs, g_c, H_c, p_c, order, ws, out_p,
-                 out_c):  # fmt: skip
+def _search_pair(k, ii, jj, starts, n_plain, mirror_row, exact, full, tail, half, iters, tol,
+                 coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap,
+                 same_angle, same_shift, lm, polish, m_taps, costs, half_costs, g_c, H_c, p_c,
+                 order, ws, out_p, out_c, out_m):  # fmt: skip
     """Pair ``k`` of :func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full``
     ranks and refines at full resolution; with ``polish`` the winner is refined again on
     ``exact``, whose target pixels are those of ``full`` and ``tail``; ``m_taps``: the
-    interpolation's tap coefficients (:func:`_cost`). Scratch, all
-    overwritten: ``costs, half_costs, order (n_c,)``, ``g_c, p_c (n_c, 3)``,
+    interpolation's tap coefficients (:func:`_cost`). Candidates ``n_plain`` on are of the
+    moving image ``mirror_row`` rows after ``jj[k]`` (its mirror image): they are ranked,
+    pruned and refined with the others, and ``out_m[k]`` says whether one of them won.
+    Scratch, all overwritten: ``costs, half_costs, order (n_c,)``, ``g_c, p_c (n_c, 3)``,
     ``H_c (n_c, 3, 3)``, ``ws`` (:func:`_workspace`)."""
     off, gy, gx, t, V, uu, vv, shape = full
     offe, gye, gxe, te, uue = exact[0], exact[1], exact[2], exact[3], exact[5]
@@ -407,7 +417,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
     H, W, Wp = shape[0], shape[1], shape[1] + 2 * _PAD
     H2, W2, Wp2 = shape2[0], shape2[1], shape2[1] + 2 * _PAD
     n_c = starts.shape[1]
-    i, j = ii[k], jj[k]
+    i = ii[k]
     a, b = off[i], off[i + 1]
     a2, b2 = off2[i], off2[i + 1]
     q, p, p_best = ws[4, 0], ws[4, 1], ws[4, 2]
@@ -419,8 +429,10 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
     if coarse_iters > 0:
         lowest = math.inf
         for c in range(n_c):
-            if _same_start(starts[k], c):  # (the scan repeats its best peak when it
+            side = 0 if c < n_plain else n_plain
+            if _same_start(starts[k], side, c):  # (the scan repeats its best peak when it
                 continue  # finds fewer): it would converge where the earlier one did
+            j = _moving_row(jj[k], c, n_plain, mirror_row)
             # the start refined on the half-resolution pair (translations halve there); a
             # later one stops where it cannot come within half_gap of the lowest so far
             q[0], q[1], q[2] = p_c[c, 0], 0.5 * p_c[c, 1], 0.5 * p_c[c, 2]
@@ -431,7 +443,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
             p_c[c, 0], p_c[c, 1], p_c[c, 2] = q[0], 2.0 * q[1], 2.0 * q[2]
             lowest = min(lowest, hc)
             # else it converged where an earlier one did: dropped
-            if not _repeats(p_c, c, same_angle, same_shift):
+            if not _repeats(p_c, side, c, same_angle, same_shift):
                 half_costs[c] = hc
         lowest = math.inf
         for c in range(n_c):
@@ -447,8 +459,9 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
                 and (math.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
             ):
                 continue
-        elif _same_start(starts[k], c):
+        elif _same_start(starts[k], 0 if c < n_plain else n_plain, c):
             continue
+        j = _moving_row(jj[k], c, n_plain, mirror_row)
         # full-resolution cost (the half-resolution one is biased by its extra smoothing), with
         # the derivatives that a refinement from here starts with
         costs[c] = _cost_derivs(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j],
@@ -471,6 +484,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
             continue
         for d in range(3):
             p[d] = p_c[c, d]
+        j = _moving_row(jj[k], c, n_plain, mirror_row)
         cost = _refine_from(gy[a:b], gx[a:b], t[a:b], V[j], Wp, H, W, uu[i], vv[j], p, costs[c],
                             g_c[c], H_c[c], iters, tol, beta, kappa_stop, 0.0,
                             best if prune_kappa > 0.0 else math.inf, lm, ws,
@@ -492,6 +506,7 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
         for d in range(3):
             p_best[d] = p_c[c_best, d]
         best = costs[c_best]
+    j = _moving_row(jj[k], c_best, n_plain, mirror_row)
     if polish and best < math.inf:
         # on all pixels: the cost (gradient, Hessian) on ``full``'s plus that on the tail's;
         # the winner is then refined on all of them
@@ -520,12 +535,14 @@ def _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_
     for d in range(3):
         out_p[k, d] = p_best[d]
     out_c[k] = best
+    out_m[k] = c_best >= n_plain
 
 
 @njit(cache=True, nogil=True)
-def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, iters, tol, coarse_iters,
-                  beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
-                  same_shift, lm, polish, m_taps, out_p, out_c):  # fmt: skip
+def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, n_plain, mirror_row, iters,
+                  tol, coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop,
+                  half_gap, same_angle, same_shift, lm, polish, m_taps, out_p, out_c,
+                  out_m):  # fmt: skip
     """:func:`_search_pair` for the pairs ``lo .. hi - 1`` one after the other, with one
     scratch; without Python's lock, so that threads search ranges side by side."""
     n_c = starts.shape[1]
@@ -533,10 +550,11 @@ def _search_range(lo, hi, exact, full, tail, half, ii, jj, starts, iters, tol, c
                np.empty((n_c, 3)), np.empty(n_c, np.int64))  # fmt: skip
     ws = _workspace()
     for k in range(lo, hi):
-        _search_pair(k, ii, jj, starts, exact, full, tail, half, iters, tol, coarse_iters, beta,
-                     prune_kappa, margin, kappa_stop, coarse_stop, half_gap, same_angle,
-                     same_shift, lm, polish, m_taps, scratch[0], scratch[1], scratch[2],
-                     scratch[3], scratch[4], scratch[5], ws, out_p, out_c)  # fmt: skip
+        _search_pair(k, ii, jj, starts, n_plain, mirror_row, exact, full, tail, half, iters,
+                     tol, coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop,
+                     half_gap, same_angle, same_shift, lm, polish, m_taps, scratch[0],
+                     scratch[1], scratch[2], scratch[3], scratch[4], scratch[5], ws, out_p,
+                     out_c, out_m)  # fmt: skip
 
 
 def _search(exact, full, tail, half, ii, *rest: Any) -> None:
@@ -826,6 +844,8 @@ def search_pairs(
     beta: float,
     policy: RefinePolicy,
     coarse_iters: int = 0,
+    n_plain: int | None = None,
+    mirrored: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best refined transform of each pair (U[ii[k]], V[jj[k]]) over its starting candidates.
 
@@ -840,6 +860,12 @@ def search_pairs(
         most this many steps on the half-resolution pair (translations there are half as
         long), then ordered and pruned by the full-resolution cost where it ended
         (skipped where the half-resolution cost already rules them out)
+    n_plain : None (default: every candidate is of V[jj]), or the number of candidates of
+        V[jj]; the others (``starts[:, n_plain:]``) are of the mirror images, which ``images``
+        then lays out after the moving images (rows ``n_j .. 2 n_j - 1`` of its 2 n_j): the
+        pair's candidates of both are ranked, pruned and refined together
+    mirrored : optional ``(m,)`` bool array, filled with whether each pair's winner is of the
+        mirror image
 
     With ``images.search``, starts are ranked and refined on its targets at full resolution,
     and each pair's winner is then refined again on all pixels of ``images.full`` (nearly
@@ -848,21 +874,34 @@ def search_pairs(
 
     Returns
     -------
-    params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii], cost the correlation-form d2 on
-    ``images.full``.
+    params ``(m, 3)``, cost ``(m,)``: V[jj] o tau ~ U[ii] (the mirror image of V[jj] where
+    ``mirrored``), cost the correlation-form d2 on ``images.full``.
+
+    Example
+    -------
+    >>> X = np.random.default_rng(0).random((2, 12, 12))
+    >>> starts = np.zeros((1, 2, 3)); both = pair_images(X, np.concatenate([X, X[..., ::-1]]))
+    >>> flag = np.empty(1, bool)
+    >>> _ = search_pairs(both, np.array([0]), np.array([0]), starts, 1.0, RefinePolicy(),
+    ...                  n_plain=1, mirrored=flag)
+    >>> flag.tolist()  # X[0] onto itself: the plain candidate wins
+    [False]
     """
-    m = ii.size
+    m, n_c = ii.size, starts.shape[1]
+    plain = n_c if n_plain is None else int(n_plain)
+    mirror_row = 0 if n_plain is None else images.full.V.shape[0] // 2
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
+    out_m = np.empty(m, dtype=np.bool_) if mirrored is None else mirrored
     exact, search, tail, half = images.resolutions()
     _search(
         exact.arrays(), search.arrays(), tail.arrays(), half.arrays(), np.asarray(ii, np.int64),
         np.asarray(jj, np.int64),
-        np.ascontiguousarray(starts, dtype=np.float64), int(policy.iters), float(policy.tol),
-        int(coarse_iters) if images.half is not None else 0, float(beta),
+        np.ascontiguousarray(starts, dtype=np.float64), plain, mirror_row, int(policy.iters),
+        float(policy.tol), int(coarse_iters) if images.half is not None else 0, float(beta),
         float(policy.prune_kappa), float(policy.prune_margin), float(policy.kappa_stop),
         float(policy.coarse_stop), float(policy.half_gap), float(policy.same_angle),
         float(policy.same_shift), policy.lm(), images.search is not None, images.taps(), out_p,
-        out_c,
+        out_c, out_m,
     )  # fmt: skip
     return out_p, out_c

@@ -261,8 +261,8 @@ def kappa_max_all_pairs(
         return _all_pairs_in_blocks(U, V, block, beta, normalization, group, settings, progress,
                                     sigma)  # fmt: skip
     ii, jj = _pair_order(n_i, n_j, symmetric)
-    params, sqdist = search_listed(Un, Vn, ii, jj, beta, group, settings, progress, sigma,
-                                   upper=symmetric)  # fmt: skip
+    params, sqdist, _ = search_listed(Un, Vn, ii, jj, beta, group, settings, progress, sigma,
+                                      upper=symmetric)  # fmt: skip
     if symmetric:
         params[jj, ii] = group.inverse(params[ii, jj])
         sqdist[jj, ii] = sqdist[ii, jj]
@@ -294,79 +294,100 @@ def search_listed(
     progress: Callable[[int], None] | None,
     sigma: float,
     upper: bool = False,
-) -> tuple[Any, Any]:
+    mirror: bool = False,
+) -> tuple[Any, Any, Any]:
     """The search of the listed pairs (V[jj[k]] onto U[ii[k]]) of smoothed, normalised images
     ``Un``, ``Vn``: the coarse scan, then the refinement of its candidates.
 
     ``upper``: every listed pair has ii < jj (with the polar scan, a chunk of rows then scores
-    only the columns right of its first row). Returns params ``(n_i, n_j, n_params)`` and
-    sqdist ``(n_i, n_j)``, 0 where no pair is listed.
+    only the columns right of its first row). ``mirror``: each pair's candidates also include
+    the scan's of the mirror image of V[jj] (columns reversed), ranked, pruned and refined
+    together with the others (:func:`ia_stages.kmax.refine.search_pairs`), so that a mirror
+    image that cannot win costs its scan and its half-resolution stage only. Returns params
+    ``(n_i, n_j, n_params)`` (of the mirror image of V[j] where it won), sqdist ``(n_i, n_j)``,
+    0 where no pair is listed, and flipped ``(n_i, n_j)`` bool, where the mirror image won.
     """
     xp = array_module(Un)
     params = xp.zeros((Un.shape[0], Vn.shape[0], group.n_params))
     sqdist = xp.zeros((Un.shape[0], Vn.shape[0]))
+    flipped = xp.zeros((Un.shape[0], Vn.shape[0]), dtype=bool)
     if settings.method == "polar":
-        chunks = _polar_chunks(Un, Vn, ii, jj, group, settings, upper)
+        chunks = _polar_chunks(Un, Vn, ii, jj, group, settings, upper, mirror)
     else:
-        chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma)
-    images = _pair_layout(Un, Vn, sigma, settings)
+        chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror)
+    moving = xp.concatenate([Vn, Vn[..., ::-1]]) if mirror else Vn
+    images = _pair_layout(Un, moving, sigma, settings)
+    n_plain = settings.n_candidates if mirror else None
     for i, j, starts in _batched(chunks, REFINE_BATCH):
-        p, d2 = _refine_candidates(images, i, j, starts, settings, beta)
+        won = xp.empty(i.size, dtype=bool)
+        p, d2 = _refine_candidates(images, i, j, starts, settings, beta, n_plain, won)
         params[i, j] = p
         sqdist[i, j] = d2
+        flipped[i, j] = won
         if progress is not None:
             progress(i.size)
-    return params, sqdist
+    return params, sqdist, flipped
 
 
-def kappa_max_mirrored(
+def kappa_max_with_mirrors(
     U: Any,
+    V: Any | None = None,
     beta: float = 1.0,
     normalization: str = "unit",
     settings: SearchSettings = SearchSettings(),
+    progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
-) -> tuple[Any, Any]:
-    """SE(2) kappa^max of every image U[i] against the mirror image (columns reversed) of every
-    later one, U[j] with j > i: the pairs a symmetric search under a group with mirrors needs
-    (U[j] against the mirror of U[i] follows, as a mirror is an isometry). By blocks of the
-    upper triangle as :func:`kappa_max_all_pairs` would take them, each diagonal block
-    searching only its own pairs i < j.
+) -> tuple[Any, Any, Any]:
+    """SE(2) kappa^max of every image U[i] against every V[j] and its mirror image (columns
+    reversed) in one search: each pair's candidates from both scans are ranked, pruned and
+    refined together, and the better of the two is kept. ``V`` None: the pairs i < j of U
+    (U[j] against U[i] follows, as a mirror is an isometry). By blocks as
+    :func:`kappa_max_all_pairs` would take them.
 
-    Returns params ``(n, n, 3)`` (the SE(2) transform of the mirror image of U[j] onto U[i])
-    and sqdist ``(n, n)``, +inf for j <= i.
+    Returns params ``(n_i, n_j, 3)`` (the SE(2) transform of V[j], or of its mirror image
+    where ``flipped``, onto U[i]), sqdist ``(n_i, n_j)`` (+inf for j <= i when ``V`` is None)
+    and flipped ``(n_i, n_j)`` bool.
 
     Example
     -------
-    >>> params, sqdist = kappa_max_mirrored(X, beta=2.0)  # doctest: +SKIP
+    >>> params, sqdist, flipped = kappa_max_with_mirrors(X, beta=2.0)  # doctest: +SKIP
     """
     U = check_images(U, "U", dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
     xp = array_module(U)
+    symmetric = V is None
     Un = smooth_normalize(U, sigma, normalization)
-    n = Un.shape[0]
-    params = xp.zeros((n, n, 3))
-    sqdist = xp.full((n, n), xp.inf)
-    block = _images_per_block(Un, Un, settings)
-    edges = [*range(0, n, block), n]
-    for a in range(len(edges) - 1):
-        for c in range(a, len(edges) - 1):
-            r0, r1, c0, c1 = edges[a], edges[a + 1], edges[c], edges[c + 1]
-            mirrored = xp.ascontiguousarray(Un[c0:c1, :, ::-1])
-            ii, jj = _pair_order(r1 - r0, c1 - c0, a == c)
-            p, d2 = search_listed(Un[r0:r1], mirrored, ii, jj, beta, SE2(), settings, None,
-                                  sigma, upper=a == c)  # fmt: skip
+    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
+    n_i, n_j = Un.shape[0], Vn.shape[0]
+    params = xp.zeros((n_i, n_j, 3))
+    sqdist = xp.full((n_i, n_j), xp.inf)
+    flipped = xp.zeros((n_i, n_j), dtype=bool)
+    block = _images_per_block(Un, Vn, settings, mirror=True)
+    rows, cols = [*range(0, n_i, block), n_i], [*range(0, n_j, block), n_j]
+    for a in range(len(rows) - 1):
+        for c in range(a if symmetric else 0, len(cols) - 1):
+            r0, r1, c0, c1 = rows[a], rows[a + 1], cols[c], cols[c + 1]
+            diagonal = symmetric and a == c
+            Ub = Un[r0:r1]
+            ii, jj = _pair_order(r1 - r0, c1 - c0, diagonal)
+            p, d2, f = search_listed(Ub, Ub if diagonal else Vn[c0:c1], ii, jj, beta, SE2(),
+                                     settings, progress, sigma, upper=diagonal,
+                                     mirror=True)  # fmt: skip
             params[r0 + ii, c0 + jj] = p[ii, jj]
             sqdist[r0 + ii, c0 + jj] = d2[ii, jj]
+            flipped[r0 + ii, c0 + jj] = f[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
-    return params, sqdist
+    return params, sqdist, flipped
 
 
-def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings) -> int:
+def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings, mirror: bool = False) -> int:
     """Most images of U (and of V) per block such that the polar scan's set-up for a block of
-    each, with one row of scores, takes at most half of ``memory_mb`` (the set-up holds every
-    image's spectra, so a large set is searched block by block); no limit for the grid scan."""
+    each (with ``mirror``, of V's mirror images too), with one row of scores, takes at most
+    half of ``memory_mb`` (the set-up holds every image's spectra, so a large set is searched
+    block by block); no limit for the grid scan."""
     if settings.method != "polar":
         return max(Un.shape[0], Vn.shape[0])
-    probe = PolarScan(Un[:1], Vn[:1], settings)  # a block of U and one of V: both held
+    probe = PolarScan(Un[:1], Vn[:1], settings, mirror)  # a block of U and one of V: both held
     per_image = probe.fixed + probe.per_pair
     return max(1, int(settings.memory_mb * MB / 2 // per_image))
 
@@ -461,9 +482,14 @@ def _floored(images: Any, fraction: float) -> Any:
     return array_module(images).where(above_floor(images, fraction), images, 0.0)
 
 
-def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
-    """Yield (i, j, starts ``(m, c, n_params)``) from the rotation x shift grid scan."""
+def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror=False):
+    """Yield (i, j, starts ``(m, c, n_params)``) from the rotation x shift grid scan; with
+    ``mirror``, those of V[j] followed by those of its mirror image (``(m, 2 c, n_params)``)."""
+    xp = array_module(Un)
     extra = float(np.sqrt(max(settings.coarse_sigma**2 - sigma**2, 0.0)))
+    n_j = Vn.shape[0]
+    if mirror:
+        Vn = xp.concatenate([Vn, Vn[..., ::-1]])
     scan = _CoarseScan(Un, Vn, group, settings, extra)
     fh, fw = scan.fshape
     # per pair: the complex product and the real correlation of every rotation, twice over
@@ -480,7 +506,10 @@ def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma):
     for start in range(0, ii.size, chunk):
         i = ii[start : start + chunk]
         j = jj[start : start + chunk]
-        yield i, j, scan.candidates(i, j, settings.n_candidates)
+        starts = scan.candidates(i, j, settings.n_candidates)
+        if mirror:
+            starts = xp.concatenate([starts, scan.candidates(i, j + n_j, settings.n_candidates)], 1)
+        yield i, j, starts
 
 
 class PolarScan:
@@ -495,7 +524,7 @@ class PolarScan:
     set-up (bytes), ``per_pair`` that of one pair's scores with headroom.
     """
 
-    def __init__(self, Un: Any, Vn: Any, settings: SearchSettings) -> None:
+    def __init__(self, Un: Any, Vn: Any, settings: SearchSettings, mirror: bool = False) -> None:
         xp = array_module(Un)
         self.xp, self.shape, self.M = xp, Un.shape[1:], settings.n_angles
         self.joint = settings.peaks == "joint"
@@ -517,6 +546,10 @@ class PolarScan:
             if same
             else scan_spectra(Un, self.m_u[None], self.M, interpolation=interp)[:, :, 0]
         )
+        if mirror:  # moving images n_j .. 2 n_j - 1: the mirror images of Vn
+            self.B_v, self.m_v = _with_mirror_spectra(self.B_v, self.m_v, lattice, Un.shape[2])
+            if same:
+                self.A_u = self.B_v[:, : Un.shape[0], 0]
         self.synthesis = xp.asarray(angle_synthesis(self.M))
         self.per_pair = self.n_o * (2 * self.K + self.M) * 8 * 2  # products and scores, float64
         self.fixed = self.B_v.nbytes + Un.nbytes + (0 if same else self.A_u.nbytes + Vn.nbytes)
@@ -543,15 +576,32 @@ class PolarScan:
         return xp.concatenate([theta[..., None], b], -1).astype(float)
 
 
-def _polar_chunks(Un, Vn, ii, jj, group, settings, upper=False):
+def _with_mirror_spectra(B_v: Any, m_v: Any, lattice: np.ndarray, width: int) -> tuple[Any, Any]:
+    """The scan spectra ``B_v (K, n_j, n_o, 2 R)`` and centroids ``m_v (n_j, 2)`` of moving
+    images followed by those of their mirror images (columns reversed), without sampling a
+    ring again: about the mirrored point (row, width - 1 - column) the mirror image's ring is
+    the image's ring read backwards, v_F(r, phi) = v(r, -phi), whose angular spectrum is the
+    conjugate; a centre offset (dy, dx) of the ``lattice`` (symmetric in dx) becomes (dy, -dx).
+    """
+    xp = array_module(B_v)
+    R = B_v.shape[3] // 2
+    mirrored = [int(np.flatnonzero((lattice == (dy, -dx)).all(1))[0]) for dy, dx in lattice]
+    B_f = B_v[:, :, mirrored].copy()
+    B_f[..., R:] *= -1.0
+    m_f = xp.stack([m_v[:, 0], (width - 1) - m_v[:, 1]], 1)
+    return xp.concatenate([B_v, B_f], 1), xp.concatenate([m_v, m_f])
+
+
+def _polar_chunks(Un, Vn, ii, jj, group, settings, upper=False, mirror=False):
     """Yield (i, j, starts) from the :class:`PolarScan`, a chunk of rows of U at a time. With
     ``upper`` (only pairs i < j listed, as for ``V = U``) a chunk of rows only scores the
-    columns right of its first row.
+    columns right of its first row. With ``mirror``, each pair's starts are those of V[j]
+    followed by those of its mirror image (``(m, 2 c, 3)``).
     """
     xp = array_module(Un)
-    polar = PolarScan(Un, Vn, settings)
+    polar = PolarScan(Un, Vn, settings, mirror)
     n_j = Vn.shape[0]
-    per_row = polar.per_pair * n_j
+    per_row = polar.per_pair * n_j * (2 if mirror else 1)
     room = settings.memory_mb * MB - polar.fixed
     if room < per_row:
         raise MemoryBudgetError(
@@ -578,8 +628,12 @@ def _polar_chunks(Un, Vn, ii, jj, group, settings, upper=False):
             return None
         i, j = ii[sel], jj[sel]
         j0 = r0 + 1 if upper else 0
-        scores = polar.scores(r0, min(r0 + rows, Un.shape[0]), j0, n_j)
-        return i, j, polar.starts(scores, i, j, r0, j0, c)
+        r1 = min(r0 + rows, Un.shape[0])
+        starts = polar.starts(polar.scores(r0, r1, j0, n_j), i, j, r0, j0, c)
+        if mirror:
+            scores = polar.scores(r0, r1, n_j + j0, 2 * n_j)
+            starts = xp.concatenate([starts, polar.starts(scores, i, j + n_j, r0, n_j + j0, c)], 1)
+        return i, j, starts
 
     firsts = range(0, Un.shape[0], rows)
     chunks = map(scan, firsts) if xp is not np else on_threads(scan, firsts, lanes)
@@ -644,19 +698,24 @@ def _refine_candidates(
     starts: Any,
     settings: SearchSettings,
     beta: float,
+    n_plain: int | None = None,
+    mirrored: Any | None = None,
 ) -> tuple[Any, Any]:
     """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``,
     by the compiled per-pair search (:mod:`ia_stages.kmax.refine`): on numba's CPU threads
     for numpy ``starts``, on the GPU (:mod:`ia_stages.kmax.cuda`) for cupy ones. ``images``:
-    :func:`_pair_layout`. Returns params ``(m, n_params)`` and sqdist ``(m,)``."""
+    :func:`_pair_layout`; ``n_plain``, ``mirrored``: the mirror images' candidates, as
+    :func:`ia_stages.kmax.refine.search_pairs` takes them. Returns params ``(m, n_params)``
+    and sqdist ``(m,)``."""
     xp = array_module(starts)
     policy = _policy(settings)
+    coarse = settings.coarse_iters
     if xp is np:
-        return search_pairs(images, i, j, starts, beta, policy, settings.coarse_iters)
+        return search_pairs(images, i, j, starts, beta, policy, coarse, n_plain, mirrored)
     from ia_stages.kmax.cuda import search_pairs_cuda
 
     ix, jx = xp.asarray(i), xp.asarray(j)
-    return search_pairs_cuda(images, ix, jx, starts, beta, policy, settings.coarse_iters)
+    return search_pairs_cuda(images, ix, jx, starts, beta, policy, coarse, n_plain, mirrored)
 
 
 def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> PairImages:
