@@ -78,7 +78,8 @@ def test_default_config_is_valid_and_defaults_are_filled(
         defaults = _kind_defaults(schema, given["kind"])
         # mnist kinds get rotation_deg from _check_semantics (its default depends on the kind)
         filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
-        assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled}, name
+        own = {"iterations"} & set(given)  # a key without a default: kept where given
+        assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled, *own}, name
         for key, default in defaults.items():
             if key in ("attention", "group", "kmax"):  # sections: defaults filled inside
                 given_att = given.get(key, {})
@@ -163,6 +164,10 @@ BAD = {
         ["datasets.shapes3.n_per_class"],
     ),
     "ia.iterations 0": (_set("ia", "iterations", 0), ["ia.iterations"]),
+    "dataset iterations 0": (
+        _set("datasets", "shapes3", "iterations", 0),
+        ["datasets.shapes3.iterations"],
+    ),
     "negative beta": (_set("datasets", "shapes3", "beta", -1), ["datasets.shapes3.beta"]),
     "block_size 0": (_set("block_size", 0), ["block_size"]),
     "unknown kind": (_set("datasets", "shapes3", "kind", "triangles"), ["datasets.shapes3.kind"]),
@@ -295,6 +300,7 @@ def _settings_after(cfg: dict, schema_path: Path, edit, stage: str, dataset: str
 UNRELATED_TO_KMAX = {
     "ka.iterations": _set("ka", "iterations", 9),
     "ia.iterations": _set("ia", "iterations", 3),
+    "the dataset's iterations": _set("datasets", "shapes3", "iterations", 3),
     "readout.threshold": _set("readout", "threshold", 0.5),
     "other dataset's beta": _set("datasets", "mnist3", "beta", 7.0),
     "ka_beta": _set("datasets", "shapes3", "ka_beta", 5.0),
@@ -313,6 +319,22 @@ RELEVANT_TO_KMAX = {
     "backend": _set("backend", "cupy"),
     "auto_gpu": _set("auto_gpu", "all"),
 }
+
+
+def test_a_dataset_s_own_iterations_override_ia_iterations(cfg: dict, schema_path: Path) -> None:
+    """``datasets.X.iterations`` sets IA's iterations of X alone (its metrics and its IA
+    settings), leaves its images' store and every other dataset as they were, and without it
+    X runs ``ia.iterations``."""
+    own = _set("datasets", "mnist", "iterations", 3)
+    metrics = json.loads(_settings_after(cfg, schema_path, own, "metrics", "mnist"))
+    assert metrics["ia_iterations"] == 3 and metrics["ia"]["iterations"] == 3
+    for stage, dataset in (("dataset", "mnist"), ("metrics", "mnist_rot"), ("kmax", "mnist")):
+        before = stage_settings_json(cfg, stage, dataset)
+        assert _settings_after(cfg, schema_path, own, stage, dataset) == before
+    unset = copy.deepcopy(cfg)
+    unset["datasets"]["mnist"].pop("iterations", None)
+    unset["ia"]["iterations"] = 4
+    assert json.loads(stage_settings_json(unset, "metrics", "mnist"))["ia_iterations"] == 4
 
 
 @pytest.mark.parametrize("key", list(UNRELATED_TO_KMAX))
@@ -402,7 +424,9 @@ def test_metrics_settings_readout_threshold_override(cfg: dict) -> None:
     assert cfg["readout"]["threshold"] == 0.25  # the override does not leak into the config
     assert "blobs" not in cfg["ia"]["datasets"] and "shapes3" in cfg["ia"]["datasets"]
     assert stage_settings(cfg, "metrics", "blobs")["ia_iterations"] == 0
-    assert stage_settings(cfg, "metrics", "shapes3")["ia_iterations"] == cfg["ia"]["iterations"]
+    # shapes3 sets its own iterations (the paper's Figure 4), mnist takes ia.iterations
+    assert stage_settings(cfg, "metrics", "shapes3")["ia_iterations"] == 2
+    assert stage_settings(cfg, "metrics", "mnist")["ia_iterations"] == cfg["ia"]["iterations"]
 
 
 def test_unknown_stage_is_rejected(cfg: dict) -> None:

@@ -51,7 +51,8 @@ def test_table_has_every_method_iteration_and_column(tiny_run):
     assert list(table.columns) == COLUMNS
     rows = set(zip(table.dataset, table.method, table.iteration, strict=True))
     expected = {(d, "KA", t) for d in ("shapes3", "mnist3", "blobs") for t in range(3)}
-    expected |= {(d, "IA", t) for d in ("shapes3", "mnist3") for t in range(2)}
+    # mnist3 sets its own iterations (2) beside ia.iterations (1)
+    expected |= {("shapes3", "IA", t) for t in range(2)} | {("mnist3", "IA", t) for t in range(3)}
     # read out into K = the number of classes: shapes3 (3 shapes); mnist3 has one class
     expected |= {("shapes3", "IA (K)", t) for t in range(2)}
     assert rows == expected
@@ -100,12 +101,16 @@ def test_a_single_block_dataset_runs_each_stage_in_one_job(tiny_run):
     stores directly, with no block store and no gather."""
     work, _ = tiny_run
     res = work / "results/mnist3/ia"
-    for t in (0, 1):
+    for t in (0, 1, 2):  # mnist3's own 2 iterations
         km = read_store(res / f"iter{t}/kmax.zarr")
         assert km.attrs["stage"] == "kmax-whole" and km.attrs["pairs"] == 6
         assert km.attrs["cpu_seconds"] > 0 and km["value"].shape == (4, 4)
-    assert read_store(res / "iter1/features.zarr").attrs["stage"] == "means-whole"
+    for t in (1, 2):
+        assert read_store(res / f"iter{t}/features.zarr").attrs["stage"] == "means-whole"
     assert not (res / "iter0/kmax").exists() and not (res / "iter1/means").exists()
+    # shapes3 runs ia.iterations (1): no second iteration's stores
+    assert (work / "results/shapes3/ia/iter1").exists()
+    assert not (work / "results/shapes3/ia/iter2").exists()
 
 
 def test_sharded_kmax_equals_the_whole_job(tiny_run, tmp_path):

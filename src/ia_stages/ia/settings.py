@@ -692,6 +692,19 @@ def _run_path(dataset: dict) -> PathSettings:
     return path if path.mode == "candidates" else PathSettings(mode="dense")
 
 
+def ia_iterations(cfg: dict, dataset: str) -> int:
+    """IA's iterations for one dataset of the pipeline's validated config: the dataset's own
+    ``iterations`` when it sets one, else ``ia.iterations``.
+
+    Example
+    -------
+    >>> ia_iterations({"ia": {"iterations": 1}, "datasets": {"a": {}, "b": {"iterations": 2}}}, "b")
+    2
+    """
+    own = cfg["datasets"][dataset].get("iterations")
+    return int(cfg["ia"]["iterations"] if own is None else own)
+
+
 def ia_config(cfg: dict, dataset: str) -> dict:
     """The keys of :class:`IASettings` for one dataset of the pipeline's validated config
     (every value that changes IA's result: the stages put it in their settings hash).
@@ -734,7 +747,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
         stop = dict(cfg["ia"]["stop"])
     return {
         "beta": ds["beta"],
-        "iterations": cfg["ia"]["iterations"],
+        "iterations": ia_iterations(cfg, dataset),
         "init": cfg["ia"]["init"],
         "normalization": ds["normalization"],
         "sigma": ds["kernel_sigma"],

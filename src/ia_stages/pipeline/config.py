@@ -18,6 +18,7 @@ KERNEL_KEYS = (
     "group",
     "kmax",
     "preset",
+    "iterations",
 )  # dataset keys that only the methods read (the preset's are filled in by validate_config)
 
 
@@ -388,7 +389,8 @@ def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
 
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
     """Exactly the settings a stage uses (so a change reruns only what it affects)."""
-    from ia_stages.ia.settings import ia_config  # not at the top: stage jobs import this module
+    # not at the top: stage jobs import this module
+    from ia_stages.ia.settings import ia_config, ia_iterations
 
     ds = cfg["datasets"][dataset]
     kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
@@ -431,7 +433,7 @@ def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
             **common,
             "normalization": ds["normalization"],
             "readout": readout,
-            "ia_iterations": cfg["ia"]["iterations"] if dataset in cfg["ia"]["datasets"] else 0,
+            "ia_iterations": ia_iterations(cfg, dataset) if dataset in cfg["ia"]["datasets"] else 0,
             "ia": ia_config(cfg, dataset) if dataset in cfg["ia"]["datasets"] else None,
             "ka": dataset in cfg["ka"]["datasets"],
         }

@@ -82,8 +82,9 @@ def cluster_runs():
 
 def ia_stores(d):
     """kappa^max stores of iterations 0..T and feature stores of iterations 1..T."""
-    kmax = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(IA_ITERS + 1)]
-    feats = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
+    T = ia_iters(d)
+    kmax = [f"results/{d}/ia/iter{t}/kmax.zarr" for t in range(T + 1)]
+    feats = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, T + 1)]
     return kmax, feats
 
 
@@ -124,7 +125,7 @@ def cluster_args(w, input):
 def cost_stores(w):
     stores = [f"results/data/{d}.zarr" for d in BENCH_DATASETS]
     for d in BENCH_RUNS:
-        for t in range(IA_ITERS + 1):
+        for t in range(ia_iters(d) + 1):
             stores += kmax_search_stores(d, t)
         stores += ia_stores(d)[1]
     return stores + cluster_runs()

@@ -6,7 +6,7 @@ rule classes:
         CONDA_ENV
     input:
         dataset="results/data/{dataset}.zarr",
-        kmax=lambda w: [kmax_store(w.dataset, t) for t in range(IA_ITERS + 1)],
+        kmax=lambda w: [kmax_store(w.dataset, t) for t in range(ia_iters(w.dataset) + 1)],
     output:
         store=directory("results/{dataset}/classes.zarr"),
         csv=report(

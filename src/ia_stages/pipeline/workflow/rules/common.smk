@@ -16,11 +16,18 @@ from ia_stages.pipeline.config import (
     means_block_size,
     stage_settings_json,
 )
+from ia_stages.ia.settings import ia_iterations
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
 IA_DATASETS = config["ia"]["datasets"]
 KA_DATASETS = config["ka"]["datasets"]
-IA_ITERS = config["ia"]["iterations"]
+
+
+def ia_iters(d):
+    """IA's iterations of dataset d: its own `iterations`, else ia.iterations."""
+    return ia_iterations(config, d)
+
+
 KNN_DATASETS = [d for d in IA_DATASETS if knn_path(config, d)]  # kmax: {mode: candidates}
 FIGS = config["figures"]
 FIGURE_FILES = {
@@ -176,8 +183,9 @@ def metrics_inputs(w):
     if d in KA_DATASETS:
         ins["ka"] = f"results/{d}/ka/iterations.zarr"
     if d in IA_DATASETS:
-        ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, IA_ITERS + 1)]
-        ins["ia_kmax"] = [kmax_store(d, t) for t in range(IA_ITERS + 1)]
+        T = ia_iters(d)
+        ins["ia_features"] = [f"results/{d}/ia/iter{t}/features.zarr" for t in range(1, T + 1)]
+        ins["ia_kmax"] = [kmax_store(d, t) for t in range(T + 1)]
         ins["classes"] = f"results/{d}/classes.zarr"  # IA's read-outs without K, made once
     return ins
 

@@ -84,7 +84,7 @@ rule fig4:
         expand(
             "results/{dataset}/ia/iter{t}/features.zarr",
             dataset=FIGS["shapes"],
-            t=range(1, min(IA_ITERS, 2) + 1),
+            t=range(1, min(ia_iters(FIGS["shapes"]), 2) + 1) if FIGS["shapes"] else [],
         ),
     output:
         report(FIGURE_FILES["fig4"], caption="../report/fig4.rst", category="Figures"),
