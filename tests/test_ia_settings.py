@@ -98,7 +98,8 @@ def test_a_dataset_preset_sets_its_ia_and_its_own_keys_win():
     cfg = validate_config(raw)
     paper = ia_settings("paper")
     s = ia_settings(**stage_settings(cfg, "classes", "mnist")["ia"])
-    assert s == replace(paper, mean=s.mean, search=s.search)
+    # the iterations are the dataset's own or ia.iterations, not the preset's
+    assert s == replace(paper, mean=s.mean, search=s.search, iterations=cfg["ia"]["iterations"])
     assert s.readout.kind == "linkage" and s.stop.rule == "none"
     rot = ia_settings(**stage_settings(cfg, "classes", "mnist_rot")["ia"])
     assert rot.beta == 7.0 and rot.sigma == paper.sigma

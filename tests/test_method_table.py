@@ -113,7 +113,7 @@ def _set(*path, value):
 
 BAD = {
     "k zero": (_set("datasets", "mnist_rot", "attention", "k", value=0), "attention.k"),
-    "k equal to n": (_set("datasets", "mnist_rot", "attention", "k", value=100), "attention.k"),
+    "k equal to n": (_set("datasets", "mnist_rot", "attention", "k", value=300), "attention.k"),
     "unknown kind": (_set("datasets", "mnist_rot", "attention", "kind", value="sparse"), "kind"),
     "unknown bandwidth": (
         _set("datasets", "affnist", "attention", "bandwidth", value="global"),
@@ -121,7 +121,7 @@ BAD = {
     ),
     "unknown community": (_set("readout", "graph", "community", value="louvain"), "community"),
     "unknown IA read-out": (_set("readout", "ia", value="kmeans"), "readout.ia"),
-    "graph k not below n": (_set("readout", "graph", "k", value=100), "readout.graph.k"),
+    "graph k not below n": (_set("readout", "graph", "k", value=300), "readout.graph.k"),
     "unknown stop rule": (_set("ia", "stop", "rule", value="never"), "ia.stop.rule"),
     "unknown method": (_set("benchmark", "methods", value=["kmeans", "dbscan"]), "methods.1"),
 }
