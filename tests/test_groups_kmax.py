@@ -190,9 +190,10 @@ def _letters_and_mirrors(n: int) -> np.ndarray:
 
 def test_the_joint_mirror_search_keeps_the_better_of_the_plain_and_the_mirror_search():
     """kappa_max_with_mirrors searches each pair i < j (by blocks of the upper triangle when
-    the memory budget asks for blocks) against U[j] and its mirror image at once: its d2 is
-    the lower of the separate searches' (U against U, U against its mirror images) up to the
-    refinement's tolerance, the winner's side is the flag, and j <= i stays +inf."""
+    the memory budget asks for blocks; with the polar or the grid scan) against U[j] and its
+    mirror image at once: its d2 is the lower of the separate searches' (U against U, U
+    against its mirror images) up to the refinement's tolerance, the winner's side is the
+    flag, and j <= i stays +inf."""
     from dataclasses import replace
 
     from ia_stages.core.smoothing import smooth_normalize
@@ -211,6 +212,13 @@ def test_the_joint_mirror_search_keeps_the_better_of_the_plain_and_the_mirror_se
     assert _images_per_block(smooth_normalize(X, 2.0, "unit"), X, small, mirror=True) < 10
     lower = np.minimum(plain.sqdist, mirror.sqdist)
     wins = mirror.sqdist < plain.sqdist
+    # the grid scan's starts of both sides, against its own searches apart
+    grid = replace(SearchSettings(), method="grid", n_angles=36)
+    on_grid = [kappa_max_all_pairs(X[:6], W, beta=2.0, sigma=2.0, settings=grid).sqdist
+               for W in (None, X[:6, :, ::-1])]  # fmt: skip
+    _, grid_d2, _ = kappa_max_with_mirrors(X[:6], beta=2.0, settings=grid, sigma=2.0)
+    six = upper[:6, :6]
+    np.testing.assert_allclose(grid_d2[six], np.minimum(*on_grid)[six], rtol=1e-6, atol=1e-8)
     for settings in (SearchSettings(), small):
         params, sqdist, flipped = kappa_max_with_mirrors(X, beta=2.0, settings=settings, sigma=2.0)
         np.testing.assert_allclose(sqdist[upper], lower[upper], rtol=1e-6, atol=1e-8)
