@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ia_stages.benchmark.metrics import accuracy
+from ia_stages.ia.settings import ia_iterations
 from ia_stages.pipeline.config import cluster_settings, data_of, load_config
 from ia_stages.pipeline.stages.common import load_features
 from ia_stages.pipeline.stages.run_method import method_seed, predict
@@ -41,8 +42,8 @@ def main() -> None:
     names = args.datasets or [
         d for d in cfg["datasets"] if data_of(d) in cfg["benchmark"]["datasets"]
     ]
-    T = cfg["ia"]["iterations"]
     for dataset in names:
+        T = ia_iterations(cfg, dataset)
         if not (args.run / f"results/{dataset}/ia").exists():
             print(f"\n{dataset}: no IA stores in {args.run}; skipped")
             continue
