@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -441,3 +442,26 @@ def test_the_mirror_images_scan_spectra_are_the_conjugate_rings_about_mirrored_c
         assert np.abs(joint.B_v - sampled.B_v).max() < 1e-6 * scale
         np.testing.assert_allclose(joint.m_v, sampled.m_v, atol=1e-12)
         np.testing.assert_allclose(joint.A_u, sampled.A_u, atol=1e-6 * scale)
+
+
+def test_the_mirror_images_layout_is_the_images_layout_reversed():
+    """The compiled search's layout with mirrors (moving images, then their mirror images, at
+    full and half resolution) takes the mirror images' prefiltered pixels from the images' own,
+    reversed: the same pixels (to float32 rounding) and norms as laying out the mirrored
+    images themselves."""
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.kmax.search import EXACT_SEARCH, _pair_layout
+
+    Un = smooth_normalize(_letters_and_mirrors(5), 1.0, "unit")
+    V = Un[1:]
+    for interpolation in ("bspline", "keys"):
+        settings = replace(EXACT_SEARCH, interpolation=interpolation)
+        joint = _pair_layout(Un, V, 1.0, settings, mirror=True)
+        laid = _pair_layout(Un, np.concatenate([V, V[..., ::-1]]), 1.0, settings)
+        for a, b in zip(joint.resolutions(), laid.resolutions(), strict=True):
+            low_a = a.V.view(np.float32)[:, 0::2]  # each int64 word: pixel k in its low half
+            low_b = b.V.view(np.float32)[:, 0::2]
+            assert low_a.shape == low_b.shape == (8, low_a.shape[1])
+            np.testing.assert_allclose(low_a, low_b, rtol=0, atol=1e-6 * np.abs(low_b).max())
+            np.testing.assert_allclose(a.vv, b.vv, rtol=1e-12)
+            np.testing.assert_array_equal(a.off, b.off)

@@ -670,23 +670,37 @@ class Resolution:
 
     @classmethod
     def of(
-        cls, U: np.ndarray, V: np.ndarray, packed: bool = True, interpolation: str = "keys"
+        cls,
+        U: np.ndarray,
+        V: np.ndarray,
+        packed: bool = True,
+        interpolation: str = "keys",
+        mirror: bool = False,
     ) -> Resolution:
         """Targets ``U (n_i, H, W)`` and moving images ``V (n_j, H, W)``, sampled by
         ``interpolation``: its prefilter (:func:`ia_stages.core.warp.spline_coefficients`) runs
-        here, once per moving image, for the CPU and the CUDA kernels alike."""
+        here, once per moving image, for the CPU and the CUDA kernels alike. ``mirror``: the
+        moving images are V followed by its mirror images (columns reversed; ``2 n_j`` rows),
+        whose prefiltered pixels are V's reversed (the prefilter is symmetric, and so is the
+        zero padding)."""
         V = np.asarray(V, dtype=np.float64)
         n, H, W = V.shape
-        moving = np.empty((n, (H + 2 * _PAD) * (W + 2 * _PAD)), np.int64 if packed else np.float32)
-        vv = np.empty(n)
+        rows = 2 * n if mirror else n
+        width = (H + 2 * _PAD) * (W + 2 * _PAD)
+        moving = np.empty((rows, width), np.int64 if packed else np.float32)
+        vv = np.empty(rows)
 
         def lay_out(lo: int, hi: int) -> None:  # each image's layout is its own
             Q = spline_coefficients(V[lo:hi], interpolation)
-            padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD))).reshape(hi - lo, -1)
-            moving[lo:hi] = _packed(padded) if packed else padded
+            padded = np.pad(Q, ((0, 0), (_PAD, _PAD), (_PAD, _PAD)))
+            sides = ((0, padded), (n, padded[..., ::-1])) if mirror else ((0, padded),)
             # the squared norms of the moving images as the kernels read them (float32): then
             # d2 = ||u - v' o tau||^2 for the rounded v', whose distance to v is ~6e-8 ||v||
-            vv[lo:hi] = _sumsq(V[lo:hi].astype(np.float32).astype(np.float64))
+            norms = _sumsq(V[lo:hi].astype(np.float32).astype(np.float64))
+            for at, side in sides:
+                flat = side.reshape(hi - lo, width)
+                moving[at + lo : at + hi] = _packed(flat) if packed else flat
+                vv[at + lo : at + hi] = norms
 
         on_ranges(lay_out, n)
         off, gy, gx, t, uu = _target_pixels(U)
@@ -819,17 +833,20 @@ def pair_images(
     search: np.ndarray | None = None,
     packed: bool = True,
     interpolation: str = "keys",
+    mirror: bool = False,
 ) -> PairImages:
     """Lay out targets ``U (n_i, H, W)``, moving images ``V (n_j, H, W)``, optionally their
     half-resolution versions ``half = (U2, V2)`` (e.g. by
     :func:`ia_stages.core.smoothing.half_resolution`) and optionally targets ``search (n_i, H, W)``
     (e.g. ``U`` without its faintest pixels) for :func:`search_pairs`; ``packed=False``: for
     :func:`ia_stages.kmax.cuda.search_pairs_cuda` (after :meth:`PairImages.to`). The moving
-    images are sampled by ``interpolation`` ('keys' or 'bspline')."""
-    full = Resolution.of(U, V, packed, interpolation)
+    images are sampled by ``interpolation`` ('keys' or 'bspline'); with ``mirror`` they are V
+    followed by its mirror images, at both resolutions (:meth:`Resolution.of`), as
+    :func:`search_pairs` reads them for ``n_plain``."""
+    full = Resolution.of(U, V, packed, interpolation, mirror)
     return PairImages(
         full,
-        None if half is None else Resolution.of(*half, packed, interpolation),
+        None if half is None else Resolution.of(*half, packed, interpolation, mirror),
         None if search is None else full.with_targets(search),
         None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
         interpolation,

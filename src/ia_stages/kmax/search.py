@@ -315,8 +315,7 @@ def search_listed(
         chunks = _polar_chunks(Un, Vn, ii, jj, group, settings, upper, mirror)
     else:
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror)
-    moving = xp.concatenate([Vn, Vn[..., ::-1]]) if mirror else Vn
-    images = _pair_layout(Un, moving, sigma, settings)
+    images = _pair_layout(Un, Vn, sigma, settings, mirror)
     n_plain = settings.n_candidates if mirror else None
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         won = xp.empty(i.size, dtype=bool)
@@ -718,10 +717,13 @@ def _refine_candidates(
     return search_pairs_cuda(images, ix, jx, starts, beta, policy, coarse, n_plain, mirrored)
 
 
-def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> PairImages:
+def _pair_layout(
+    Un: Any, Vn: Any, sigma: float, settings: SearchSettings, mirror: bool = False
+) -> PairImages:
     """The pairs as the compiled search reads them (:func:`ia_stages.kmax.refine.pair_images`):
     the half-resolution stage's images (when on) and the floored search targets (when
-    pruning), laid out on the host and, for cupy images, copied to the GPU."""
+    pruning), laid out on the host and, for cupy images, copied to the GPU; with ``mirror``
+    the moving images followed by their mirror images."""
     xp = array_module(Un)
     half = _half_resolution_pair(Un, Vn, sigma, settings)
     search = _search_targets(Un, settings)
@@ -733,8 +735,8 @@ def _pair_layout(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> Pa
     )
     interp = settings.interpolation
     if xp is np:
-        return pair_images(*host, interpolation=interp)
-    return pair_images(*host, packed=False, interpolation=interp).to(xp)
+        return pair_images(*host, interpolation=interp, mirror=mirror)
+    return pair_images(*host, packed=False, interpolation=interp, mirror=mirror).to(xp)
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:
