@@ -465,3 +465,22 @@ def test_the_mirror_images_layout_is_the_images_layout_reversed():
             np.testing.assert_allclose(low_a, low_b, rtol=0, atol=1e-6 * np.abs(low_b).max())
             np.testing.assert_allclose(a.vv, b.vv, rtol=1e-12)
             np.testing.assert_array_equal(a.off, b.off)
+
+
+def test_mirror_candidates_need_a_layout_with_mirror_images():
+    """Candidates of mirror images read rows n_j on of the moving layout: asked of a layout
+    made without them, or with n_plain out of range, the search stops with one line instead
+    of warping the wrong images."""
+    from ia_stages.kmax.refine import RefinePolicy, pair_images, search_pairs
+
+    X = _letters_and_mirrors(3)
+    ii, jj, starts = np.array([0]), np.array([1]), np.zeros((1, 4, 3))
+    with pytest.raises(ValueError, match="no mirror images"):
+        search_pairs(pair_images(X, X), ii, jj, starts, 1.0, RefinePolicy(), n_plain=2)
+    with pytest.raises(ValueError, match=r"n_plain must be in 0\.\.4"):
+        search_pairs(pair_images(X, X, mirror=True), ii, jj, starts, 1.0, RefinePolicy(),
+                     n_plain=5)  # fmt: skip
+    won = np.empty(1, bool)
+    _, d2 = search_pairs(pair_images(X, X, mirror=True), ii, jj, starts, 1.0, RefinePolicy(),
+                         n_plain=2, mirrored=won)  # fmt: skip
+    assert np.isfinite(d2).all()

@@ -76,16 +76,15 @@ SIMULATED = textwrap.dedent(
     # so pair (1, 4) is won by a mirror candidate
     s = SearchSettings()
     W = np.concatenate([U, U[1:2, :, ::-1]])
-    both = np.concatenate([W, W[..., ::-1]])
     i3, j3 = np.array([0, 1, 1]), np.array([3, 2, 4])
     start3 = np.concatenate([starts, np.zeros((1, 3, 3))])
     start3 = np.concatenate([start3, start3[:, ::-1]], 1)  # 3 plain, then 3 mirror candidates
     won = np.zeros((2, 3), bool)
-    cpu = search_pairs(_pair_layout(U, both, 1.0, s), i3, j3, start3, 20.0, _policy(s),
-                       s.coarse_iters, 3, won[0])  # fmt: skip
+    cpu = search_pairs(_pair_layout(U, W, 1.0, s, mirror=True), i3, j3, start3, 20.0,
+                       _policy(s), s.coarse_iters, 3, won[0])  # fmt: skip
     gpu_images = pair_images(
-        U, both, _half_resolution_pair(U, both, 1.0, s), _search_targets(U, s), packed=False,
-        interpolation=s.interpolation,
+        U, W, _half_resolution_pair(U, W, 1.0, s), _search_targets(U, s), packed=False,
+        interpolation=s.interpolation, mirror=True,
     ).to(np)  # fmt: skip
     gpu = search_pairs_cuda(gpu_images, i3, j3, start3, 20.0, _policy(s), s.coarse_iters, 3,
                             won[1])  # fmt: skip

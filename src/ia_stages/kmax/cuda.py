@@ -263,6 +263,7 @@ def search_pairs_cuda(
     out_p = xp.empty((m, 3))
     out_c = xp.empty(m)
     out_m = xp.empty(m, dtype=np.bool_) if mirrored is None else mirrored
+    plain, mirror_row = refine.mirror_candidates(images, starts, n_plain)
     if m == 0:
         return out_p, out_c
     if images.full.V.dtype != np.float32:
@@ -280,9 +281,8 @@ def search_pairs_cuda(
     coarse = int(coarse_iters) if images.half is not None else 0
     _kernel()[-(-m // THREADS), THREADS](
         xp.asarray(ii, dtype=np.int64), xp.asarray(jj, dtype=np.int64),
-        xp.ascontiguousarray(xp.asarray(starts, dtype=np.float64)),
-        n_c if n_plain is None else int(n_plain),
-        0 if n_plain is None else images.full.V.shape[0] // 2, *arrays, int(policy.iters),
+        xp.ascontiguousarray(xp.asarray(starts, dtype=np.float64)), plain, mirror_row, *arrays,
+        int(policy.iters),
         float(policy.tol), coarse, float(beta), float(policy.prune_kappa),
         float(policy.prune_margin), float(policy.kappa_stop), float(policy.coarse_stop),
         float(policy.half_gap), float(policy.same_angle), float(policy.same_shift),

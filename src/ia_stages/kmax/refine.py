@@ -391,6 +391,13 @@ def _argsort_small(x, order):
 
 
 @_shared(inline="always")
+def _side_start(c, n_plain):
+    """The first candidate of candidate ``c``'s side: 0 for the moving image's own starts,
+    ``n_plain`` for its mirror image's (a start repeats only starts of its own side)."""
+    return 0 if c < n_plain else n_plain
+
+
+@_shared(inline="always")
 def _moving_row(j, c, n_plain, mirror_row):
     """The row of the moving images that candidate ``c`` of a pair with moving image ``j``
     warps: ``j``, or for a mirror-image candidate (``c >= n_plain``) ``j + mirror_row``."""
@@ -429,7 +436,7 @@ def _search_pair(k, ii, jj, starts, n_plain, mirror_row, exact, full, tail, half
     if coarse_iters > 0:
         lowest = math.inf
         for c in range(n_c):
-            side = 0 if c < n_plain else n_plain
+            side = _side_start(c, n_plain)
             if _same_start(starts[k], side, c):  # (the scan repeats its best peak when it
                 continue  # finds fewer): it would converge where the earlier one did
             j = _moving_row(jj[k], c, n_plain, mirror_row)
@@ -459,7 +466,7 @@ def _search_pair(k, ii, jj, starts, n_plain, mirror_row, exact, full, tail, half
                 and (math.exp(-beta * (hc - margin)) < prune_kappa or hc > lowest + half_gap)
             ):
                 continue
-        elif _same_start(starts[k], 0 if c < n_plain else n_plain, c):
+        elif _same_start(starts[k], _side_start(c, n_plain), c):
             continue
         j = _moving_row(jj[k], c, n_plain, mirror_row)
         # full-resolution cost (the half-resolution one is biased by its extra smoothing), with
@@ -775,18 +782,21 @@ class PairImages:
     """What :func:`search_pairs` reads, laid out once per kappa^max call: the full-resolution
     pairs, optionally their half-resolution versions, and optionally the full-resolution
     pairs with fewer target pixels (``search``) that rank and refine in their place, all
-    sampled by ``interpolation`` ('keys' or 'bspline', :data:`ia_stages.core.taps.TAPS`)."""
+    sampled by ``interpolation`` ('keys' or 'bspline', :data:`ia_stages.core.taps.TAPS`).
+    ``mirror``: the moving images are followed by their mirror images (:func:`pair_images`)."""
 
     full: Resolution
     half: Resolution | None
     search: Resolution | None = None
     tail: Resolution | None = None  # the target pixels of ``full`` that ``search`` lacks
     interpolation: str = "keys"
+    mirror: bool = False
 
     def to(self, xp: Any) -> PairImages:
         """The same images as ``xp`` arrays (e.g. cupy: on the GPU)."""
         layouts = (self.full, self.half, self.search, self.tail)  # the fields' order
-        return PairImages(*(None if r is None else r.to(xp) for r in layouts), self.interpolation)
+        moved = (None if r is None else r.to(xp) for r in layouts)
+        return PairImages(*moved, self.interpolation, self.mirror)
 
     def with_moving(self, other: PairImages) -> PairImages:
         """These targets against ``other``'s moving images (both laid out with the same
@@ -808,6 +818,7 @@ class PairImages:
             None if self.search is None else self.search.with_moving(full),
             None if self.tail is None else self.tail.with_moving(full),
             self.interpolation,
+            other.mirror,
         )
 
     def taps(self) -> tuple:
@@ -850,7 +861,29 @@ def pair_images(
         None if search is None else full.with_targets(search),
         None if search is None else full.with_targets(np.where(search == 0, U, 0.0)),
         interpolation,
+        mirror,
     )
+
+
+def mirror_candidates(images: PairImages, starts: Any, n_plain: int | None) -> tuple[int, int]:
+    """``(n_plain, mirror_row)`` as the compiled search takes them: with ``n_plain`` None every
+    candidate of ``starts (m, c, 3)`` is of V[jj] (c, 0); else the candidates from ``n_plain``
+    on are of the mirror images, rows n_j on of a ``mirror`` layout (a ValueError otherwise).
+
+    Example
+    -------
+    >>> X = np.random.default_rng(0).random((2, 8, 8))
+    >>> mirror_candidates(pair_images(X, X, mirror=True), np.zeros((1, 4, 3)), 2)
+    (2, 2)
+    """
+    n_c = starts.shape[1]
+    if n_plain is None:
+        return n_c, 0
+    if not images.mirror:
+        raise ValueError("n_plain: the layout holds no mirror images (pair_images(mirror=True))")
+    if not 0 <= int(n_plain) <= n_c:
+        raise ValueError(f"n_plain must be in 0..{n_c} (the candidates per pair), got {n_plain}")
+    return int(n_plain), images.full.V.shape[0] // 2
 
 
 def search_pairs(
@@ -879,8 +912,9 @@ def search_pairs(
         (skipped where the half-resolution cost already rules them out)
     n_plain : None (default: every candidate is of V[jj]), or the number of candidates of
         V[jj]; the others (``starts[:, n_plain:]``) are of the mirror images, which ``images``
-        then lays out after the moving images (rows ``n_j .. 2 n_j - 1`` of its 2 n_j): the
-        pair's candidates of both are ranked, pruned and refined together
+        then lays out after the moving images (``pair_images(..., mirror=True)``; see
+        :func:`mirror_candidates`): the pair's candidates of both are ranked, pruned and
+        refined together
     mirrored : optional ``(m,)`` bool array, filled with whether each pair's winner is of the
         mirror image
 
@@ -897,16 +931,15 @@ def search_pairs(
     Example
     -------
     >>> X = np.random.default_rng(0).random((2, 12, 12))
-    >>> starts = np.zeros((1, 2, 3)); both = pair_images(X, np.concatenate([X, X[..., ::-1]]))
+    >>> starts = np.zeros((1, 2, 3)); both = pair_images(X, X, mirror=True)
     >>> flag = np.empty(1, bool)
     >>> _ = search_pairs(both, np.array([0]), np.array([0]), starts, 1.0, RefinePolicy(),
     ...                  n_plain=1, mirrored=flag)
     >>> flag.tolist()  # X[0] onto itself: the plain candidate wins
     [False]
     """
-    m, n_c = ii.size, starts.shape[1]
-    plain = n_c if n_plain is None else int(n_plain)
-    mirror_row = 0 if n_plain is None else images.full.V.shape[0] // 2
+    plain, mirror_row = mirror_candidates(images, starts, n_plain)
+    m = ii.size
     out_p = np.empty((m, 3))
     out_c = np.empty(m)
     out_m = np.empty(m, dtype=np.bool_) if mirrored is None else mirrored
