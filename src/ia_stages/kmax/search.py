@@ -249,12 +249,9 @@ def kappa_max_all_pairs(
     The public entry is :func:`ia_stages.kmax.kappa_max`, which documents the parameters and
     calls this for ``k=None``.
     """
-    U = check_images(U, "U", dtype=FLOATS)
-    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    U, V, Un, Vn = _checked_and_normalized(U, V, normalization, sigma)
     xp = array_module(U)
     symmetric = V is None
-    Un = smooth_normalize(U, sigma, normalization)
-    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     block = _images_per_block(Un, Vn, settings)
     if block < max(n_i, n_j):
@@ -351,30 +348,22 @@ def kappa_max_with_mirrors(
     -------
     >>> params, sqdist, flipped = kappa_max_with_mirrors(X, beta=2.0)  # doctest: +SKIP
     """
-    U = check_images(U, "U", dtype=FLOATS)
-    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    U, V, Un, Vn = _checked_and_normalized(U, V, normalization, sigma)
     xp = array_module(U)
     symmetric = V is None
-    Un = smooth_normalize(U, sigma, normalization)
-    Vn = Un if symmetric else smooth_normalize(V, sigma, normalization)
     n_i, n_j = Un.shape[0], Vn.shape[0]
     params = xp.zeros((n_i, n_j, 3))
     sqdist = xp.full((n_i, n_j), xp.inf)
     flipped = xp.zeros((n_i, n_j), dtype=bool)
     block = _images_per_block(Un, Vn, settings, mirror=True)
-    rows, cols = [*range(0, n_i, block), n_i], [*range(0, n_j, block), n_j]
-    for a in range(len(rows) - 1):
-        for c in range(a if symmetric else 0, len(cols) - 1):
-            r0, r1, c0, c1 = rows[a], rows[a + 1], cols[c], cols[c + 1]
-            diagonal = symmetric and a == c
-            Ub = Un[r0:r1]
-            ii, jj = _pair_order(r1 - r0, c1 - c0, diagonal)
-            p, d2, f = search_listed(Ub, Ub if diagonal else Vn[c0:c1], ii, jj, beta, SE2(),
-                                     settings, progress, sigma, upper=diagonal,
-                                     mirror=True)  # fmt: skip
-            params[r0 + ii, c0 + jj] = p[ii, jj]
-            sqdist[r0 + ii, c0 + jj] = d2[ii, jj]
-            flipped[r0 + ii, c0 + jj] = f[ii, jj]
+    for r, c, diagonal in _blocks(n_i, n_j, block, symmetric):
+        Ub = Un[r]
+        ii, jj = _pair_order(Ub.shape[0], c.stop - c.start, diagonal)
+        p, d2, f = search_listed(Ub, Ub if diagonal else Vn[c], ii, jj, beta, SE2(), settings,
+                                 progress, sigma, upper=diagonal, mirror=True)  # fmt: skip
+        params[r.start + ii, c.start + jj] = p[ii, jj]
+        sqdist[r.start + ii, c.start + jj] = d2[ii, jj]
+        flipped[r.start + ii, c.start + jj] = f[ii, jj]
     params[..., 0] = wrap_angle(params[..., 0])
     return params, sqdist, flipped
 
@@ -389,6 +378,32 @@ def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings, mirror: bool =
     probe = PolarScan(Un[:1], Vn[:1], settings, mirror)  # a block of U and one of V: both held
     per_image = probe.fixed + probe.per_pair
     return max(1, int(settings.memory_mb * MB / 2 // per_image))
+
+
+def _checked_and_normalized(
+    U: Any, V: Any | None, normalization: str, sigma: float
+) -> tuple[Any, Any | None, Any, Any]:
+    """``U``, ``V`` checked (one-line errors naming them) and their smoothed, normalised
+    images ``Un``, ``Vn`` (``Vn`` is ``Un`` for ``V`` None: the pairs of one set)."""
+    U = check_images(U, "U", dtype=FLOATS)
+    V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")
+    Un = smooth_normalize(U, sigma, normalization)
+    return U, V, Un, Un if V is None else smooth_normalize(V, sigma, normalization)
+
+
+def _blocks(n_i: int, n_j: int, block: int, symmetric: bool) -> Any:
+    """Yield (rows, columns, diagonal) of the blocks of ``block`` images a search by blocks
+    takes: every block, or for one set (``symmetric``) those of the upper triangle, rows before
+    columns; ``diagonal``: a block of one set against itself."""
+    for a, r0 in enumerate(range(0, n_i, block)):
+        for b, c0 in enumerate(range(0, n_j, block)):
+            if symmetric and b < a:
+                continue
+            yield (
+                slice(r0, min(r0 + block, n_i)),
+                slice(c0, min(c0 + block, n_j)),
+                symmetric and a == b,
+            )
 
 
 def _all_pairs_in_blocks(
@@ -410,23 +425,14 @@ def _all_pairs_in_blocks(
     n_i, n_j = U.shape[0], W.shape[0]
     params = xp.zeros((n_i, n_j, group.n_params))
     sqdist = xp.zeros((n_i, n_j))
-    rows = [slice(a, min(a + block, n_i)) for a in range(0, n_i, block)]
-    cols = [slice(b, min(b + block, n_j)) for b in range(0, n_j, block)]
-    for a, r in enumerate(rows):
-        for b, c in enumerate(cols):
-            if V is None and b < a:
-                continue
-            if V is None and a == b:
-                res = kappa_max_all_pairs(U[r], None, beta, normalization, group, settings,
-                                          progress, sigma)  # fmt: skip
-            else:
-                res = kappa_max_all_pairs(U[r], W[c], beta, normalization, group, settings,
-                                          progress, sigma)  # fmt: skip
-            params[r, c], sqdist[r, c] = res.params, res.sqdist
-            if V is None and b > a:
-                inverse = group.inverse(res.params.reshape(-1, group.n_params))
-                params[c, r] = inverse.reshape(res.params.shape).transpose(1, 0, 2)
-                sqdist[c, r] = res.sqdist.T
+    for r, c, diagonal in _blocks(n_i, n_j, block, V is None):
+        res = kappa_max_all_pairs(U[r], None if diagonal else W[c], beta, normalization, group,
+                                  settings, progress, sigma)  # fmt: skip
+        params[r, c], sqdist[r, c] = res.params, res.sqdist
+        if V is None and not diagonal:
+            inverse = group.inverse(res.params.reshape(-1, group.n_params))
+            params[c, r] = inverse.reshape(res.params.shape).transpose(1, 0, 2)
+            sqdist[c, r] = res.sqdist.T
     return KappaMaxResult(value=xp.exp(-beta * sqdist), params=params, sqdist=sqdist)
 
 
