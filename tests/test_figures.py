@@ -103,6 +103,36 @@ def test_gallery_puts_singletons_in_one_row_below_a_title_that_overlaps_nothing(
     assert sum(bool(ax.images) for ax in last) == 3  # the three single images
 
 
+def test_gallery_aligns_members_by_the_datasets_group(tmp_path, captured):
+    """The members' poses are the dataset group's: a pose whose mirror flag is set shows the
+    member's mirror image (the store's settings name the group), not the member turned."""
+    import json
+
+    rng = np.random.default_rng(1)
+    V = rng.random((3, 12, 12))
+    pose = np.array([[0.0, 0, 0, 0], [0.0, 0, 0, 1], [0.0, 0, 0, 1]])
+    data = xr.Dataset({"features": (("sample", "y", "x"), V)}, attrs={"dataset": "mine"})
+    cl = xr.Dataset(
+        {
+            "cluster": (("sample",), np.zeros(3, int)),
+            "distance": (("sample",), np.array([0.0, 0.1, 0.2])),
+            "pose": (("sample", "param"), pose),
+            "class_average": (("cluster_id", "y", "x"), V[:1]),
+            "size": (("cluster_id",), np.array([3])),
+            "sample_name": (("sample",), np.array(["a.png", "b.png", "c.png"])),
+        },
+        attrs={"settings": json.dumps({"group": {"name": "se2", "mirror": True}})},
+    )
+    inputs = [
+        str(write_store(data, tmp_path / "d.zarr")),
+        str(write_store(cl, tmp_path / "c.zarr")),
+    ]
+    figures.classes(inputs, tmp_path / "g.png")
+    panels = [ax.images[0].get_array() for ax in captured["fig"].axes if ax.images]
+    np.testing.assert_allclose(panels[1], V[0], atol=1e-6)  # pose identity
+    np.testing.assert_allclose(panels[2], V[1, :, ::-1], atol=1e-6)  # the mirror image
+
+
 def test_benchmark_figure_draws_one_bar_per_method_and_group(tmp_path, captured):
     rows = [
         {"dataset": "affnist", "n": 100, "method": m, "group": g, "method_label": m,

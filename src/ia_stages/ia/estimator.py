@@ -110,8 +110,9 @@ class Alignment:
     """Each sample aligned to an invariant mean.
 
     label : ``(n,)`` index of the cluster mean (``cluster_means_``) the sample is aligned to
-    params : ``(n, n_params)`` pose tau (theta in radians, b_0, b_1 in pixels) with
-        ``warp(X[i], params[i]) ~ cluster_means_[label[i]]`` (up to scale)
+    params : ``(n, n_params)`` pose tau (theta in radians, b_0, b_1 in pixels, then the
+        group's further parameters, a mirror flag last) with
+        ``warp(X[i], params[i], group) ~ cluster_means_[label[i]]`` (up to scale)
     distance : ``(n,)`` manifold distance after that alignment, sqrt(||u||^2 + ||v||^2 - 2
         <u, v o tau>) with u the mean and v the image, both smoothed (``sigma``) and at unit
         norm: kappa^max's distance (0..2, the units of ``threshold``)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -261,9 +262,12 @@ def classes(inputs: list[str], out: str | Path) -> None:
 
     inputs: dataset store, classes store (stage ``classes``).
     """
+    from ia_stages.core.groups import make_group
     from ia_stages.core.warp import warp
 
     data, cl = read_store(inputs[0]), read_store(inputs[1])
+    # the poses are the dataset group's (a mirror image's pose holds its flag)
+    group = make_group(**json.loads(cl.attrs.get("settings", "{}")).get("group", {}))
     V = data["features"].values
     pred, dist = cl["cluster"].values, cl["distance"].values
     pose, means, sizes = cl["pose"].values, cl["class_average"].values, cl["size"].values
@@ -281,7 +285,7 @@ def classes(inputs: list[str], out: str | Path) -> None:
     for row, k in enumerate(order):
         members = np.flatnonzero(pred == k)
         members = members[np.argsort(dist[members], kind="stable")][:GALLERY_MEMBERS]
-        aligned = warp(V[members], pose[members]) if members.size else []
+        aligned = warp(V[members], pose[members], group) if members.size else []
         panels = [(means[k], f"cluster {k}: n={int(sizes[k])}")]
         panels += [
             (a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned, strict=True)
