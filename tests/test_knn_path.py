@@ -152,8 +152,6 @@ def test_dense_datasets_keep_their_settings(default_config):
         (lambda d: d["kmax"]["features"].update(n_candidates=3),
          "datasets.mnist_rot.kmax.features.n_candidates"),
         (lambda d: d["kmax"].update(k=30), "datasets.mnist_rot.kmax.k"),
-        (lambda d: d.update(group={"name": "similarity", "mirror": True}),
-         "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
         (lambda d: d["kmax"].update(sample=1), "datasets.mnist_rot.kmax.sample"),
         (lambda d: d["kmax"].update(sample_search="fast"),
@@ -170,10 +168,13 @@ def test_bad_knn_config_names_the_key(change, key):
         validate_config(cfg)
 
 
-def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_path):
-    """A dataset with ``group: similarity`` on the kNN path: the stages (features, two row
-    blocks, the expansion, the gather) refine its candidates over the group and store the
-    library's ``kappa_max(mode='candidates', group=...)`` lists, with the group's parameters."""
+@pytest.mark.parametrize("mirror", [False, True])
+def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_path, mirror):
+    """A dataset with ``group: similarity`` (with mirror images: every fourth render
+    mirrored) on the kNN path: the stages (features, two row blocks, the expansion, the
+    gather) search its candidates (and their mirror images), refine them over the group and
+    store the library's ``kappa_max(mode='candidates', group=...)`` lists, with the group's
+    parameters."""
     import xarray as xr
 
     from ia_stages.core.groups import make_group
@@ -184,7 +185,7 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     from ia_stages.pipeline.stages import knn
     from ia_stages.pipeline.store import write_store
 
-    g = make_group("similarity")
+    g = make_group("similarity", mirror=mirror)
     rng = np.random.default_rng(4)
     p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2)),
                          np.log(rng.uniform(0.85, 1.15, 12))])  # fmt: skip
@@ -192,9 +193,11 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
         [render(letter(ch, 14), (32, 32), params=p[i::3, :3], psf=1.0, linear=g.matrix(p[i::3]))
          for i, ch in enumerate("RFP")]
     ).astype(float)  # fmt: skip
+    if mirror:
+        X[::4] = X[::4, :, ::-1]
     cfg = copy.deepcopy(KNN_TINY)
     ds = cfg["datasets"]["mnist_rot"]
-    ds.update(n=12, group={"name": "similarity"})
+    ds.update(n=12, group={"name": "similarity", "mirror": mirror})
     ds["kmax"].update(rows_per_job=6, sample=8)
     ds["kmax"]["features"].update(n_candidates=6, n_expand=3, n_dims=8)
     settings = stage_settings(validate_config(cfg), "knn", "mnist_rot")
@@ -220,6 +223,10 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     np.testing.assert_allclose(store["sqdist"].values, lib.sqdist, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(store["params"].values, lib.params, rtol=1e-12, atol=1e-12)
     assert list(store["param"].values) == list(g.param_names)
+    if mirror:  # a listed pair is flipped where one of its two renders was mirrored
+        flipped = store["params"].values[:, 1:, -1] == 1
+        side = np.arange(12) % 4 == 0
+        assert np.array_equal(flipped, side[:, None] != side[store["indices"].values[:, 1:]])
     se2 = kappa_max(X, beta=settings["beta"], normalization=settings["normalization"],
                     settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
                     k=settings["k"], mode="candidates",

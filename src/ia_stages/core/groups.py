@@ -10,7 +10,7 @@ composition of the sampling maps: (v o tau1) o tau2 = v o (tau1 . tau2) with
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,18 @@ class SE2:
     def clip(self, params: Any) -> Any:
         """``params`` (SE(2) has no bounds)."""
         return params
+
+    def of_mirror_image(self, q: Any, flipped: Any) -> Any:
+        """``q (..., 3)`` as float (SE(2) holds no mirror images: ``flipped`` must be all
+        False; :meth:`AffineFamily.of_mirror_image`)."""
+        if np.any(flipped):
+            raise ValueError("group: a mirror image in a group without mirror=True")
+        return np.asarray(q, dtype=float)
+
+    def split_mirror(self, params: Any) -> tuple[Any, Any]:
+        """``(params, flipped)`` with ``flipped`` all False (:meth:`AffineFamily.split_mirror`)."""
+        params = np.asarray(params, dtype=float)
+        return params, np.zeros(params.shape[:-1], dtype=bool)
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
         """Identity parameters, shape ``(3,)`` or ``(n, 3)``."""
@@ -251,6 +263,49 @@ class AffineFamily:
             p[..., -1] = mirror
         return p
 
+    def of_mirror_image(self, q: Any, flipped: Any) -> Any:
+        """The elements ``(..., n_params)`` that warp an image v as the continuous parameters
+        ``q (..., n_continuous)`` warp it, or, where ``flipped`` (bool, broadcast), as ``q``
+        warps v's mirror image v_F (columns reversed): v_F o tau_q = v o tau with A = F A_q and
+        b = F b_q (the column shift's sign changes). The search of a pair over both an image
+        and its mirror image returns ``q`` and ``flipped``; :meth:`split_mirror` undoes this.
+
+        Example
+        -------
+        >>> g = make_group("se2", mirror=True)
+        >>> g.of_mirror_image(np.array([[0.5, 1.0, 2.0]]), np.array([True])).tolist()
+        [[0.5, 1.0, -2.0, 1.0]]
+        """
+        q = np.asarray(q, dtype=float)
+        flipped = np.broadcast_to(np.asarray(flipped, dtype=bool), q.shape[:-1])
+        p = np.zeros((*q.shape[:-1], self.n_params))
+        p[..., : self.n_continuous] = q[..., : self.n_continuous]
+        if self.mirror:
+            p[..., 2] = np.where(flipped, -q[..., 2], q[..., 2])
+            p[..., -1] = flipped
+        elif np.any(flipped):
+            raise ValueError("group: a mirror image in a group without mirror=True")
+        return p
+
+    def split_mirror(self, params: Any) -> tuple[Any, Any]:
+        """``(q, flipped)`` of elements ``params (..., n_params)``: the inverse of
+        :meth:`of_mirror_image` (``flipped`` all False for a group without mirrors).
+
+        Example
+        -------
+        >>> g = make_group("se2", mirror=True)
+        >>> q, flipped = g.split_mirror(np.array([[0.5, 1.0, -2.0, 1.0]]))
+        >>> q.tolist(), flipped.tolist()
+        ([[0.5, 1.0, 2.0]], [True])
+        """
+        params = np.asarray(params, dtype=float)
+        q = np.array(params[..., : self.n_continuous])
+        if not self.mirror:
+            return q, np.zeros(params.shape[:-1], dtype=bool)
+        flipped = np.round(params[..., -1]) == 1
+        q[..., 2] = np.where(flipped, -q[..., 2], q[..., 2])
+        return q, flipped
+
     def _parts(self, params: Any) -> tuple[Any, ...]:
         params = np.asarray(params, dtype=float)
         z = 0.0 * params[..., 0]
@@ -354,6 +409,23 @@ class AffineFamily:
 
 
 GROUP_NAMES = ("se2", "similarity", "affine")
+
+
+def lists_group(group: SE2 | AffineFamily) -> SE2 | AffineFamily:
+    """The group a kNN mode searches its lists in: SE(2), with mirror images where ``group``
+    has them; a group with more parameters refines its lists' pairs from there
+    (:func:`ia_stages.kmax.group_search.refine_knn`).
+
+    Example
+    -------
+    >>> lists_group(make_group("affine", mirror=True)).param_names
+    ('theta', 'b0', 'b1', 'mirror')
+    >>> lists_group(make_group("similarity"))
+    SE2(name='se2', n_params=3, param_names=('theta', 'b0', 'b1'))
+    """
+    if isinstance(group, AffineFamily) and group.mirror:
+        return group if group.name == "se2" else replace(group, name="se2")
+    return SE2()
 
 
 def make_group(

@@ -187,7 +187,8 @@ class PathSettings:
         on 20,000 digit copies the lists' candidates found as many of iteration 1's nearest as
         the features' with half the pairs refined (README "Large image sets")
 
-    The kNN path needs kNN attention and the graph read-out, and searches no mirror images.
+    The kNN path needs kNN attention and the graph read-out; with a group that holds mirror
+    images its features are mirror invariant and its searches take mirror images too.
     """
 
     mode: str = "auto"
@@ -359,8 +360,6 @@ class IASettings:
                 f"{head} needs the graph read-out (readout.kind 'graph', community not "
                 "'hdbscan'); set path.mode 'dense' to compute every pair"
             )
-        if isinstance(self.group, AffineFamily) and self.group.mirror:
-            raise ValueError(f"{head} searches no mirror images; set path.mode 'dense'")
         width = self.knn_width(n)
         if not 2 <= width < n:
             raise ValueError(f"path.k must be in 2..n-1 (n={n}), got {width}")

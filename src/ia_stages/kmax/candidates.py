@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2
+from ia_stages.core.groups import SE2, AffineFamily, lists_group
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.features import (
@@ -63,6 +63,8 @@ from ia_stages.kmax.search import (
     _refine_candidates,
     centre_offsets,
     lattice_neighbours,
+    mirrored_centroids,
+    mirrored_lattice,
 )
 
 COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's
@@ -84,7 +86,7 @@ def kappa_max_candidates(
     k: int,
     beta: float = 1.0,
     normalization: str = "unit",
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings = EXACT_SEARCH,
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
@@ -104,7 +106,13 @@ def kappa_max_candidates(
     X : ``(n, H, W)`` images; for cupy arrays the features, candidates, scan and refinement
         run on the GPU (the same kernels' CUDA builds), the lists' bookkeeping on the host
     k : list length, the sample included: 1 <= k < n
-    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
+    beta, normalization, sigma : as :func:`ia_stages.kmax.kappa_max`
+    group : :class:`~ia_stages.core.groups.SE2` (default), or SE(2) with mirror images
+        (``make_group("se2", mirror=True)``; :func:`~ia_stages.core.groups.lists_group`): the
+        features are then mirror invariant, every pair's search takes starts from the scan
+        of the later image and of its mirror image (ranked, pruned and refined together, as
+        :func:`ia_stages.kmax.search.kappa_max_with_mirrors`), and ``params`` hold the mirror
+        flag (:meth:`~ia_stages.core.groups.AffineFamily.of_mirror_image`)
     settings : the per-pair search of the candidate pairs (default the exact preset
         :data:`ia_stages.kmax.EXACT_SEARCH`; ``method`` must be 'polar')
     progress : called with the number of pairs refined after every block
@@ -141,7 +149,7 @@ def kappa_max_candidates(
     if xp is not np:
         Un = xp.asarray(Un)
     if candidates is None:
-        F = invariant_features(Un, features)
+        F = invariant_features(Un, features, mirror=has_mirror(group))
         clock.lap("features")
         cand = candidate_lists(Un, F, features, settings, clock=clock)
         del F
@@ -166,6 +174,12 @@ def kappa_max_candidates(
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
+
+
+def has_mirror(group: Any) -> bool:
+    """Whether the lists' ``group`` holds mirror images (an SE(2) search then also takes
+    every pair's starts from the later image's mirror image)."""
+    return bool(getattr(group, "mirror", False))
 
 
 def check_candidates(candidates: Any, n: int) -> np.ndarray:
@@ -390,7 +404,7 @@ def refine_rows(
     rows: range,
     k: int,
     beta: float = 1.0,
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings = EXACT_SEARCH,
     sigma: float = 2.0,
     progress: Callable[[int], None] | None = None,
@@ -434,7 +448,7 @@ def refine_pairs(
     cand: np.ndarray,
     k: int,
     beta: float = 1.0,
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings = EXACT_SEARCH,
     sigma: float = 2.0,
     progress: Callable[[int], None] | None = None,
@@ -461,6 +475,11 @@ def refine_pairs(
     -------
     >>> pairs = refine_pairs(Un, np.arange(3), np.array([[1], [2], [0]]), 2)  # doctest: +SKIP
     """
+    if group != lists_group(group):
+        raise ValueError(
+            f"group: the candidate pairs are searched over SE(2) (with mirror images), not "
+            f"{group.name!r}; kappa_max(k=..., group=...) refines the lists over it"
+        )
     n = Un.shape[0]
     i = np.repeat(owner, cand.shape[1])
     j = cand.ravel()
@@ -486,10 +505,11 @@ def refine_pairs(
     # for those alone, in local indices; on the CPU they are read from Un a batch at a time
     # (a copy of nearly all images would cost as much memory as Un itself)
     xp = array_module(Un)
+    mirror = has_mirror(group)
     need = np.unique(np.concatenate([a, b]))
     Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
     uu = sumsq_rows(Ul, SPECTRA_BATCH)
-    scan = _PairScan(Ul, settings)
+    scan = _PairScan(Ul, settings, mirror)
     if need.size == n:  # every image: local indices are the sample indices
         la, lb = a, b
     else:
@@ -504,7 +524,7 @@ def refine_pairs(
     else:
         # on a GPU the refinement's layout (several copies of each image) of all images, once
         chunks = [range(0, need.size)]
-        layout = _pair_layout(Ul, Ul, sigma, settings)
+        layout = _pair_layout(Ul, Ul, sigma, settings, mirror)
     for chunk in chunks:
         ours = np.flatnonzero((la >= chunk.start) & (la < chunk.stop))
         if ours.size == 0:
@@ -520,16 +540,20 @@ def refine_pairs(
             sel = by_b[bounds[c0] : bounds[min(c0 + width, cols.size)]]
             starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
             if xp is np:
-                images = fixed_side.with_moving(_pair_layout(Ul[:1], Ul[block], sigma, settings))
+                moving_side = _pair_layout(Ul[:1], Ul[block], sigma, settings, mirror)
+                images = fixed_side.with_moving(moving_side)
                 fixed, moving = la[sel] - chunk.start, np.searchsorted(block, lb[sel])
             else:
                 images, fixed, moving = layout, la[sel], lb[sel]
+            n_plain = settings.n_candidates if mirror else None
             for r in range(0, sel.size, REFINE_BATCH):
                 s, part = sel[r : r + REFINE_BATCH], slice(r, r + REFINE_BATCH)
-                p, d2 = _refine_candidates(
-                    images, fixed[part], moving[part], xp.asarray(starts[part]), settings, beta
-                )
-                out.params[s], out.sqdist[s] = to_numpy(p), to_numpy(d2)
+                won = xp.zeros(s.size, dtype=bool)
+                p, d2 = _refine_candidates(images, fixed[part], moving[part],
+                                           xp.asarray(starts[part]), settings, beta, n_plain,
+                                           won if mirror else None)  # fmt: skip
+                out.params[s] = group.of_mirror_image(to_numpy(p), to_numpy(won))
+                out.sqdist[s] = to_numpy(d2)
             out.scanned[sel] = scanned
             if progress is not None:
                 progress(int(sel.size))
@@ -625,7 +649,7 @@ def second_pass(
     skip: np.ndarray,
     rows: range,
     beta: float = 1.0,
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings = EXACT_SEARCH,
     sigma: float = 2.0,
     features: FeatureSettings = DEFAULT_FEATURES,
@@ -690,7 +714,12 @@ def second_pass(
 
 
 def knn_from_pairs(
-    n: int, k: int, pairs: CandidatePairs, beta: float, uu: np.ndarray, group: SE2 = SE2()
+    n: int,
+    k: int,
+    pairs: CandidatePairs,
+    beta: float,
+    uu: np.ndarray,
+    group: SE2 | AffineFamily = SE2(),
 ) -> KnnResult:
     """Every sample's k nearest (itself first) among the refined pairs it belongs to.
 
@@ -744,9 +773,10 @@ class _Rows:
 
 class _PairScan:
     """The polar scan of chosen pairs (a, b): scores of a's centroid rings against b's rings
-    about each lattice centre, and starts by the search's peak rule."""
+    about each lattice centre, and starts by the search's peak rule; with ``mirror`` also
+    the starts of b's mirror image, after b's."""
 
-    def __init__(self, Un: Any, settings: SearchSettings) -> None:
+    def __init__(self, Un: Any, settings: SearchSettings, mirror: bool = False) -> None:
         self.Un, self.settings = Un, settings
         self.xp = xp = array_module(Un)
         self.M = settings.n_angles
@@ -768,6 +798,16 @@ class _PairScan:
             if self.A is None:
                 self.A = xp.empty((A.shape[0], n, A.shape[2]))
             self.A[:, part] = A
+        self.A_f = None
+        if mirror:
+            # u against the mirror image of v scores as the mirror image of u (its centroid
+            # spectra conjugated) against v, at the mirrored centre and the opposite angle:
+            # the moving images' lattice spectra need no mirrored copy
+            R = self.A.shape[2] // 2
+            self.A_f = self.A.copy()
+            self.A_f[..., R:] *= -1.0
+            self.lattice_f = mirrored_lattice(lattice)
+            self.m_f = to_numpy(mirrored_centroids(self.m, self.shape[1]))
 
     def centroid_sqdist(self, a: np.ndarray, b: np.ndarray, uu: np.ndarray) -> np.ndarray:
         """Coarse d2 ``(m,)`` of pairs (a, b): best rotation about both centroids."""
@@ -790,13 +830,15 @@ class _PairScan:
     def starts(
         self, a: np.ndarray, b: np.ndarray, cols: np.ndarray, uu: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Starts ``(m, n_candidates, 3)`` and scan d2 ``(m,)`` of pairs whose b is among
-        the sorted ``cols`` (the lattice spectra of those images alone are computed)."""
+        """Starts ``(m, n_candidates, 3)`` (with ``mirror`` ``(m, 2 n_candidates, 3)``: b's,
+        then its mirror image's) and scan d2 ``(m,)`` of pairs whose b is among the sorted
+        ``cols`` (the lattice spectra of those images alone are computed)."""
         xp = self.xp
         centres = xp.asarray(self.m[None, cols] + self.offs[:, None])
         B = scan_spectra(self.Un[xp.asarray(cols)], centres, self.M, interpolation=self.interp)
         c = self.settings.n_candidates
-        starts = np.empty((a.size, c, 3))
+        sides = [self.A] if self.A_f is None else [self.A, self.A_f]
+        starts = np.empty((a.size, c * len(sides), 3))
         scanned = np.empty(a.size)
         batch = PAIR_BATCH if xp is np else GPU_PAIR_BATCH
         for p in range(0, a.size, batch):
@@ -805,23 +847,33 @@ class _PairScan:
             m = ia.size
             scores = xp.empty((m, B.shape[2], self.M), dtype=np.float32)
             jb = np.searchsorted(cols, ib)
-            theta, best_o = self._peaks(B, ia, jb, scores, c)
-            centre = self.m[ib][:, None, :] + self.offs[best_o]
-            shift = centroid_translation(theta, self.m[ia], centre, self.shape)
-            starts[s] = np.concatenate([theta[..., None], shift], -1)
-            best = to_numpy(scores.reshape(m, -1).max(1)).astype(np.float64)
+            best = np.full(m, -np.inf)
+            for side, A in enumerate(sides):
+                theta, best_o = self._peaks(A, B, ia, jb, scores, c)
+                m_v = self.m[ib]
+                if side:  # the mirror image of b: its centre mirrored, the opposite angle
+                    theta, best_o, m_v = (
+                        np.mod(-theta, 2 * np.pi),
+                        self.lattice_f[best_o],
+                        self.m_f[ib],
+                    )
+                centre = m_v[:, None, :] + self.offs[best_o]
+                shift = centroid_translation(theta, self.m[ia], centre, self.shape)
+                starts[s, side * c : (side + 1) * c] = np.concatenate([theta[..., None], shift], -1)
+                best = np.maximum(best, to_numpy(scores.reshape(m, -1).max(1)).astype(np.float64))
             scanned[s] = uu[ia] + uu[ib] - 2.0 * (2.0 * np.pi / self.M) * best
         return starts, scanned
 
     def _peaks(
-        self, B: Any, ia: np.ndarray, jb: np.ndarray, scores: Any, c: int
+        self, A: Any, B: Any, ia: np.ndarray, jb: np.ndarray, scores: Any, c: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Scores of pairs (ia[p], jb[p]) into ``scores (m, n_o, M)`` and their ``c`` peaks
-        (theta, centre), by the compiled kernels: numba's CPU threads, or CUDA for cupy."""
+        """Scores of pairs (ia[p], jb[p]) (rings ``A`` about the centroids, ``B`` about the
+        lattice) into ``scores (m, n_o, M)`` and their ``c`` peaks (theta, centre), by the
+        compiled kernels: numba's CPU threads, or CUDA for cupy."""
         m = ia.size
         joint = self.settings.peaks == "joint"
         if self.xp is np:
-            lattice_pair_scores(self.A, B, ia, jb, self.synthesis, scores)
+            lattice_pair_scores(A, B, ia, jb, self.synthesis, scores)
             rows, zero = np.arange(m), np.zeros(m, dtype=np.int64)
             if joint:
                 return pair_joint_peaks(scores[:, None], rows, zero, c, self.neighbours)
@@ -833,7 +885,7 @@ class _PairScan:
         )
 
         xp = self.xp
-        lattice_pair_scores_cuda(self.A, B, xp.asarray(ia), xp.asarray(jb), self.synthesis, scores)
+        lattice_pair_scores_cuda(A, B, xp.asarray(ia), xp.asarray(jb), self.synthesis, scores)
         rows, zero = xp.arange(m), xp.zeros(m, dtype=np.int64)
         if joint:
             found = pair_joint_peaks_cuda(scores[:, None], rows, zero, c, self.neighbours)

@@ -13,6 +13,11 @@ products keep the relative phase of neighbouring rings, which magnitudes alone l
   (``FeatureSettings.centroid_noise``): the |noise| of an empty background would otherwise
   pull every centroid toward the frame's middle, by a different amount in each image.
 
+A mirror image (columns reversed) reads every ring backwards, which conjugates F_r(m): the
+magnitudes and the products' real parts stay, their imaginary parts change sign. For a group
+with mirror images (``mirror=True``) the features keep |Im| in their place, so that an image
+and its mirror image have the same features.
+
 Each family is scaled to unit norm per image, the two are stacked, and a PCA fitted on a random
 subset of rows compresses them to ``n_dims``. The array code takes ``xp`` from its input, so
 the same source runs on numpy and cupy arrays.
@@ -164,17 +169,20 @@ class FeatureSettings:
 DEFAULT_FEATURES = FeatureSettings()
 
 
-def ring_invariants(F: Any) -> Any:
+def ring_invariants(F: Any, mirror: bool = False) -> Any:
     """Rotation invariants of ring coefficients.
 
     Parameters
     ----------
     F : ``(n, R, m)`` complex angular Fourier coefficients of R rings
+    mirror : default False; True: also invariant to reading every ring backwards (the rings
+        of the mirror image, whose coefficients are the conjugates)
 
     Returns
     -------
     ``(n, R m + 2 (R - 1) m)`` float32: |F_r(m)|, then the real and imaginary parts of
-    F_r(m) conj(F_{r+1}(m)) / sqrt(|F_r(m)| |F_{r+1}(m)|) (degree one, as the magnitudes)
+    F_r(m) conj(F_{r+1}(m)) / sqrt(|F_r(m)| |F_{r+1}(m)|) (degree one, as the magnitudes);
+    with ``mirror`` the imaginary parts' absolute values
 
     Example
     -------
@@ -182,13 +190,16 @@ def ring_invariants(F: Any) -> Any:
     >>> turned = F * np.exp(-1j * np.arange(3) * 0.7)
     >>> bool(np.allclose(ring_invariants(F), ring_invariants(turned), atol=1e-6))
     True
+    >>> bool(np.allclose(ring_invariants(F, True), ring_invariants(np.conj(F), True)))
+    True
     """
     xp = array_module(F)
     mag = xp.abs(F)
     cross = F[:, :-1] * xp.conj(F[:, 1:])
     cross = cross / xp.sqrt(xp.abs(cross) + 1e-12)
     n = F.shape[0]
-    parts = [mag.reshape(n, -1), cross.real.reshape(n, -1), cross.imag.reshape(n, -1)]
+    imag = xp.abs(cross.imag) if mirror else cross.imag
+    parts = [mag.reshape(n, -1), cross.real.reshape(n, -1), imag.reshape(n, -1)]
     return xp.concatenate(parts, 1).astype(np.float32)
 
 
@@ -224,26 +235,33 @@ def _polar_matrix(H: int, W: int, n_angles: int) -> tuple[np.ndarray, int]:
 
 
 def raw_features(
-    images: Any, settings: FeatureSettings = DEFAULT_FEATURES, floor: float = 0.0
+    images: Any,
+    settings: FeatureSettings = DEFAULT_FEATURES,
+    floor: float = 0.0,
+    mirror: bool = False,
 ) -> Any:
     """Invariant features ``(n, D)`` float32 of smoothed, normalised images ``(n, H, W)``,
     before the PCA; each family has unit norm per image. ``floor``: the 'centroid' family's
-    centroid weighs max(|u| - floor, 0) (:func:`ia_stages.kmax.polar.centroids`)."""
+    centroid weighs max(|u| - floor, 0) (:func:`ia_stages.kmax.polar.centroids`);
+    ``mirror``: invariant to mirror images too (:func:`ring_invariants`)."""
     xp = array_module(images)
     f = settings.n_freqs
     parts = []
     if settings.route in ("spectrum", "both"):
         rings = spectrum_rings(images, settings.n_angles)
-        parts.append(ring_invariants(fft_module(xp).rfft(rings, axis=2)[..., :f]))
+        parts.append(ring_invariants(fft_module(xp).rfft(rings, axis=2)[..., :f], mirror))
     if settings.route in ("centroid", "both"):
         spec = polar_spectra(images, centroids(images, floor), settings.n_angles)  # (K, n, R)
-        parts.append(ring_invariants(spec.transpose(1, 2, 0)[..., :f]))
+        parts.append(ring_invariants(spec.transpose(1, 2, 0)[..., :f], mirror))
     parts = [p / xp.maximum(xp.linalg.norm(p, axis=1, keepdims=True), 1e-12) for p in parts]
     return xp.concatenate(parts, 1)
 
 
 def invariant_features(
-    images: Any, settings: FeatureSettings = DEFAULT_FEATURES, progress: Any = None
+    images: Any,
+    settings: FeatureSettings = DEFAULT_FEATURES,
+    progress: Any = None,
+    mirror: bool = False,
 ) -> Any:
     """Rotation- and translation-invariant features of every image, PCA-compressed.
 
@@ -253,6 +271,8 @@ def invariant_features(
         compares them
     settings : :class:`FeatureSettings`
     progress : called with the number of images done after every batch
+    mirror : default False; True: an image and its mirror image (columns reversed) have the
+        same features (for a group with mirror images)
 
     Returns
     -------
@@ -278,13 +298,13 @@ def invariant_features(
     sample = images[xp.asarray(rows)]
     floor = centroid_floor(sample, settings)
     if settings.n_dims:
-        sample = raw_features(sample, settings, floor)
+        sample = raw_features(sample, settings, floor, mirror)
         mean = sample.mean(0)
         basis = _principal_axes(sample - mean, settings.n_dims, rng)
     width = basis.shape[1] if basis is not None else raw_features(images[:1], settings).shape[1]
     out = xp.empty((n, width), dtype=np.float32)
     for a in range(0, n, b):
-        f = raw_features(images[a : a + b], settings, floor)
+        f = raw_features(images[a : a + b], settings, floor, mirror)
         out[a : a + b] = f if basis is None else (f - mean) @ basis
         if progress is not None:
             progress(min(b, n - a))

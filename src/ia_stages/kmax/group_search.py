@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.core.groups import SE2, AffineFamily, lists_group
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.group_refine import N_Q, refine_in_stages, refine_stage
@@ -48,13 +48,7 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
         q, d2 = q0, np.asarray(se2_d2, dtype=np.float64)
     else:
         q, d2 = refine_in_stages(run, Un, moving, q0, group)
-    # on the mirror image v_F (columns reversed): v_F o tau_q = v o tau with A = F A_q, b = F b_q
-    params = np.zeros((len(ii), group.n_params))
-    params[:, : group.n_continuous] = q[:, : group.n_continuous]
-    if group.mirror:
-        params[:, 2] = np.where(flipped, -q[:, 2], q[:, 2])
-        params[:, -1] = flipped
-    return params, d2
+    return group.of_mirror_image(q[:, : group.n_continuous], flipped), d2
 
 
 def kappa_max_group(
@@ -114,11 +108,12 @@ def refine_knn(
     settings: SearchSettings,
     sigma: float,
 ) -> KnnResult:
-    """SE(2) kNN lists of ``U`` (either kNN mode of :func:`ia_stages.kmax.kappa_max`) refined
-    over ``group`` from their SE(2) optima and re-ranked, in place and returned.
+    """kNN lists of ``U`` searched over :func:`~ia_stages.core.groups.lists_group` (SE(2),
+    with mirror images where ``group`` has them; either kNN mode of
+    :func:`ia_stages.kmax.kappa_max`) refined over ``group`` from their optima and re-ranked,
+    in place and returned. A pair whose image won as its mirror image is refined as such.
 
-    A pair that only the extra freedom would bring into a list is not found; no mirror images
-    are searched.
+    A pair that only the extra freedom would bring into a list is not found.
 
     Example
     -------
@@ -131,8 +126,8 @@ def refine_knn(
     rows, cols = np.nonzero(knn.indices[:, 1:] >= 0)
     cols = cols + 1
     jj = knn.indices[rows, cols]
-    p, d2 = _refine(Un, Un, rows, jj, knn.params[rows, cols], np.zeros(rows.size, bool), group,
-                    settings, knn.sqdist[rows, cols])  # fmt: skip
+    se2, flipped = lists_group(group).split_mirror(knn.params[rows, cols])
+    p, d2 = _refine(Un, Un, rows, jj, se2, flipped, group, settings, knn.sqdist[rows, cols])
     params = np.zeros((n, kk, group.n_params))
     params[rows, cols] = p
     sqdist = np.array(knn.sqdist, dtype=np.float64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.core.groups import SE2, AffineFamily, lists_group
 from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
@@ -62,7 +62,8 @@ def kappa_max(
         the bounded local refinement of the extra parameters
         (:mod:`ia_stages.kmax.group_search`); d2 is then ||u - s v o tau||^2 with
         s = sqrt|det A|, so that a change of area does not bias the score. With ``k``, the
-        SE(2) lists of ``mode`` are refined over the group and re-ranked.
+        lists of ``mode`` (SE(2); with mirror images in ``mode='candidates'`` only) are
+        refined over the group and re-ranked.
     k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
     settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
@@ -115,19 +116,21 @@ def kappa_max(
             raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
         if mode not in KNN_MODES:
             raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
-        if isinstance(group, AffineFamily) and group.mirror:
-            raise ValueError("mirror: the kNN mode (k=) searches no mirror images; use k=None")
-        lists_group = SE2() if isinstance(group, AffineFamily) else group
+        lists = lists_group(group)
         if mode == "candidates":
             settings = EXACT_SEARCH if settings is None else settings
             knn = kappa_max_candidates(
-                U, k, beta, normalization, lists_group, settings, progress, sigma, features,
-                candidates,
-            )  # fmt: skip
+                U, k, beta, normalization, lists, settings, progress, sigma, features, candidates
+            )
         else:
+            if lists != SE2():
+                raise ValueError(
+                    "mirror: mode='exact' (k=) searches no mirror images; use "
+                    "mode='candidates' or k=None"
+                )
             settings = SearchSettings() if settings is None else settings
-            knn = kappa_max_knn(U, k, beta, normalization, lists_group, settings, progress, sigma)
-        if isinstance(group, AffineFamily):  # the SE(2) lists, refined over the group
+            knn = kappa_max_knn(U, k, beta, normalization, lists, settings, progress, sigma)
+        if group != lists:  # the lists' pairs, refined over the group's extra parameters
             return refine_knn(U, knn, beta, normalization, group, settings, sigma)
         return knn
     if isinstance(group, AffineFamily):

@@ -590,11 +590,34 @@ def _with_mirror_spectra(B_v: Any, m_v: Any, lattice: np.ndarray, width: int) ->
     """
     xp = array_module(B_v)
     R = B_v.shape[3] // 2
-    mirrored = [int(np.flatnonzero((lattice == (dy, -dx)).all(1))[0]) for dy, dx in lattice]
-    B_f = B_v[:, :, mirrored].copy()
+    B_f = B_v[:, :, mirrored_lattice(lattice)].copy()
     B_f[..., R:] *= -1.0
-    m_f = xp.stack([m_v[:, 0], (width - 1) - m_v[:, 1]], 1)
-    return xp.concatenate([B_v, B_f], 1), xp.concatenate([m_v, m_f])
+    return xp.concatenate([B_v, B_f], 1), xp.concatenate([m_v, mirrored_centroids(m_v, width)])
+
+
+def mirrored_lattice(lattice: np.ndarray) -> np.ndarray:
+    """``(n_o,)`` the index of each centre offset (dy, dx) of ``lattice``
+    (:func:`centre_offsets`, symmetric in dx) mirrored, (dy, -dx).
+
+    Example
+    -------
+    >>> mirrored_lattice(centre_offsets(1.0, 1)).tolist()
+    [0, 1, 3, 2, 4]
+    """
+    return np.array([int(np.flatnonzero((lattice == (dy, -dx)).all(1))[0]) for dy, dx in lattice])
+
+
+def mirrored_centroids(m: Any, width: int) -> Any:
+    """Centroids ``(n, 2)`` (row, column) of the mirror images (columns reversed) of images
+    ``width`` px wide whose centroids are ``m (n, 2)``.
+
+    Example
+    -------
+    >>> mirrored_centroids(np.array([[3.0, 1.0]]), 8).tolist()
+    [[3.0, 6.0]]
+    """
+    xp = array_module(m)
+    return xp.stack([m[:, 0], (width - 1) - m[:, 1]], 1)
 
 
 def _polar_chunks(Un, Vn, ii, jj, group, settings, upper=False, mirror=False):

@@ -42,12 +42,13 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, make_group
+from ia_stages.core.groups import SE2, AffineFamily, lists_group, make_group
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
     candidate_lists,
     first_pass_search,
+    has_mirror,
     has_second_pass,
     knn_from_pairs,
     listed_candidates,
@@ -95,12 +96,18 @@ def _prepared(path: str | Path, settings: dict) -> np.ndarray:
         raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
 
 
-def _group(settings: dict) -> SE2:
+def _group(settings: dict) -> SE2 | AffineFamily:
     """The dataset's group (its ``group`` block; plain SE(2) when the settings hold none)."""
     try:
         return make_group(**settings.get("group", {}))
     except (TypeError, ValueError) as err:
         raise InputError(f"settings key 'group': {err}") from None
+
+
+def _lists_group(settings: dict) -> SE2 | AffineFamily:
+    """The group the row blocks search (:func:`~ia_stages.core.groups.lists_group` of the
+    dataset's)."""
+    return lists_group(_group(settings))
 
 
 def _on_device(Un: np.ndarray, settings: dict) -> tuple[Any, str]:
@@ -128,7 +135,7 @@ def features(
     U, backend = _on_device(Un, settings)
     with timer() as t:
         if previous is None:
-            F = invariant_features(U, fs)
+            F = invariant_features(U, fs, mirror=has_mirror(_group(settings)))
             cand = candidate_lists(U, F, fs, search)
             embedding = np.asarray(to_numpy(F), dtype=np.float32)
         else:
@@ -190,8 +197,9 @@ def block(
     U, backend = _on_device(Un, settings)
     with timer() as t:
         pairs = refine_rows(
-            U, cand, rows, k, settings["beta"], SE2(), first, settings["sigma"], progress
-        )
+            U, cand, rows, k, settings["beta"], _lists_group(settings), first, settings["sigma"],
+            progress,
+        )  # fmt: skip
     return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out, backend)
 
 
@@ -230,8 +238,8 @@ def expand(
     U, backend = _on_device(Un, settings)
     with timer() as t:
         pairs = second_pass(
-            U, lists, skip, rows, settings["beta"], SE2(), search, settings["sigma"], fs,
-            progress,
+            U, lists, skip, rows, settings["beta"], _lists_group(settings), search,
+            settings["sigma"], fs, progress,
         )  # fmt: skip
     return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out, backend)
 
@@ -255,7 +263,7 @@ def _write_pairs(pairs, stage, settings, bi, n, rows, seconds, out, backend) -> 
             "params": (("pair", "param"), pairs.params),
             "scanned": (("pair",), pairs.scanned),
         },
-        coords={"param": strings(SE2().param_names)},
+        coords={"param": strings(_lists_group(settings).param_names)},
     )
     ds.attrs = provenance(
         stage, settings, settings["seed"], backend, block=bi, n=n, rows=[rows.start, rows.stop],
@@ -274,9 +282,10 @@ def gather(
 ) -> xr.Dataset:
     """Merge the row blocks' pairs into the kNN store (see the module docstring).
 
-    The blocks search SE(2); with ``images`` and a dataset group with more parameters
-    (``settings['group']``: similarity, affine), the merged lists are refined over the group
-    from their SE(2) optima and re-ranked (:func:`ia_stages.kmax.group_search.refine_knn`, as
+    The blocks search SE(2) (with mirror images where the dataset's group has them,
+    :func:`~ia_stages.core.groups.lists_group`); with ``images`` and a dataset group with more
+    parameters (``settings['group']``: similarity, affine), the merged lists are refined over
+    the group from their optima and re-ranked (:func:`ia_stages.kmax.group_search.refine_knn`, as
     ``kappa_max(k=..., group=...)`` does). The first round's gather (the expansion's lists)
     is called without ``images``.
     """
@@ -300,17 +309,17 @@ def gather(
             for _, b in parts
         ]
     )
+    group, lists = _group(settings), _lists_group(settings)
     with timer() as t:
-        knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values)
-        group = _group(settings)
-        refined = images is not None and isinstance(group, AffineFamily)
+        knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values, lists)
+        refined = images is not None and group != lists
         if refined:
             V = require_images(load_features(images), images)
             knn = refine_knn(
                 V, knn, settings["beta"], settings["normalization"], group,
                 SearchSettings(**settings["search"]), settings["sigma"],
             )  # fmt: skip
-    names = (group if refined else SE2()).param_names
+    names = (group if refined else lists).param_names
     ds = xr.Dataset(
         {
             "indices": (("sample", "neighbour"), knn.indices),
