@@ -349,6 +349,33 @@ def test_compiled_warp_with_jacobian_equals_the_array_code(interpolation):
     np.testing.assert_allclose(jac, np.einsum("nkihw,nihw->nkhw", dfield, grad), atol=1e-11)
 
 
+@pytest.mark.parametrize("interpolation", ["keys", "bspline"])
+def test_se2_with_mirrors_warps_with_the_compiled_kernel_as_the_array_code(interpolation):
+    """SE(2) with mirror images takes the compiled SE(2) kernel on the mirrored images (the
+    invariant mean's and the class averages' warps): its output and its Jacobian (the mirror
+    parameter's 0) equal the array code of the group's matrices, on an odd frame."""
+    from ia_stages.core.groups import make_group
+    from ia_stages.core.warp import (
+        centred_grid,
+        interpolate,
+        sampling_field,
+        warp_with_jacobian,
+    )
+
+    rng = np.random.default_rng(1)
+    X = rng.random((6, 21, 24))
+    g = make_group("se2", mirror=True)
+    p = np.column_stack([SE2().sample(rng, 6, (-180, 180), (4, 4)), [0, 1, 0, 1, 1, 0]])
+    out, jac = warp_with_jacobian(X, p, g, interpolation)
+    field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
+    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
+    dA, db = g.jacobian(p)
+    dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
+    np.testing.assert_allclose(out, ref, atol=1e-12)
+    np.testing.assert_allclose(jac, np.einsum("nkihw,nihw->nkhw", dfield, grad), atol=1e-11)
+    assert jac.shape == (6, 4, 21, 24) and not jac[:, 3].any()
+
+
 def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
     """Rotations anywhere, shifts of +-3 px, kernel sigma 1 px (the digit datasets' default):
     kappa^max finds the true angle of every copy. Copy 56 came out 180 degrees off when the

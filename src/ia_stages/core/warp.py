@@ -239,6 +239,8 @@ def warp_with_jacobian(
     if xp is np and isinstance(group, SE2) and images.ndim == 3:
         Q = spline_coefficients(images, interpolation)
         return warp_with_jacobian_se2(Q, params, interpolation)
+    if xp is np and getattr(group, "n_extra", None) == 0 and images.ndim == 3:
+        return _se2_with_mirror(images, params, group, interpolation)
     shape = images.shape[1:]
     field = sampling_field(group.matrix(params), group.translation(params), shape)
     out, grad = interpolate(images, field, with_gradient=True, interpolation=interpolation)
@@ -247,6 +249,22 @@ def warp_with_jacobian(
     dfield = xp.einsum("nkij,jhw->nkihw", dA, g) + db[..., None, None]  # (n, k, 2, H, W)
     jac = xp.einsum("nkihw,nihw->nkhw", dfield, grad)
     return out, jac
+
+
+def _se2_with_mirror(
+    images: np.ndarray, params: np.ndarray, group: Any, interpolation: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`warp_with_jacobian` for SE(2) with mirror images by the compiled SE(2) kernel:
+    v o tau is the mirror image v_F warped by the SE(2) part q (``group.split_mirror``), and
+    the column shift's sign is flipped with it; the discrete mirror parameter's derivative
+    is 0."""
+    q, flipped = group.split_mirror(params)
+    moving = np.where(flipped[:, None, None], images[..., ::-1], images)
+    out, jac = warp_with_jacobian_se2(spline_coefficients(moving, interpolation), q, interpolation)
+    jac[flipped, 2] *= -1.0
+    full = np.zeros((*jac.shape[:1], group.n_params, *jac.shape[2:]))
+    full[:, :3] = jac
+    return out, full
 
 
 def warp_norm_preserving(
