@@ -317,7 +317,8 @@ def classes(inputs: list[str], out: str | Path) -> None:
         out,
         "Left: each cluster's invariant mean (its class average), with the cluster's size; "
         "right: its members closest to it, each aligned onto it by its pose (rotation and shift; "
-        "also scale and shear under a similarity or affine group), with "
+        "also scale and shear under a similarity or affine group, and the mirror image "
+        "where the group holds mirrors), with "
         "its file name and distance d to the class average (normalised images).",
     )
 
