@@ -29,10 +29,13 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
     ``flipped``) onto U[ii]; returns the group's parameters ``(m, n_params)`` and d2 ``(m,)``.
     A group with no parameter beyond SE(2)'s (SE(2) with mirrors) keeps the search's optima:
     nothing is left to refine."""
-    n_j = Vn.shape[0]
-    moving = np.concatenate([Vn, Vn[..., ::-1]]) if group.mirror else Vn
     q0 = np.zeros((len(ii), N_Q))
     q0[:, :3] = se2
+    if group.n_extra == 0:
+        d2 = np.asarray(se2_d2, dtype=np.float64)
+        return group.of_mirror_image(q0[:, : group.n_continuous], flipped), d2
+    n_j = Vn.shape[0]
+    moving = np.concatenate([Vn, Vn[..., ::-1]]) if group.mirror else Vn
     jm = jj + n_j * flipped.astype(np.int64)
     xp = array_module(Un)
 
@@ -44,10 +47,7 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
         return tuple(to_numpy(a) for a in group_refine_cuda(U, V, ii, jm, q, g,
                                                             settings.interpolation))  # fmt: skip
 
-    if group.n_extra == 0:
-        q, d2 = q0, np.asarray(se2_d2, dtype=np.float64)
-    else:
-        q, d2 = refine_in_stages(run, Un, moving, q0, group)
+    q, d2 = refine_in_stages(run, Un, moving, q0, group)
     return group.of_mirror_image(q[:, : group.n_continuous], flipped), d2
 
 
