@@ -276,9 +276,39 @@ def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set
 
 
 def test_bad_group_requests_name_the_key():
+    from ia_stages.kmax.candidates import refine_pairs as refine_candidates
+    from ia_stages.kmax.knn import kappa_max_knn
+
     X = _renders()
-    with pytest.raises(ValueError, match=r"^mirror: mode='exact'"):
-        kappa_max(X, beta=2.0, group=make_group("affine", mirror=True), k=2)
+    with pytest.raises(ValueError, match=r"^group: the kNN scan searches SE\(2\)"):
+        kappa_max_knn(X, 2, group=make_group("affine", mirror=True))
+    with pytest.raises(ValueError, match=r"^group: the candidate pairs are searched over SE"):
+        refine_candidates(X, np.arange(3), np.array([[1], [2], [0]]), 2,
+                          group=make_group("similarity"))  # fmt: skip
+
+
+@pytest.mark.parametrize("pool", [64, 2])
+def test_the_exact_knn_mode_searches_mirror_images(pool):
+    """``mode='exact'`` (the all-pairs kNN reference) with a group holding mirror images: its
+    lists, d2 and params (mirror flag last) are the dense joint search's nearest, also where
+    small pools make it scan a second time; over similarity with mirrors they are refined
+    further."""
+    from ia_stages.kmax import SearchSettings
+    from ia_stages.kmax.neighbours import knn_from_dense
+
+    X = _letters_and_mirrors(24)
+    g = make_group("se2", mirror=True)
+    dense = kappa_max(X, beta=2.0, group=g)
+    ref = knn_from_dense(dense.sqdist, 5)
+    knn = kappa_max(X, beta=2.0, group=g, k=5, settings=SearchSettings(knn_pool=pool))
+    assert (knn.second_scan > 0) == (pool == 2)
+    np.testing.assert_array_equal(knn.indices, ref.indices)
+    np.testing.assert_allclose(knn.sqdist, ref.sqdist, atol=1e-9)
+    listed = np.take_along_axis(dense.params, knn.indices[..., None], 1)
+    np.testing.assert_allclose(knn.params, listed, atol=1e-9)
+    assert knn.params[..., -1].any()
+    sim = kappa_max(X, beta=2.0, group=make_group("similarity", mirror=True), k=5)
+    assert sim.params.shape == (24, 5, 5) and np.all(sim.sqdist <= knn.sqdist + 1e-9)
 
 
 @pytest.mark.parametrize("width", [32, 31])

@@ -62,8 +62,8 @@ def kappa_max(
         the bounded local refinement of the extra parameters
         (:mod:`ia_stages.kmax.group_search`); d2 is then ||u - s v o tau||^2 with
         s = sqrt|det A|, so that a change of area does not bias the score. With ``k``, the
-        lists of ``mode`` (SE(2); with mirror images in ``mode='candidates'`` only) are
-        refined over the group and re-ranked.
+        lists of ``mode`` (SE(2), with mirror images where the group has them) are refined
+        over the group and re-ranked.
     k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
     settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
@@ -123,11 +123,6 @@ def kappa_max(
                 U, k, beta, normalization, lists, settings, progress, sigma, features, candidates
             )
         else:
-            if lists != SE2():
-                raise ValueError(
-                    "mirror: mode='exact' (k=) searches no mirror images; use "
-                    "mode='candidates' or k=None"
-                )
             settings = SearchSettings() if settings is None else settings
             knn = kappa_max_knn(U, k, beta, normalization, lists, settings, progress, sigma)
         if group != lists:  # the lists' pairs, refined over the group's extra parameters

@@ -42,7 +42,7 @@ import numba
 import numpy as np
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2, wrap_angle
+from ia_stages.core.groups import SE2, AffineFamily, lists_group, wrap_angle
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
@@ -74,7 +74,7 @@ def kappa_max_knn(
     k: int,
     beta: float = 1.0,
     normalization: str = "unit",
-    group: SE2 = SE2(),
+    group: SE2 | AffineFamily = SE2(),
     settings: SearchSettings = SearchSettings(),
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
@@ -86,7 +86,12 @@ def kappa_max_knn(
     X : ``(n, H, W)`` images (cupy arrays are copied to the host: the kNN mode runs on the
         CPU)
     k : list length, sample included: 1 <= k < n
-    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
+    beta, normalization, sigma : as :func:`ia_stages.kmax.kappa_max`
+    group : :class:`~ia_stages.core.groups.SE2` (default), or SE(2) with mirror images
+        (``make_group("se2", mirror=True)``): every pair is then scanned against the later
+        image and its mirror image, its coarse d2 is the lower of the two, and its starts from
+        both are refined together (as :func:`ia_stages.kmax.search.kappa_max_with_mirrors`);
+        ``params`` end in the mirror flag
     settings : the search; ``knn_margin`` and ``knn_pool`` steer which pairs are refined
         (``method`` must be 'polar')
     progress : called with the number of pairs scanned after every tile of the scan (of both
@@ -118,16 +123,24 @@ def kappa_max_knn(
     uu = (Un**2).reshape(n, -1).sum(1)
     others = k - 1
     pool = max(settings.knn_pool, others)
-    scan = PolarScan(Un, Un, settings)
+    if group != lists_group(group):
+        raise ValueError(
+            f"group: the kNN scan searches SE(2) (with mirror images), not {group.name!r}; "
+            "kappa_max(k=..., group=...) refines the lists over it"
+        )
+    mirror = bool(getattr(group, "mirror", False))
+    scan = PolarScan(Un, Un, settings, mirror)
+    sides = 1 + mirror  # starts per pair: c of the later image, then c of its mirror image
     # the pools, the lists and the refinement batch of the second scan
-    state = (n * pool + REFINE_BATCH) * (8 + 8 + 3 * 8 * settings.n_candidates) + n * k * 40
-    tile_pairs, lanes = _tile_size(scan, state, settings, X.shape)
+    per_start = 3 * 8 * settings.n_candidates * sides
+    state = (n * pool + REFINE_BATCH) * (8 + 8 + per_start) + n * k * 40
+    tile_pairs, lanes = _tile_size(scan, state, settings, X.shape, sides)
     refiner = _Refiner(Un, group, settings, beta, sigma)
     result = KnnResult.itself_only(n, k, group.n_params)
     if others == 0:
         return result
     c = settings.n_candidates
-    pools = _Pools(n, pool, (c, 3))
+    pools = _Pools(n, pool, (c * sides, 3))
     margin = settings.knn_margin
 
     def select_pool(d2: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -207,18 +220,20 @@ def _check_k(k: Any, X: Any) -> int:
 
 
 def _tile_size(
-    scan: PolarScan, state: int, settings: SearchSettings, shape: tuple[int, ...]
+    scan: PolarScan, state: int, settings: SearchSettings, shape: tuple[int, ...], sides: int = 1
 ) -> tuple[int, int]:
-    """Pairs per scan tile and the number of tiles scanned at once, within ``memory_mb``."""
+    """Pairs per scan tile and the number of tiles scanned at once, within ``memory_mb``
+    (``sides`` 2: each pair's scores against the mirror image too)."""
+    per_pair = scan.per_pair * sides
     room = settings.memory_mb * MB - scan.fixed - state
-    if room < scan.per_pair:
-        need = (scan.fixed + state + scan.per_pair) / MB
+    if room < per_pair:
+        need = (scan.fixed + state + per_pair) / MB
         raise MemoryBudgetError(
             f"memory_mb={settings.memory_mb:g} is too small for the kNN scan of {shape[0]} "
             f"images of {shape[1]} x {shape[2]} px (needs {need:.1f} MB): raise memory_mb"
         )
-    lanes = max(1, min(numba.get_num_threads(), int(room // scan.per_pair)))
-    pairs = int(min(room // lanes, SCAN_CHUNK_MB * MB) // scan.per_pair)
+    lanes = max(1, min(numba.get_num_threads(), int(room // per_pair)))
+    pairs = int(min(room // lanes, SCAN_CHUNK_MB * MB) // per_pair)
     return max(1, pairs), lanes
 
 
@@ -232,8 +247,11 @@ def _scan(
     progress: Callable[[int], None] | None,
 ) -> Any:
     """Yield (i, j, d2, starts) of the pairs i < j that ``select(d2 tile, rows, cols)`` keeps,
-    tile by tile (rows r0:r1 against columns j0:j1 >= r0), on ``lanes`` threads."""
+    tile by tile (rows r0:r1 against columns j0:j1 >= r0), on ``lanes`` threads. A scan with
+    mirror images (its columns n.. 2n - 1) scores each pair against the mirror image too: d2
+    is the lower of the two, the starts are the image's then its mirror image's."""
     n = uu.size
+    mirror = scan.mirror
     side = max(1, int(np.sqrt(tile_pairs)))
     rows = min(side, n)
     cols = max(1, tile_pairs // rows)
@@ -248,10 +266,19 @@ def _scan(
         scores = scan.scores(r0, r1, j0, j1)
         rr, cc = np.arange(r0, r1), np.arange(j0, j1)
         d2 = scan_sqdist(scores, uu[r0:r1], uu[j0:j1], scan.M)
+        if mirror:
+            flipped = scan.scores(r0, r1, n + j0, n + j1)
+            d2 = np.minimum(d2, scan_sqdist(flipped, uu[r0:r1], uu[j0:j1], scan.M))
         keep = select(d2, rr, cc) & (cc[None, :] > rr[:, None])
         a, b = np.nonzero(keep)
         i, j = a + r0, b + j0
-        starts = scan.starts(scores, i, j, r0, j0, c) if i.size else np.empty((0, c, 3))
+        if i.size == 0:
+            starts = np.empty((0, c * (1 + mirror), 3))
+        else:
+            starts = scan.starts(scores, i, j, r0, j0, c)
+            if mirror:
+                more = scan.starts(flipped, i, j + n, r0, n + j0, c)
+                starts = np.concatenate([starts, more], 1)
         return i, j, d2[a, b], starts, (r1 - r0) * (j1 - j0)
 
     for i, j, d2, starts, size in on_threads(task, tiles, lanes):
@@ -342,7 +369,8 @@ class _Refiner:
         self, Un: np.ndarray, group: SE2, settings: SearchSettings, beta: float, sigma: float
     ) -> None:
         self.Un, self.group, self.settings, self.beta = Un, group, settings, beta
-        self.images = _pair_layout(Un, Un, sigma, settings)
+        self.mirror = bool(getattr(group, "mirror", False))
+        self.images = _pair_layout(Un, Un, sigma, settings, self.mirror)
         self.n = Un.shape[0]
         self.uu = (Un**2).reshape(self.n, -1).sum(1)
         self.seconds = self.cpu = 0.0
@@ -384,7 +412,12 @@ class _Refiner:
         i, j, starts, scanned = i[order], j[order], starts[order], scanned[order]
         for a in range(0, i.size, REFINE_BATCH):
             s = slice(a, a + REFINE_BATCH)
-            p, d2 = _refine_candidates(self.images, i[s], j[s], starts[s], self.settings, self.beta)
+            won = np.zeros(i[s].size, dtype=bool)
+            p, d2 = _refine_candidates(
+                self.images, i[s], j[s], starts[s], self.settings, self.beta,
+                *((self.settings.n_candidates, won) if self.mirror else ()),
+            )  # fmt: skip
+            p = self.group.of_mirror_image(p, won)
             info = np.concatenate([np.c_[p, scanned[s]], np.c_[self.group.inverse(p), scanned[s]]])
             lists.merge(
                 np.concatenate([i[s], j[s]]), np.concatenate([j[s], i[s]]),

@@ -532,6 +532,7 @@ class PolarScan:
     def __init__(self, Un: Any, Vn: Any, settings: SearchSettings, mirror: bool = False) -> None:
         xp = array_module(Un)
         self.xp, self.shape, self.M = xp, Un.shape[1:], settings.n_angles
+        self.mirror = mirror
         self.joint = settings.peaks == "joint"
         self.m_u = centroids(Un)
         same = Vn is Un
