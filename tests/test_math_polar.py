@@ -331,22 +331,30 @@ def test_half_resolution_keeps_angles_and_halves_translations():
         half_resolution(X[:, 1:])
 
 
+def _array_code_warp(X, p, g, interpolation):
+    """The warp and its Jacobian by the array code of the group's matrices (the reference of
+    the compiled kernels)."""
+    from ia_stages.core.warp import centred_grid, interpolate, sampling_field
+
+    field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
+    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
+    dA, db = g.jacobian(p)
+    dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
+    return ref, np.einsum("nkihw,nihw->nkhw", dfield, grad)
+
+
 @pytest.mark.parametrize("interpolation", ["keys", "bspline"])
 def test_compiled_warp_with_jacobian_equals_the_array_code(interpolation):
     from ia_stages.core.taps import warp_with_jacobian_se2
-    from ia_stages.core.warp import centred_grid, interpolate, sampling_field, spline_coefficients
+    from ia_stages.core.warp import spline_coefficients
 
     rng = np.random.default_rng(0)
     X = rng.random((6, 20, 24))
     p = SE2().sample(rng, 6, (-180, 180), (15, 15))  # some points far off the canvas
     out, jac = warp_with_jacobian_se2(spline_coefficients(X, interpolation), p, interpolation)
-    g = SE2()
-    field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
-    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
-    dA, db = g.jacobian(p)
-    dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
+    ref, ref_jac = _array_code_warp(X, p, SE2(), interpolation)
     np.testing.assert_allclose(out, ref, atol=1e-12)
-    np.testing.assert_allclose(jac, np.einsum("nkihw,nihw->nkhw", dfield, grad), atol=1e-11)
+    np.testing.assert_allclose(jac, ref_jac, atol=1e-11)
 
 
 @pytest.mark.parametrize("interpolation", ["keys", "bspline"])
@@ -355,24 +363,16 @@ def test_se2_with_mirrors_warps_with_the_compiled_kernel_as_the_array_code(inter
     invariant mean's and the class averages' warps): its output and its Jacobian (the mirror
     parameter's 0) equal the array code of the group's matrices, on an odd frame."""
     from ia_stages.core.groups import make_group
-    from ia_stages.core.warp import (
-        centred_grid,
-        interpolate,
-        sampling_field,
-        warp_with_jacobian,
-    )
+    from ia_stages.core.warp import warp_with_jacobian
 
     rng = np.random.default_rng(1)
     X = rng.random((6, 21, 24))
     g = make_group("se2", mirror=True)
     p = np.column_stack([SE2().sample(rng, 6, (-180, 180), (4, 4)), [0, 1, 0, 1, 1, 0]])
     out, jac = warp_with_jacobian(X, p, g, interpolation)
-    field = sampling_field(g.matrix(p), g.translation(p), X.shape[1:])
-    ref, grad = interpolate(X, field, with_gradient=True, interpolation=interpolation)
-    dA, db = g.jacobian(p)
-    dfield = np.einsum("nkij,jhw->nkihw", dA, centred_grid(X.shape[1:])) + db[..., None, None]
+    ref, ref_jac = _array_code_warp(X, p, g, interpolation)
     np.testing.assert_allclose(out, ref, atol=1e-12)
-    np.testing.assert_allclose(jac, np.einsum("nkihw,nihw->nkhw", dfield, grad), atol=1e-11)
+    np.testing.assert_allclose(jac, ref_jac, atol=1e-11)
     assert jac.shape == (6, 4, 21, 24) and not jac[:, 3].any()
 
 
