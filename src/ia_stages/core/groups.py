@@ -190,7 +190,7 @@ class AffineFamily:
     -------
     >>> g = make_group("affine", mirror=True)
     >>> p = g.identity()
-    >>> g.matrix(p).tolist()
+    >>> (g.matrix(p) + 0.0).tolist()  # + 0.0: -0.0 prints as 0.0
     [[1.0, 0.0], [0.0, 1.0]]
     """
 
@@ -411,6 +411,17 @@ class AffineFamily:
 GROUP_NAMES = ("se2", "similarity", "affine")
 
 
+def has_mirror(group: SE2 | AffineFamily) -> bool:
+    """Whether ``group`` holds mirror images (its parameters then end in the mirror flag).
+
+    Example
+    -------
+    >>> has_mirror(SE2()), has_mirror(make_group("similarity", mirror=True))
+    (False, True)
+    """
+    return bool(getattr(group, "mirror", False))
+
+
 def lists_group(group: SE2 | AffineFamily) -> SE2 | AffineFamily:
     """The group a kNN mode searches its lists in: SE(2), with mirror images where ``group``
     has them; a group with more parameters refines its lists' pairs from there
@@ -423,7 +434,7 @@ def lists_group(group: SE2 | AffineFamily) -> SE2 | AffineFamily:
     >>> lists_group(make_group("similarity"))
     SE2(name='se2', n_params=3, param_names=('theta', 'b0', 'b1'))
     """
-    if isinstance(group, AffineFamily) and group.mirror:
+    if has_mirror(group):
         return group if group.name == "se2" else replace(group, name="se2")
     return SE2()
 

@@ -271,7 +271,8 @@ def attention_step(
 
     Example
     -------
-    >>> step = attention_step(V, kappa_max(V, beta=20.0), AttentionSettings("knn", 4), 20.0)
+    >>> km = kappa_max(V, beta=20.0)  # doctest: +SKIP
+    >>> step = attention_step(V, km, AttentionSettings("knn", 4), 20.0)  # doctest: +SKIP
     """
     if attention.kind == "dense":
         if isinstance(kmax, KnnResult):

@@ -408,8 +408,10 @@ class IASettings:
 
         Example
         -------
-        >>> ia_settings().later_candidates(KnnResult.itself_only(3, 2, 3)).tolist()
-        [[-1], [-1], [-1]]
+        >>> knn = KnnResult.itself_only(3, 2, 3)
+        >>> knn.indices[:, 1] = [2, 2, 0]
+        >>> ia_settings().later_candidates(knn).tolist()
+        [[2], [2], [0]]
         """
         if previous is None or self.path.later_candidates != "lists":
             return None
@@ -488,7 +490,8 @@ class IASettings:
 
         Example
         -------
-        >>> kd = sized(ia_settings(path={"mode": "candidates"}), len(V)).knn_distances(V)
+        >>> s = sized(ia_settings(path={"mode": "candidates"}), len(V))  # doctest: +SKIP
+        >>> kd = s.knn_distances(V)  # doctest: +SKIP
         """
         n = int(V.shape[0])
         knn = kappa_max(
@@ -662,7 +665,7 @@ def with_sigma(settings: IASettings, X: Any) -> IASettings:
 
     Example
     -------
-    >>> with_sigma(ia_settings(), clean_images).sigma
+    >>> with_sigma(ia_settings(), clean_images).sigma  # doctest: +SKIP
     1.0
     """
     if settings.sigma != "auto":
@@ -715,7 +718,7 @@ def ia_config(cfg: dict, dataset: str) -> dict:
 
     Example
     -------
-    >>> s = ia_settings(**ia_config(cfg, "mnist_rot"))
+    >>> s = ia_settings(**ia_config(cfg, "mnist_rot"))  # doctest: +SKIP
     """
     ds = cfg["datasets"][dataset]
     r, g = cfg["readout"], cfg["readout"]["graph"]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, lists_group
+from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.features import (
@@ -174,12 +174,6 @@ def kappa_max_candidates(
         clock.lap("expand")
     result.seconds = clock.totals()
     return result
-
-
-def has_mirror(group: Any) -> bool:
-    """Whether the lists' ``group`` holds mirror images (an SE(2) search then also takes
-    every pair's starts from the later image's mirror image)."""
-    return bool(getattr(group, "mirror", False))
 
 
 def check_candidates(candidates: Any, n: int) -> np.ndarray:

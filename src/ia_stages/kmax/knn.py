@@ -42,7 +42,7 @@ import numba
 import numpy as np
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, lists_group, wrap_angle
+from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, wrap_angle
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
@@ -108,6 +108,11 @@ def kappa_max_knn(
     """
     start, cpu = time.perf_counter(), time.process_time()
     k = _check_k(k, X)
+    if group != lists_group(group):
+        raise ValueError(
+            f"group: the kNN scan searches SE(2) (with mirror images), not {group.name!r}; "
+            "kappa_max(k=..., group=...) refines the lists over it"
+        )
     X = check_images(X, "X", dtype=FLOATS)
     if settings.method != "polar":
         raise ValueError(
@@ -123,17 +128,12 @@ def kappa_max_knn(
     uu = (Un**2).reshape(n, -1).sum(1)
     others = k - 1
     pool = max(settings.knn_pool, others)
-    if group != lists_group(group):
-        raise ValueError(
-            f"group: the kNN scan searches SE(2) (with mirror images), not {group.name!r}; "
-            "kappa_max(k=..., group=...) refines the lists over it"
-        )
-    mirror = bool(getattr(group, "mirror", False))
+    mirror = has_mirror(group)
     scan = PolarScan(Un, Un, settings, mirror)
     sides = 1 + mirror  # starts per pair: c of the later image, then c of its mirror image
     # the pools, the lists and the refinement batch of the second scan
-    per_start = 3 * 8 * settings.n_candidates * sides
-    state = (n * pool + REFINE_BATCH) * (8 + 8 + per_start) + n * k * 40
+    starts_bytes = 3 * 8 * settings.n_candidates * sides
+    state = (n * pool + REFINE_BATCH) * (8 + 8 + starts_bytes) + n * k * 40
     tile_pairs, lanes = _tile_size(scan, state, settings, X.shape, sides)
     refiner = _Refiner(Un, group, settings, beta, sigma)
     result = KnnResult.itself_only(n, k, group.n_params)
@@ -369,7 +369,7 @@ class _Refiner:
         self, Un: np.ndarray, group: SE2, settings: SearchSettings, beta: float, sigma: float
     ) -> None:
         self.Un, self.group, self.settings, self.beta = Un, group, settings, beta
-        self.mirror = bool(getattr(group, "mirror", False))
+        self.mirror = has_mirror(group)
         self.images = _pair_layout(Un, Un, sigma, settings, self.mirror)
         self.n = Un.shape[0]
         self.uu = (Un**2).reshape(self.n, -1).sum(1)

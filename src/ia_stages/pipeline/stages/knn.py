@@ -42,13 +42,12 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, lists_group, make_group
+from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, make_group
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
     candidate_lists,
     first_pass_search,
-    has_mirror,
     has_second_pass,
     knn_from_pairs,
     listed_candidates,
