@@ -792,14 +792,8 @@ class _PairScan:
             if self.A is None:
                 self.A = xp.empty((A.shape[0], n, A.shape[2]))
             self.A[:, part] = A
-        self.A_f = None
+        self.mirror = mirror
         if mirror:
-            # u against the mirror image of v scores as the mirror image of u (its centroid
-            # spectra conjugated) against v, at the mirrored centre and the opposite angle:
-            # the moving images' lattice spectra need no mirrored copy
-            R = self.A.shape[2] // 2
-            self.A_f = self.A.copy()
-            self.A_f[..., R:] *= -1.0
             self.lattice_f = mirrored_lattice(lattice)
             self.m_f = to_numpy(mirrored_centroids(self.m, self.shape[1]))
 
@@ -831,8 +825,8 @@ class _PairScan:
         centres = xp.asarray(self.m[None, cols] + self.offs[:, None])
         B = scan_spectra(self.Un[xp.asarray(cols)], centres, self.M, interpolation=self.interp)
         c = self.settings.n_candidates
-        sides = [self.A] if self.A_f is None else [self.A, self.A_f]
-        starts = np.empty((a.size, c * len(sides), 3))
+        sides = 1 + self.mirror
+        starts = np.empty((a.size, c * sides, 3))
         scanned = np.empty(a.size)
         batch = PAIR_BATCH if xp is np else GPU_PAIR_BATCH
         for p in range(0, a.size, batch):
@@ -842,15 +836,20 @@ class _PairScan:
             scores = xp.empty((m, B.shape[2], self.M), dtype=np.float32)
             jb = np.searchsorted(cols, ib)
             best = np.full(m, -np.inf)
-            for side, A in enumerate(sides):
-                theta, best_o = self._peaks(A, B, ia, jb, scores, c)
-                m_v = self.m[ib]
-                if side:  # the mirror image of b: its centre mirrored, the opposite angle
-                    theta, best_o, m_v = (
-                        np.mod(-theta, 2 * np.pi),
-                        self.lattice_f[best_o],
-                        self.m_f[ib],
-                    )
+            for side in range(sides):
+                if side == 0:
+                    theta, best_o = self._peaks(self.A, B, ia, jb, scores, c)
+                    m_v = self.m[ib]
+                else:
+                    # a against the mirror image of b scores as the mirror image of a (its
+                    # centroid spectra conjugated, this batch's alone) against b, at the
+                    # mirrored centre and the opposite angle: b's lattice spectra are not
+                    # copied
+                    A_f = self.A[:, xp.asarray(ia)]
+                    A_f[..., A_f.shape[2] // 2 :] *= -1.0
+                    theta, best_o = self._peaks(A_f, B, np.arange(m), jb, scores, c)
+                    theta, best_o = np.mod(-theta, 2 * np.pi), self.lattice_f[best_o]
+                    m_v = self.m_f[ib]
                 centre = m_v[:, None, :] + self.offs[best_o]
                 shift = centroid_translation(theta, self.m[ia], centre, self.shape)
                 starts[s, side * c : (side + 1) * c] = np.concatenate([theta[..., None], shift], -1)
