@@ -282,7 +282,7 @@ def test_bad_group_requests_name_the_key():
     X = _renders()
     with pytest.raises(ValueError, match=r"^group: the kNN scan searches SE\(2\)"):
         kappa_max_knn(X, 2, group=make_group("affine", mirror=True))
-    with pytest.raises(ValueError, match=r"^group: the candidate pairs are searched over SE"):
+    with pytest.raises(ValueError, match=r"^group: the candidate mode searches SE\(2\)"):
         refine_candidates(X, np.arange(3), np.array([[1], [2], [0]]), 2,
                           group=make_group("similarity"))  # fmt: skip
 

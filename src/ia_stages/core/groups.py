@@ -439,6 +439,21 @@ def lists_group(group: SE2 | AffineFamily) -> SE2 | AffineFamily:
     return SE2()
 
 
+def check_lists_group(group: SE2 | AffineFamily, what: str) -> None:
+    """Stop with one line naming ``group`` unless it is its own :func:`lists_group` (SE(2),
+    with or without mirrors): ``what`` searches nothing else.
+
+    Example
+    -------
+    >>> check_lists_group(make_group("se2", mirror=True), "the kNN scan")
+    """
+    if group != lists_group(group):
+        raise ValueError(
+            f"group: {what} searches SE(2) (with mirror images), not {group.name!r}; "
+            "kappa_max(k=..., group=...) refines the lists over it"
+        )
+
+
 def make_group(
     name: str = "se2",
     mirror: bool = False,

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group
+from ia_stages.core.groups import SE2, AffineFamily, check_lists_group, has_mirror
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.features import (
@@ -469,11 +469,7 @@ def refine_pairs(
     -------
     >>> pairs = refine_pairs(Un, np.arange(3), np.array([[1], [2], [0]]), 2)  # doctest: +SKIP
     """
-    if group != lists_group(group):
-        raise ValueError(
-            f"group: the candidate pairs are searched over SE(2) (with mirror images), not "
-            f"{group.name!r}; kappa_max(k=..., group=...) refines the lists over it"
-        )
+    check_lists_group(group, "the candidate mode")
     n = Un.shape[0]
     i = np.repeat(owner, cand.shape[1])
     j = cand.ravel()

@@ -42,7 +42,7 @@ import numba
 import numpy as np
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, wrap_angle
+from ia_stages.core.groups import SE2, AffineFamily, check_lists_group, has_mirror, wrap_angle
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
@@ -108,11 +108,7 @@ def kappa_max_knn(
     """
     start, cpu = time.perf_counter(), time.process_time()
     k = _check_k(k, X)
-    if group != lists_group(group):
-        raise ValueError(
-            f"group: the kNN scan searches SE(2) (with mirror images), not {group.name!r}; "
-            "kappa_max(k=..., group=...) refines the lists over it"
-        )
+    check_lists_group(group, "the kNN scan")
     X = check_images(X, "X", dtype=FLOATS)
     if settings.method != "polar":
         raise ValueError(
