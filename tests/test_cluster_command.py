@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -110,6 +111,63 @@ def test_unlabelled_mrc_stack_clusters_with_one_command(tmp_path):
     for name in ("classes.png", "stability.png"):
         with Image.open(out / name) as im:
             assert im.format == "PNG"
+
+
+def test_the_knn_path_runs_one_job_per_iteration_and_equals_the_sharded_jobs(tmp_path):
+    """``--kmax candidates`` on 30 letters rendered from their outlines (a .npy stack and a
+    labels CSV): one ``knn-whole`` job per iteration (no features, block or pair store), whose
+    kNN store equals the sharded stage jobs' (2 row blocks) and the library's one call; the
+    letters are the clusters."""
+    from ia_stages.data.render import letter, render
+    from ia_stages.kmax import kappa_max
+    from ia_stages.kmax.features import FeatureSettings
+    from ia_stages.kmax.search import SearchSettings
+    from ia_stages.pipeline.stages import knn
+
+    rng = np.random.default_rng(5)
+    stack, labels = [], []
+    for text in "FRL":
+        params = np.column_stack([rng.uniform(0, 2 * np.pi, 10), rng.uniform(-2, 2, (10, 2))])
+        stack.append(render(letter(text, 16.0), (32, 32), params, psf=1.0))
+        labels += [text] * 10
+    np.save(tmp_path / "letters.npy", np.concatenate(stack))
+    pd.DataFrame({"file": range(30), "label": labels}).to_csv(tmp_path / "labels.csv", index=False)
+    out = tmp_path / "out"
+    argv = ["cluster", str(tmp_path / "letters.npy"), "--labels", str(tmp_path / "labels.csv"),
+            "--out", str(out), "--kmax", "candidates", *FAST]  # fmt: skip
+    assert main(argv) == 0
+    it0 = out / "results/images/ia/iter0"
+    assert sorted(p.name for p in it0.iterdir()) == ["knn.zarr"]  # nothing stored between
+    whole = read_store(it0 / "knn.zarr")
+    assert whole.attrs["stage"] == "knn-whole" and whole.attrs["blocks"] == 2  # both passes
+    settings = json.loads(whole.attrs["settings"])  # exactly what the job used
+    images = out / "results/data/images.zarr"
+    feats = tmp_path / "f.zarr"
+    knn.features(images, feats, settings)
+    blocks = [knn.block(images, feats, tmp_path / f"b{bi}.zarr", bi, 15, settings) for bi in (0, 1)]
+    assert [b.attrs["rows"] for b in blocks] == [[0, 15], [15, 30]]
+    firsts = [tmp_path / f"b{bi}.zarr" for bi in (0, 1)]
+    knn.gather(firsts, feats, tmp_path / "first.zarr", settings)
+    more = [tmp_path / f"x{bi}.zarr" for bi in (0, 1)]
+    for bi in (0, 1):
+        knn.expand(images, tmp_path / "first.zarr", firsts, more[bi], bi, 15, settings)
+    sharded = knn.gather(firsts + more, feats, tmp_path / "k.zarr", settings, images)
+    for name in ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist"):
+        np.testing.assert_array_equal(whole[name].values, sharded[name].values, err_msg=name)
+    X = read_store(images)["features"].values
+    lib = kappa_max(
+        X, beta=settings["beta"], normalization=settings["normalization"],
+        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
+        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
+    )  # fmt: skip
+    np.testing.assert_array_equal(whole["indices"].values, lib.indices)
+    np.testing.assert_array_equal(whole["sqdist"].values, lib.sqdist)
+    log = (out / "results/logs/images/ia/iter1/knn.log").read_text()
+    assert "kNN path: pairs refined" in log  # the job's progress bar
+    from sklearn.metrics import adjusted_rand_score
+
+    table = pd.read_csv(out / "clusters.csv")
+    assert adjusted_rand_score(table.label, table.cluster) == 1.0
 
 
 REPORT_FIGURES = ("images_classes.png", "images_stability.png")

@@ -172,6 +172,15 @@ def _cmd_knn_gather(a: argparse.Namespace) -> None:
              ds.sizes["neighbour"], len(a.blocks))  # fmt: skip
 
 
+def _cmd_knn_whole(a: argparse.Namespace) -> None:
+    from ia_stages.pipeline.stages import knn
+
+    with _use_threads(a.threads), _progress(None, "kNN path: pairs refined") as tick:
+        ds = knn.whole(a.images, a.out, _settings(a.settings), a.previous, tick)
+    log.info("wrote %s: %d lists of %d in %.1f s", a.out, ds.sizes["sample"],
+             ds.sizes["neighbour"], ds.attrs["wall_seconds"])  # fmt: skip
+
+
 def _cmd_means(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import means
     from ia_stages.pipeline.stages.kmax_block import block_range
@@ -420,6 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--features", required=True)
     sp.add_argument(
         "--images", help="the iteration's images: the final lists are refined over the group"
+    )
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    sp.add_argument("--settings", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("knn-whole", _cmd_knn_whole, "kNN path: one iteration's kNN store in one job")
+    sp.add_argument("--images", required=True)
+    sp.add_argument(
+        "--previous", help="the previous iteration's kNN store: its lists are the candidates"
     )
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)

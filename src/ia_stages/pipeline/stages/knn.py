@@ -1,4 +1,5 @@
-"""Stages ``knn-features``, ``knn-block`` and ``knn-gather``: the kNN path of kappa^max.
+"""Stages ``knn-features``, ``knn-block``, ``knn-expand``, ``knn-gather`` and ``knn-whole``: the
+kNN path of kappa^max.
 
 With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA iteration:
 
@@ -26,6 +27,10 @@ With ``features.screen`` or ``features.n_expand`` > 0 the first gather writes
 (:func:`ia_stages.kmax.candidates.second_pass`: the screened lists' pairs refined exactly,
 each row's best neighbours of neighbours that no block has refined yet), and the gather of
 both passes' pairs (each pair's better optimum) writes the kNN store.
+
+A dataset whose rows are one block (``kmax.rows_per_job`` null, the default: one machine)
+runs all of this in one ``knn-whole`` job per iteration, :func:`whole`: the same functions,
+one process start and no store between them, and the same kNN store.
 
 The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` and ``params``
 ``(sample, neighbour, param)`` of a :class:`ia_stages.kmax.KnnResult`, and the sample's
@@ -85,14 +90,21 @@ def _parts(settings: dict, n: int) -> tuple[FeatureSettings, SearchSettings, int
         raise InputError(f"settings key 'kmax': {err}") from None
 
 
-def _prepared(path: str | Path, settings: dict) -> np.ndarray:
-    """The images of ``path`` as the candidates mode compares them; bad input names the key."""
+def _images(path: str | Path, settings: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The images of ``path`` and the same as the candidates mode compares them (smoothed,
+    normalised); bad input names the key."""
     V = require_images(load_features(path), path)
     fs, search, k = _parts(settings, V.shape[0])
     try:
-        return prepared_images(V, k, settings["sigma"], settings["normalization"], search, fs)
+        Un = prepared_images(V, k, settings["sigma"], settings["normalization"], search, fs)
     except ValueError as err:
         raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
+    return V, Un
+
+
+def _prepared(path: str | Path, settings: dict) -> np.ndarray:
+    """The images of ``path`` as the candidates mode compares them (:func:`_images`)."""
+    return _images(path, settings)[1]
 
 
 def _group(settings: dict) -> SE2 | AffineFamily:
@@ -126,12 +138,21 @@ def features(
     -------
     >>> features("results/data/d.zarr", "knn_features.zarr", settings)  # doctest: +SKIP
     """
-    V = require_images(load_features(images), images)
-    Un = _prepared(images, settings)
+    V, Un = _images(images, settings)
+    ds = _features(V, Un, *_on_device(Un, settings), settings, previous)
+    write_store(ds, out)
+    return ds
+
+
+def _features(
+    V: np.ndarray, Un: np.ndarray, U: Any, backend: str, settings: dict,
+    previous: str | Path | None,
+) -> xr.Dataset:  # fmt: skip
+    """The features store of :func:`features` (not written) from the images ``V``, their
+    prepared form ``Un`` and the same on the settings' backend, ``U``."""
     n = Un.shape[0]
     fs, search, _ = _parts(settings, n)
     pick = sample_indices(n, settings["sample"], int(settings["seed"]))
-    U, backend = _on_device(Un, settings)
     with timer() as t:
         if previous is None:
             F = invariant_features(U, fs, mirror=has_mirror(_group(settings)))
@@ -158,7 +179,6 @@ def features(
         "knn-features", settings, settings["seed"], backend, n=n,
         n_candidates=int(fs.n_candidates), wall_seconds=t["seconds"],
     )  # fmt: skip
-    write_store(ds, out)
     return ds
 
 
@@ -191,15 +211,22 @@ def block(
     if cand.shape[0] != n:
         raise InputError(f"{feats}: candidates of {cand.shape[0]} samples, images have n={n}")
     rows = _block_rows(images, n, rows_per_job, bi)
-    fs, search, k = _parts(settings, n)
-    first = first_pass_search(search, fs)
     U, backend = _on_device(Un, settings)
+    pairs, seconds = _first_pass(U, cand, rows, settings, progress)
+    return _write_pairs(pairs, "knn-block", settings, bi, n, rows, seconds, out, backend)
+
+
+def _first_pass(
+    U: Any, cand: np.ndarray, rows: range, settings: dict, progress: Callable | None
+) -> tuple[CandidatePairs, float]:
+    """The refined candidate pairs whose later image is in ``rows`` and the seconds taken."""
+    fs, search, k = _parts(settings, U.shape[0])
     with timer() as t:
         pairs = refine_rows(
-            U, cand, rows, k, settings["beta"], _lists_group(settings), first, settings["sigma"],
-            progress,
+            U, cand, rows, k, settings["beta"], _lists_group(settings),
+            first_pass_search(search, fs), settings["sigma"], progress,
         )  # fmt: skip
-    return _write_pairs(pairs, "knn-block", settings, bi, n, rows, t["seconds"], out, backend)
+    return pairs, t["seconds"]
 
 
 def expand(
@@ -235,12 +262,23 @@ def expand(
     done = [read_store(p, required=("a", "b")) for p in blocks]
     skip = np.unique(np.concatenate([d["a"].values * n + d["b"].values for d in done]))
     U, backend = _on_device(Un, settings)
+    pairs, seconds = _second_pass(U, lists, skip, rows, settings, progress)
+    return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, seconds, out, backend)
+
+
+def _second_pass(
+    U: Any, lists: KnnResult, skip: np.ndarray, rows: range, settings: dict,
+    progress: Callable | None,
+) -> tuple[CandidatePairs, float]:  # fmt: skip
+    """:func:`~ia_stages.kmax.candidates.second_pass` of ``rows`` over the first round's
+    ``lists`` (``skip``: the pairs a * n + b already refined) and the seconds taken."""
+    fs, search, _ = _parts(settings, U.shape[0])
     with timer() as t:
         pairs = second_pass(
             U, lists, skip, rows, settings["beta"], _lists_group(settings), search,
             settings["sigma"], fs, progress,
         )  # fmt: skip
-    return _write_pairs(pairs, "knn-expand", settings, bi, n, rows, t["seconds"], out, backend)
+    return pairs, t["seconds"]
 
 
 def _block_rows(images: str | Path, n: int, rows_per_job: int, bi: int) -> range:
@@ -301,19 +339,34 @@ def gather(
         covered[lo:hi] = True
     if not covered.all():
         raise InputError(f"{out}: kNN row blocks do not cover row {int(np.argmin(covered))}")
+    pairs = [
+        CandidatePairs(*(b[v].values for v in ("a", "b", "sqdist", "params", "scanned")))
+        for _, b in parts
+    ]
+    V = None
+    if images is not None and _group(settings) != _lists_group(settings):
+        V = require_images(load_features(images), images)
+    seconds = sum(float(b.attrs["wall_seconds"]) for _, b in parts)
+    ds = _gathered(pairs, f, V, settings, "knn-gather", seconds)
+    write_store(ds, out)
+    return ds
+
+
+def _gathered(
+    parts: list[CandidatePairs], f: xr.Dataset, V: np.ndarray | None, settings: dict,
+    stage: str, seconds: float,
+) -> xr.Dataset:  # fmt: skip
+    """The kNN store (not written) of the refined pairs of ``parts`` and the features store
+    ``f``; with the images ``V`` and a dataset group with more parameters than the lists',
+    the lists refined over the group. ``seconds``: the parts' time, for ``wall_seconds``."""
+    n = int(f.sizes["sample"])
     _, _, k = _parts(settings, n)
-    pairs = CandidatePairs.concat(
-        [
-            CandidatePairs(*(b[v].values for v in ("a", "b", "sqdist", "params", "scanned")))
-            for _, b in parts
-        ]
-    )
+    pairs = CandidatePairs.concat(parts)
     group, lists = _group(settings), _lists_group(settings)
+    refined = V is not None and group != lists
     with timer() as t:
         knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values, lists)
-        refined = images is not None and group != lists
         if refined:
-            V = require_images(load_features(images), images)
             knn = refine_knn(
                 V, knn, settings["beta"], settings["normalization"], group,
                 SearchSettings(**settings["search"]), settings["sigma"],
@@ -330,9 +383,8 @@ def gather(
         },
         coords={"sample": np.arange(n), "param": strings(names)},
     )
-    seconds = float(f.attrs["wall_seconds"]) + t["seconds"]
     ds.attrs = provenance(
-        "knn-gather",
+        stage,
         settings,
         settings["seed"],
         "numpy",
@@ -341,8 +393,45 @@ def gather(
         blocks=len(parts),
         pairs_refined=knn.pairs_refined,
         margin_used=knn.margin_used,
-        wall_seconds=seconds + sum(float(b.attrs["wall_seconds"]) for _, b in parts),
+        wall_seconds=float(f.attrs["wall_seconds"]) + t["seconds"] + seconds,
     )
+    return ds
+
+
+def whole(
+    images: str | Path,
+    out: str | Path,
+    settings: dict,
+    previous: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """One iteration's kNN path in one job, for a dataset whose rows are one block (the
+    default on one machine): the features, the first pass over every row, the second pass
+    over its lists and the gather, with nothing stored between them. The kNN store equals
+    that of the ``knn-features``, ``knn-block``, ``knn-expand`` and ``knn-gather`` jobs of any
+    row blocks (tested). ``previous`` as :func:`features`'s; ``progress`` is called with the
+    pairs refined.
+
+    Example
+    -------
+    >>> whole("results/data/d.zarr", "knn.zarr", settings)  # doctest: +SKIP
+    """
+    V, Un = _images(images, settings)
+    n = Un.shape[0]
+    U, backend = _on_device(Un, settings)
+    f = _features(V, Un, U, backend, settings, previous)
+    fs, search, k = _parts(settings, n)
+    rows = range(n)
+    first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress)
+    parts = [first]
+    if has_second_pass(search, fs, k):
+        beta, lists_of = settings["beta"], _lists_group(settings)
+        lists = knn_from_pairs(n, k, CandidatePairs.concat([first]), beta, f["norm2"].values,
+                               lists_of)  # fmt: skip
+        skip = np.unique(first.a * n + first.b)
+        more, more_seconds = _second_pass(U, lists, skip, rows, settings, progress)
+        parts, seconds = [first, more], seconds + more_seconds
+    ds = _gathered(parts, f, V, settings, "knn-whole", seconds)
     write_store(ds, out)
     return ds
 

@@ -60,14 +60,20 @@ def one_of(names):
     return "|".join(re.escape(d) for d in sorted(names)) or "(?!)"
 
 
-# Wildcard constraints: a dataset whose kappa^max (or columns) is a single block gets it in
-# one job (kmax_whole, means_whole); the others in block jobs and a gather.
+# Wildcard constraints: a dataset whose kappa^max (or columns, or kNN rows) is a single block
+# gets it in one job (kmax_whole, means_whole, knn_whole); the others in block jobs and a
+# gather.
 _ONE_KMAX_BLOCK = {d for d in config["datasets"] if len(kmax_blocks(config, d)) == 1}
 _ONE_MEANS_BLOCK = {d for d in config["datasets"] if len(column_blocks(config, d)) == 1}
 KMAX_WHOLE = one_of(_ONE_KMAX_BLOCK)
 KMAX_BLOCKED = one_of(set(config["datasets"]) - _ONE_KMAX_BLOCK)
 MEANS_WHOLE = one_of(_ONE_MEANS_BLOCK)
 MEANS_BLOCKED = one_of(set(config["datasets"]) - _ONE_MEANS_BLOCK)
+# a kNN dataset whose rows are one block (kmax.rows_per_job null): one knn_whole job per
+# iteration; the others knn_features, row-block jobs and gathers
+_ONE_KNN_BLOCK = {d for d in KNN_DATASETS if len(knn_row_blocks(config, d)) == 1}
+KNN_WHOLE = one_of(_ONE_KNN_BLOCK)
+KNN_BLOCKED = one_of(set(KNN_DATASETS) - _ONE_KNN_BLOCK)
 
 
 wildcard_constraints:

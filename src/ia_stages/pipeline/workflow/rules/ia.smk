@@ -60,9 +60,36 @@ rule kmax_whole:
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-# The kNN path (a dataset's kmax: {mode: candidates}): no n x n store. Global features once,
-# row-block jobs refine their rows' candidates, the gather merges them into the kNN store.
+# The kNN path (a dataset's kmax: {mode: candidates}): no n x n store. A dataset whose rows
+# are one block (kmax.rows_per_job null, the default) computes each iteration's kNN store in
+# one job (knn_whole); the others: global features once, row-block jobs refine their rows'
+# candidates, the gather merges them into the kNN store (the same store).
+rule knn_whole:
+    wildcard_constraints:
+        dataset=KNN_WHOLE,
+    conda:
+        CONDA_ENV
+    input:
+        images=features_of,
+        previous=previous_lists,
+    output:
+        directory("results/{dataset}/ia/iter{t}/knn.zarr"),
+    params:
+        settings=settings("knn"),
+        previous=lambda w, input: f"--previous {input.previous}" if input.previous else "",
+    resources:
+        gpu=gpu_per_job("knn"),
+    threads: heavy_threads
+    log:
+        "results/logs/{dataset}/ia/iter{t}/knn.log",
+    shell:
+        "ia-stages knn-whole --images {input.images} {params.previous} --threads {threads}"
+        " --settings {params.settings} --out {output} 2> {log}"
+
+
 rule knn_features:
+    wildcard_constraints:
+        dataset=KNN_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -84,6 +111,8 @@ rule knn_features:
 
 
 rule knn_block:
+    wildcard_constraints:
+        dataset=KNN_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -109,6 +138,8 @@ rule knn_block:
 # second pass (knn_expand: screened lists refined exactly, neighbours' neighbours), then
 # knn_gather merges both rounds' pairs.
 rule knn_first:
+    wildcard_constraints:
+        dataset=KNN_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -126,6 +157,8 @@ rule knn_first:
 
 
 rule knn_expand:
+    wildcard_constraints:
+        dataset=KNN_BLOCKED,
     conda:
         CONDA_ENV
     input:
@@ -149,6 +182,8 @@ rule knn_expand:
 
 
 rule knn_gather:
+    wildcard_constraints:
+        dataset=KNN_BLOCKED,
     conda:
         CONDA_ENV
     input:
