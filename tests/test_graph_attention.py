@@ -258,6 +258,29 @@ def test_prefetched_sweeps_serve_the_read_outs_without_k(monkeypatch: pytest.Mon
     prefetch_sweeps(sqs, g, 4, 4)  # with K: nothing to run ahead (no_run would raise)
 
 
+def test_read_outs_with_k_in_worker_processes_are_this_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two iterations read out into K in two worker processes (the size threshold lowered to
+    these graphs') give, in order, the partitions made here; below the threshold, or with one
+    worker, nothing runs in workers."""
+    import numba
+
+    import ia_stages.readout.graph as graph
+
+    sqs = [_four_blobs(5), _four_blobs(6)]
+    g = {"k": 10, "with_k": "leiden", "restarts": 3}
+    here = [graph.graph_partition(sq, g, 3, 4) for sq in sqs]
+    assert not np.array_equal(here[0], here[1]) and all(p.max() + 1 == 3 for p in here)
+    assert graph.partitions_with_k(sqs, g, 3, 4) is None  # 200 nodes: not worth a worker
+    monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
+    if numba.get_num_threads() >= 2:
+        apart = graph.partitions_with_k(sqs, g, 3, 4)
+        assert all(np.array_equal(a, b) for a, b in zip(here, apart, strict=True))
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 1)
+    assert graph.partitions_with_k(sqs, g, 3, 4) is None
+
+
 def test_silhouette_read_out_of_one_group_returns_one_cluster() -> None:
     sq, _ = _planted(n_per=12, groups=1)
     labels = leiden_silhouette(knn_from_dense(sq, 6), sq, (0.01,), seed=0)

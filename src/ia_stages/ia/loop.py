@@ -28,6 +28,7 @@ from ia_stages.kmax import KappaMaxResult
 from ia_stages.readout.graph import (
     KnnDistances,
     graph_partition,
+    partitions_with_k,
     prefetch_sweeps,
     spectral_affinity,
 )
@@ -135,13 +136,19 @@ def read_iterations(
     reason : one line saying why
     """
     values = values if values is not None else [None] * len(sqdists)
-    if settings.readout.kind == "graph":  # the iterations' Leiden runs in one pool
+    parts = None
+    if settings.readout.kind == "graph":  # the iterations' Leiden runs in worker processes
         prefetch_sweeps(sqdists, settings.readout.graph(), n_clusters, seed)
-    parts = []
-    for sq, v in zip(sqdists, values, strict=True):
-        parts.append(read_out(sq, settings.readout, n_clusters, seed, v))
-        if progress is not None:
-            progress(1)
+        if n_clusters is not None:
+            parts = partitions_with_k(sqdists, settings.readout.graph(), n_clusters, seed)
+            if parts is not None and progress is not None:
+                progress(len(parts))
+    if parts is None:
+        parts = []
+        for sq, v in zip(sqdists, values, strict=True):
+            parts.append(read_out(sq, settings.readout, n_clusters, seed, v))
+            if progress is not None:
+                progress(1)
     chosen, reason = choose_iteration(parts, sqdists, settings)
     return parts, chosen, reason
 

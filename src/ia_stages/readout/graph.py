@@ -580,6 +580,32 @@ def prefetch_sweeps(sqdists: list[Any], graph: dict, n_clusters: int | None, see
     leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in graph["resolutions"])))
 
 
+def partitions_with_k(
+    sqdists: list[Any], graph: dict, n_clusters: int, seed: int
+) -> list[np.ndarray] | None:
+    """:func:`graph_partition` with K of each of ``sqdists`` (an IA run's iterations), one
+    graph per worker process (as many as numba's threads: the job's ``--threads`` in the
+    pipeline); the partitions are those this process would make (each run seeded alone).
+    None where workers would not gain (fewer than 2 graphs or workers, or a graph below
+    :data:`PARALLEL_MIN_NODES` nodes): the caller reads them out itself.
+
+    Example
+    -------
+    >>> partitions_with_k([kd0, kd1], {"k": 10, "with_k": "leiden"}, 10, 0)  # doctest: +SKIP
+    """
+    import numba
+
+    workers = min(numba.get_num_threads(), len(sqdists))
+    sizes = [sq.n if isinstance(sq, KnnDistances) else np.shape(sq)[0] for sq in sqdists]
+    if workers < 2 or min(sizes) < PARALLEL_MIN_NODES:
+        return None
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=workers, backend="loky")(
+        delayed(graph_partition)(sq, graph, n_clusters, seed) for sq in sqdists
+    )
+
+
 def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, tolerance: float) -> int:
     """Index of the partition :func:`leiden_silhouette` keeps among a
     :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
