@@ -420,6 +420,8 @@ def whole(
     n = Un.shape[0]
     U, backend = _on_device(Un, settings)
     f = _features(V, Un, U, backend, settings, previous)
+    if _group(settings) == _lists_group(settings):
+        V = None  # not held through the passes: only a refinement over the group reads them
     fs, search, k = _parts(settings, n)
     rows = range(n)
     first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress)
