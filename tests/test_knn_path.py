@@ -172,9 +172,9 @@ def test_bad_knn_config_names_the_key(change, key):
 def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_path, mirror):
     """A dataset with ``group: similarity`` (with mirror images: every fourth render
     mirrored) on the kNN path: the stages (features, two row blocks, the expansion, the
-    gather) search its candidates (and their mirror images), refine them over the group and
-    store the library's ``kappa_max(mode='candidates', group=...)`` lists, with the group's
-    parameters."""
+    gather; and the one job of ``knn-whole``, with the same store) search its candidates
+    (and their mirror images), refine them over the group and store the library's
+    ``kappa_max(mode='candidates', group=...)`` lists, with the group's parameters."""
     import xarray as xr
 
     from ia_stages.core.groups import make_group
@@ -214,6 +214,9 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     for i, path in enumerate(more):
         knn.expand(images, tmp_path / "first.zarr", paths, path, i, 6, settings)
     store = knn.gather(paths + more, tmp_path / "f.zarr", tmp_path / "knn.zarr", settings, images)
+    whole = knn.whole(images, tmp_path / "whole.zarr", settings)  # the one-job path
+    for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
+        np.testing.assert_array_equal(whole[name].values, store[name].values, err_msg=name)
     lib = kappa_max(
         X, beta=settings["beta"], normalization=settings["normalization"], group=g,
         settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
