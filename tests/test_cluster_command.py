@@ -119,10 +119,9 @@ def test_the_knn_path_runs_one_job_per_iteration_and_equals_the_sharded_jobs(tmp
     kNN store equals the sharded stage jobs' (2 row blocks) and the library's one call; the
     letters are the clusters."""
     from ia_stages.data.render import letter, render
-    from ia_stages.kmax import kappa_max
-    from ia_stages.kmax.features import FeatureSettings
-    from ia_stages.kmax.search import SearchSettings
     from ia_stages.pipeline.stages import knn
+
+    from .test_workflow_knn import library_lists
 
     rng = np.random.default_rng(5)
     stack, labels = [], []
@@ -154,12 +153,7 @@ def test_the_knn_path_runs_one_job_per_iteration_and_equals_the_sharded_jobs(tmp
     sharded = knn.gather(firsts + more, feats, tmp_path / "k.zarr", settings, images)
     for name in ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist"):
         np.testing.assert_array_equal(whole[name].values, sharded[name].values, err_msg=name)
-    X = read_store(images)["features"].values
-    lib = kappa_max(
-        X, beta=settings["beta"], normalization=settings["normalization"],
-        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
-        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
-    )  # fmt: skip
+    lib = library_lists(read_store(images)["features"].values, settings)
     np.testing.assert_array_equal(whole["indices"].values, lib.indices)
     np.testing.assert_array_equal(whole["sqdist"].values, lib.sqdist)
     log = (out / "results/logs/images/ia/iter1/knn.log").read_text()

@@ -68,14 +68,19 @@ def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
                         settings)  # fmt: skip
     for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
         np.testing.assert_array_equal(sharded[name].values, single[name].values, err_msg=name)
-    X = read_store(images)["features"].values
-    lib = kappa_max(
+    lib = library_lists(read_store(images)["features"].values, settings)
+    np.testing.assert_array_equal(sharded["indices"].values, lib.indices)
+    np.testing.assert_array_equal(sharded["sqdist"].values, lib.sqdist)
+
+
+def library_lists(X: np.ndarray, settings: dict):
+    """The library's ``kappa_max(X, k, mode='candidates')`` with a kNN store's settings (the
+    pipeline's stage settings of the kNN path), SE(2)."""
+    return kappa_max(
         X, beta=settings["beta"], normalization=settings["normalization"],
         settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
         k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
     )  # fmt: skip
-    np.testing.assert_array_equal(sharded["indices"].values, lib.indices)
-    np.testing.assert_array_equal(sharded["sqdist"].values, lib.sqdist)
 
 
 def test_iteration_means_read_out_and_classes(knn_run):

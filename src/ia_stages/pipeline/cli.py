@@ -396,14 +396,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 
-    sp = add("knn-features", _cmd_knn_features, "kNN path: invariant features, sample")
-    sp.add_argument("--images", required=True)
-    sp.add_argument(
-        "--previous", help="the previous iteration's kNN store: its lists are the candidates"
-    )
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
+    for name, command, what in (
+        ("knn-features", _cmd_knn_features, "kNN path: invariant features, sample"),
+        ("knn-whole", _cmd_knn_whole, "kNN path: one iteration's kNN store in one job"),
+    ):
+        sp = add(name, command, what)
+        sp.add_argument("--images", required=True)
+        sp.add_argument(
+            "--previous", help="the previous iteration's kNN store: its lists are the candidates"
+        )
+        sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+        sp.add_argument("--settings", required=True)
+        sp.add_argument("--out", required=True)
 
     sp = add("knn-block", _cmd_knn_block, "kNN path: one row block's candidates, refined")
     sp.add_argument("--images", required=True)
@@ -429,15 +433,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--features", required=True)
     sp.add_argument(
         "--images", help="the iteration's images: the final lists are refined over the group"
-    )
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("knn-whole", _cmd_knn_whole, "kNN path: one iteration's kNN store in one job")
-    sp.add_argument("--images", required=True)
-    sp.add_argument(
-        "--previous", help="the previous iteration's kNN store: its lists are the candidates"
     )
     sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
