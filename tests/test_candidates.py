@@ -390,34 +390,6 @@ def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
         assert np.array_equal(getattr(one, name), getattr(chunked, name)), name
 
 
-def test_passes_sharing_their_set_up_give_each_passs_own_pairs(copies):
-    """A :class:`PassCache` shared by refinements over the same images and search reuses the
-    first one's scan and target layout; a refinement with another search, or over other
-    images, makes its own. Every pair bit for bit as without the cache."""
-    from dataclasses import replace
-
-    from ia_stages.kmax.candidates import PassCache, candidate_lists, prepared_images, refine_pairs
-
-    X = copies.data[:24].astype(float)
-    fs = FeatureSettings(n_candidates=6, n_dims=16, n_expand=0)
-    Un = prepared_images(X, 3, 1.0, features=fs)
-    cand = candidate_lists(Un, invariant_features(Un, fs), fs)
-    other = replace(EXACT_SEARCH, n_candidates=EXACT_SEARCH.n_candidates + 1)
-    cache, reused = PassCache(), []
-    for owner, c, settings in [(np.arange(24), cand[:, :3], EXACT_SEARCH),
-                               (np.arange(24), cand[:, 3:], EXACT_SEARCH),
-                               (np.arange(24), cand[:, 3:], other),
-                               (np.arange(5), cand[:5, :2], other)]:  # fmt: skip
-        alone = refine_pairs(Un, owner, c, 3, 2.0, settings=settings, sigma=1.0)
-        scan = cache.scan
-        shared = refine_pairs(Un, owner, c, 3, 2.0, settings=settings, sigma=1.0, prepared=cache)
-        reused.append(scan is not None and cache.scan is scan)
-        for name in ("a", "b", "sqdist", "params", "scanned"):
-            assert np.array_equal(getattr(alone, name), getattr(shared, name)), name
-        assert cache.targets is not None  # one chunk holds these images' targets
-    assert reused == [False, True, False, False]
-
-
 def test_pairs_among_some_images_are_refined_as_among_those_images_alone(copies):
     """The refinement of pairs that touch a few of the images reads those images from the
     whole set (no copy of them): every pair's result is bit for bit that of the same pairs

@@ -156,8 +156,7 @@ def kappa_max_candidates(
     else:
         cand = check_candidates(candidates, n)
     first = first_pass_search(settings, features)
-    cache = PassCache()  # the passes over the same images share their set-up
-    pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress, cache)
+    pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")
     if has_second_pass(settings, features, k):
@@ -166,14 +165,13 @@ def kappa_max_candidates(
         # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
         pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
         more = second_pass(
-            Un, result, skip, range(n), beta, group, settings, sigma, features, progress, cache
+            Un, result, skip, range(n), beta, group, settings, sigma, features, progress
         )
         refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
         del skip
         result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
         result.pairs_scanned = result.pairs_refined = refined
         clock.lap("expand")
-    del cache
     result.seconds = clock.totals()
     return result
 
@@ -404,7 +402,6 @@ def refine_rows(
     settings: SearchSettings = EXACT_SEARCH,
     sigma: float = 2.0,
     progress: Callable[[int], None] | None = None,
-    prepared: PassCache | None = None,
 ) -> CandidatePairs:
     """The exact refinement of one row block: every candidate pair (a, b), a < b, whose later
     image b lies in ``rows``.
@@ -421,7 +418,6 @@ def refine_rows(
     cand : ``(n, c)`` every sample's :func:`candidate_lists`
     rows : the block's samples
     k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
-    prepared : as :func:`refine_pairs`
 
     Returns
     -------
@@ -436,9 +432,8 @@ def refine_rows(
     if cand.shape[0] != n:
         raise ValueError(f"cand: lists of {cand.shape[0]} samples, images have n={n}")
     return refine_pairs(
-        Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, moving=rows,
-        prepared=prepared,
-    )  # fmt: skip
+        Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, moving=rows
+    )
 
 
 def refine_pairs(
@@ -453,7 +448,6 @@ def refine_pairs(
     progress: Callable[[int], None] | None = None,
     skip: np.ndarray | None = None,
     moving: range | None = None,
-    prepared: PassCache | None = None,
 ) -> CandidatePairs:
     """The exact refinement of the pairs (owner[i], cand[i, j]), each pair once as (min, max).
 
@@ -466,7 +460,6 @@ def refine_pairs(
     k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
     skip : sorted keys ``a * n + b`` (a < b) of pairs already refined, left out
     moving : only the pairs whose later image b lies in this range (None: all)
-    prepared : a :class:`PassCache` shared by the calls of one graph (None: none kept)
 
     Returns
     -------
@@ -506,8 +499,7 @@ def refine_pairs(
     need = np.unique(np.concatenate([a, b]))
     Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
     uu = sumsq_rows(Ul, SPECTRA_BATCH)
-    kept = prepared is not None and prepared.matches(need, settings, sigma, mirror)
-    scan = prepared.scan if kept else _PairScan(Ul, settings, mirror)
+    scan = _PairScan(Ul, settings, mirror)
     if need.size == n:  # every image: local indices are the sample indices
         la, lb = a, b
     else:
@@ -522,19 +514,14 @@ def refine_pairs(
     else:
         # on a GPU the refinement's layout (several copies of each image) of all images, once
         chunks = [range(0, need.size)]
-        layout = prepared.targets if kept else _pair_layout(Ul, Ul, sigma, settings, mirror)
-    whole = len(chunks) == 1  # one layout of every image's targets: kept for the next call
-    fixed_side = None
+        layout = _pair_layout(Ul, Ul, sigma, settings, mirror)
     for chunk in chunks:
         ours = np.flatnonzero((la >= chunk.start) & (la < chunk.stop))
         if ours.size == 0:
             continue
         if xp is np:
             fixed_side = images = None  # the last chunk's layout goes before this one's is made
-            if kept and whole and prepared.targets is not None:
-                fixed_side = prepared.targets
-            else:
-                fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
+            fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
         by_b = ours[np.argsort(lb[ours], kind="stable")]  # one moving image's pairs together
         cols, first = np.unique(lb[by_b], return_index=True)
         bounds = np.r_[first, by_b.size]
@@ -560,9 +547,6 @@ def refine_pairs(
             out.scanned[sel] = scanned
             if progress is not None:
                 progress(int(sel.size))
-    if prepared is not None:
-        targets = layout if xp is not np else (fixed_side if whole else None)
-        prepared.keep(need, settings, sigma, mirror, scan, targets)
     return out
 
 
@@ -660,7 +644,6 @@ def second_pass(
     sigma: float = 2.0,
     features: FeatureSettings = DEFAULT_FEATURES,
     progress: Callable[[int], None] | None = None,
-    prepared: PassCache | None = None,
 ) -> CandidatePairs:
     """The second pass over the first pass's lists, for the pairs whose later image is in
     ``rows`` (a row block; ``range(n)``: all).
@@ -684,7 +667,6 @@ def second_pass(
     skip : sorted keys ``a * n + b`` (a < b) of the first pass's pairs
     rows : the block's samples
     beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
-    prepared : as :func:`refine_pairs`
 
     Returns
     -------
@@ -702,22 +684,20 @@ def second_pass(
     if screened:
         listed = knn.indices[:, 1:w]
         exact = refine_pairs(
-            Un, np.arange(n), listed, k, beta, group, settings, sigma, progress, moving=rows,
-            prepared=prepared,
-        )  # fmt: skip
+            Un, np.arange(n), listed, k, beta, group, settings, sigma, progress, moving=rows
+        )
         parts.append(exact)
     if features.n_expand and k > 2:
         cand = expansion_candidates(knn, range(n), features.n_expand)
         more = refine_pairs(
-            Un, np.arange(n), cand, k, beta, group, screen, sigma, progress, skip, rows, prepared
+            Un, np.arange(n), cand, k, beta, group, screen, sigma, progress, skip, rows
         )
         parts.append(more)
         if screened:
             kth = np.asarray(knn.sqdist, dtype=np.float64)[:, w - 1]
             enter = (more.sqdist <= kth[more.a]) | (more.sqdist <= kth[more.b])
             a, b = more.a[enter], more.b[enter, None]
-            parts.append(refine_pairs(Un, a, b, k, beta, group, settings, sigma, progress,
-                                      prepared=prepared))  # fmt: skip
+            parts.append(refine_pairs(Un, a, b, k, beta, group, settings, sigma, progress))
     if not parts:
         return CandidatePairs.none(group.n_params)
     return CandidatePairs.concat(parts)
@@ -779,43 +759,6 @@ class _Rows:
 
     def __getitem__(self, at: slice | np.ndarray) -> np.ndarray:
         return self.Un[at] if self.whole else self.Un[self.need[at]]
-
-
-class PassCache:
-    """What :func:`refine_pairs` prepares for the images its pairs touch, kept for the next call
-    over the same images with the same search (the passes of one kNN graph): the polar scan's
-    centroid spectra and, where one chunk holds every image, the refinement's target layout.
-    One entry (the last call's), so at most one layout is held between calls; the results
-    are those of calls without it (tested).
-
-    Example
-    -------
-    >>> cache = PassCache()
-    >>> first = refine_rows(Un, cand, range(n), k, prepared=cache)  # doctest: +SKIP
-    >>> more = second_pass(Un, first_lists, skip, range(n), prepared=cache)  # doctest: +SKIP
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._need: np.ndarray | None = None
-        self.scan: _PairScan | None = None
-        self.targets: Any = None
-
-    def matches(
-        self, need: np.ndarray, settings: SearchSettings, sigma: float, mirror: bool
-    ) -> bool:
-        """Whether the entry is for the images ``need`` and this search."""
-        return (
-            self._key == (settings, float(sigma), bool(mirror))
-            and self._need is not None
-            and np.array_equal(self._need, need)
-        )
-
-    def keep(self, need: np.ndarray, settings: SearchSettings, sigma: float, mirror: bool,
-             scan: _PairScan, targets: Any) -> None:  # fmt: skip
-        """Hold ``scan`` and ``targets`` (the layout of every image, or None) for ``need``."""
-        self._key, self._need = (settings, float(sigma), bool(mirror)), need
-        self.scan, self.targets = scan, targets
 
 
 class _PairScan:

@@ -51,7 +51,6 @@ from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, ma
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
-    PassCache,
     candidate_lists,
     first_pass_search,
     has_second_pass,
@@ -218,16 +217,14 @@ def block(
 
 
 def _first_pass(
-    U: Any, cand: np.ndarray, rows: range, settings: dict, progress: Callable | None,
-    prepared: PassCache | None = None,
-) -> tuple[CandidatePairs, float]:  # fmt: skip
-    """The refined candidate pairs whose later image is in ``rows`` and the seconds taken
-    (``prepared``: :func:`~ia_stages.kmax.candidates.refine_pairs`'s)."""
+    U: Any, cand: np.ndarray, rows: range, settings: dict, progress: Callable | None
+) -> tuple[CandidatePairs, float]:
+    """The refined candidate pairs whose later image is in ``rows`` and the seconds taken."""
     fs, search, k = _parts(settings, U.shape[0])
     with timer() as t:
         pairs = refine_rows(
             U, cand, rows, k, settings["beta"], _lists_group(settings),
-            first_pass_search(search, fs), settings["sigma"], progress, prepared,
+            first_pass_search(search, fs), settings["sigma"], progress,
         )  # fmt: skip
     return pairs, t["seconds"]
 
@@ -271,7 +268,7 @@ def expand(
 
 def _second_pass(
     U: Any, lists: KnnResult, skip: np.ndarray, rows: range, settings: dict,
-    progress: Callable | None, prepared: PassCache | None = None,
+    progress: Callable | None,
 ) -> tuple[CandidatePairs, float]:  # fmt: skip
     """:func:`~ia_stages.kmax.candidates.second_pass` of ``rows`` over the first round's
     ``lists`` (``skip``: the pairs a * n + b already refined) and the seconds taken."""
@@ -279,7 +276,7 @@ def _second_pass(
     with timer() as t:
         pairs = second_pass(
             U, lists, skip, rows, settings["beta"], _lists_group(settings), search,
-            settings["sigma"], fs, progress, prepared,
+            settings["sigma"], fs, progress,
         )  # fmt: skip
     return pairs, t["seconds"]
 
@@ -427,17 +424,15 @@ def whole(
         V = None  # not held through the passes: only a refinement over the group reads them
     fs, search, k = _parts(settings, n)
     rows = range(n)
-    cache = PassCache()  # the passes over the same images share their set-up
-    first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress, cache)
+    first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress)
     parts = [first]
     if has_second_pass(search, fs, k):
         beta, lists_of = settings["beta"], _lists_group(settings)
         lists = knn_from_pairs(n, k, CandidatePairs.concat([first]), beta, f["norm2"].values,
                                lists_of)  # fmt: skip
         skip = np.unique(first.a * n + first.b)
-        more, more_seconds = _second_pass(U, lists, skip, rows, settings, progress, cache)
+        more, more_seconds = _second_pass(U, lists, skip, rows, settings, progress)
         parts, seconds = [first, more], seconds + more_seconds
-    del cache
     ds = _gathered(parts, f, V, settings, "knn-whole", seconds)
     write_store(ds, out)
     return ds
