@@ -231,9 +231,10 @@ def _cmd_mean_trace(a: argparse.Namespace) -> None:
 def _cmd_metrics(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import metrics
 
-    df = metrics.run(
-        a.dataset, a.out, _settings(a.settings), a.ia_features, a.ia_kmax, a.ka, a.classes
-    )
+    with _use_threads(a.threads):  # the read-outs with K of large graphs: one process each
+        df = metrics.run(
+            a.dataset, a.out, _settings(a.settings), a.ia_features, a.ia_kmax, a.ka, a.classes
+        )
     log.info("wrote %s: %d rows", a.out, len(df))
 
 
@@ -478,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--classes", help="the classes store: IA's read-outs without K (else made here)"
     )
+    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     sp.add_argument("--settings", required=True)
     sp.add_argument("--out", required=True)
 

@@ -584,10 +584,11 @@ def partitions_with_k(
     sqdists: list[Any], graph: dict, n_clusters: int, seed: int
 ) -> list[np.ndarray] | None:
     """:func:`graph_partition` with K of each of ``sqdists`` (an IA run's iterations), one
-    graph per worker process (as many as numba's threads: the job's ``--threads`` in the
-    pipeline); the partitions are those this process would make (each run seeded alone).
-    None where workers would not gain (fewer than 2 graphs or workers, or a graph below
-    :data:`PARALLEL_MIN_NODES` nodes): the caller reads them out itself.
+    graph per worker process (as many as numba's threads: the ``metrics`` job's ``--threads``
+    in the pipeline, every core in a notebook); the partitions are those this process would
+    make (each run seeded alone). None where workers would not gain (fewer than 2 graphs or
+    workers, or a graph below :data:`PARALLEL_MIN_NODES` nodes): the caller reads them out
+    itself.
 
     Example
     -------

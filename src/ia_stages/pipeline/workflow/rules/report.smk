@@ -8,10 +8,11 @@ rule metrics:
     params:
         settings=settings("metrics"),
         args=lambda w, input: metrics_args(w, input),
+    threads: heavy_threads
     log:
         "results/logs/{dataset}/metrics.log",
     shell:
-        "ia-stages metrics --dataset {input.dataset} {params.args}"
+        "ia-stages metrics --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
