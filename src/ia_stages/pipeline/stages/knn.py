@@ -40,13 +40,14 @@ The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` a
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from ia_stages.core.backend import to_numpy
+from ia_stages.core.backend import BackendError, resolve_backend, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, make_group
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
@@ -60,6 +61,7 @@ from ia_stages.kmax.candidates import (
     refine_rows,
     second_pass,
 )
+from ia_stages.kmax.compile_ahead import search_compiled_ahead
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 from ia_stages.kmax.group_search import refine_knn
 from ia_stages.kmax.neighbours import KnnResult
@@ -74,6 +76,9 @@ from ia_stages.pipeline.store import provenance, read_store, store_sizes, string
 from ia_stages.readout.graph import KnnDistances, sample_indices, sample_sqdist
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
+# images from which a job's first steps take longer than a background process needs to
+# start (:func:`_compiled_ahead`)
+AHEAD_MIN_IMAGES = 5000
 
 
 def _parts(settings: dict, n: int) -> tuple[FeatureSettings, SearchSettings, int]:
@@ -138,18 +143,37 @@ def features(
     -------
     >>> features("results/data/d.zarr", "knn_features.zarr", settings)  # doctest: +SKIP
     """
-    V, Un = _images(images, settings)
-    ds = _features(V, Un, *_on_device(Un, settings), settings, previous)
+    with _compiled_ahead(images, settings, previous) as ready:
+        V, Un = _images(images, settings)
+        ds = _features(V, Un, *_on_device(Un, settings), settings, previous, ready)
     write_store(ds, out)
     return ds
 
 
+def _compiled_ahead(
+    images: str | Path, settings: dict, previous: str | Path | None
+) -> AbstractContextManager[Callable[[], None]]:
+    """:func:`~ia_stages.kmax.compile_ahead.search_compiled_ahead` for a job's sample search:
+    on for the input images' iteration (a later one finds the kernel compiled) of at least
+    :data:`AHEAD_MIN_IMAGES` images searched on the CPU."""
+    try:
+        cpu = resolve_backend(settings.get("backend", "numpy")) == "numpy"
+    except BackendError:
+        cpu = False  # the job's own move to its backend says why
+    on = cpu and previous is None and store_sizes(images).get("sample", 0) >= AHEAD_MIN_IMAGES
+    return search_compiled_ahead(
+        settings["beta"], settings["normalization"], settings.get("group", {}),
+        settings["sample_search"], settings["sigma"], on=on,
+    )  # fmt: skip
+
+
 def _features(
     V: np.ndarray, Un: np.ndarray, U: Any, backend: str, settings: dict,
-    previous: str | Path | None,
+    previous: str | Path | None, ready: Callable[[], None] = lambda: None,
 ) -> xr.Dataset:  # fmt: skip
     """The features store of :func:`features` (not written) from the images ``V``, their
-    prepared form ``Un`` and the same on the settings' backend, ``U``."""
+    prepared form ``Un`` and the same on the settings' backend, ``U``; ``ready`` is called
+    before the first search (:func:`_compiled_ahead`)."""
     n = Un.shape[0]
     fs, search, _ = _parts(settings, n)
     pick = sample_indices(n, settings["sample"], int(settings["seed"]))
@@ -161,6 +185,7 @@ def _features(
         else:
             cand = listed_candidates(read_knn(previous, n).knn)
             embedding = np.zeros((n, 0), dtype=np.float32)
+        ready()
         sq = sample_sqdist(
             V, pick, settings["beta"], settings["normalization"], _group(settings),
             SearchSettings(**settings["sample_search"]), settings["sigma"],
@@ -416,10 +441,11 @@ def whole(
     -------
     >>> whole("results/data/d.zarr", "knn.zarr", settings)  # doctest: +SKIP
     """
-    V, Un = _images(images, settings)
-    n = Un.shape[0]
-    U, backend = _on_device(Un, settings)
-    f = _features(V, Un, U, backend, settings, previous)
+    with _compiled_ahead(images, settings, previous) as ready:
+        V, Un = _images(images, settings)
+        n = Un.shape[0]
+        U, backend = _on_device(Un, settings)
+        f = _features(V, Un, U, backend, settings, previous, ready)
     if _group(settings) == _lists_group(settings):
         V = None  # not held through the passes: only a refinement over the group reads them
     fs, search, k = _parts(settings, n)

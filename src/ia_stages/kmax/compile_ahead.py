@@ -1,0 +1,155 @@
+"""The per-pair search kernel compiled in a background process while a job's first steps run.
+
+numba compiles :func:`ia_stages.kmax.refine._search_range` once per install and keeps it in its
+cache (``cache=True``). On a fresh install that compile would stall the first kNN job at its
+first search, after the images, features and candidates were made on the job's own cores; a
+second process compiles it while those steps run instead, and the job loads it from the cache
+when it needs it. Nothing here changes a result: the kernel read from the cache is the one this
+process would have compiled, and where the background compile fails or cannot help (the kernel
+is cached already, numba cannot cache, a GPU runs the search) the job compiles as before.
+
+Example
+-------
+>>> with search_compiled_ahead(20.0, "unit", {}, {}, 1.0) as ready:  # doctest: +SKIP
+...     features = ...  # the job's first steps
+...     ready()
+...     result = kappa_max(...)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("ia_stages")
+
+WAIT_LIMIT_S = 600  # the background compile is given up (killed) after this long
+
+
+def search_kernel_cached() -> bool:
+    """Whether the search kernel needs no compile ahead: numba's cache holds a build of it, or
+    numba cannot cache it (nothing a second process compiles would reach this one).
+
+    Example
+    -------
+    >>> isinstance(search_kernel_cached(), bool)
+    True
+    """
+    from ia_stages.kmax.refine import _search_range
+
+    cache_file = getattr(getattr(_search_range, "_cache", None), "_cache_file", None)
+    index = getattr(cache_file, "_index_path", None)
+    return index is None or Path(index).exists()
+
+
+def start_search_compile(
+    beta: float, normalization: str, group: dict, search: dict, sigma: float
+) -> subprocess.Popen | None:
+    """Start a process that compiles the search kernel (into numba's cache) as
+    ``kappa_max(..., beta, normalization, make_group(**group), SearchSettings(**search),
+    sigma=sigma)`` calls it, by running that on three small images; None where the kernel is
+    cached already (:func:`search_kernel_cached`) or numba's JIT is off.
+
+    Parameters
+    ----------
+    beta, normalization, sigma : as :func:`ia_stages.kmax.kappa_max`
+    group : keyword arguments of :func:`ia_stages.core.groups.make_group`
+    search : keyword arguments of :class:`ia_stages.kmax.SearchSettings`
+
+    Returns
+    -------
+    subprocess.Popen or None
+        Pass it to :func:`wait_for` before the first search.
+    """
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or search_kernel_cached():
+        return None
+    given = dict(beta=beta, normalization=normalization, group=group, search=search, sigma=sigma)
+    spec = json.dumps(given)
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    code = "from ia_stages.kmax.compile_ahead import _main; _main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, spec],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(process: subprocess.Popen | None, limit: float = WAIT_LIMIT_S) -> None:
+    """Wait until ``process`` (from :func:`start_search_compile`) has compiled the kernel;
+    where it failed or ran past ``limit`` seconds, say so in the log and go on (the caller's
+    first search then compiles the kernel itself).
+
+    Example
+    -------
+    >>> wait_for(None)
+    """
+    if process is None:
+        return
+    try:
+        _, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        log.warning("the search kernel's background compile ran past %s s: compiling here", limit)
+        return
+    if process.returncode != 0:
+        last = (err or "").strip().splitlines()[-1:] or ["no message"]
+        log.warning(
+            "the search kernel's background compile failed (exit %s: %s): compiling here",
+            process.returncode,
+            last[0],
+        )
+
+
+@contextmanager
+def search_compiled_ahead(
+    beta: float, normalization: str, group: dict, search: dict, sigma: float, on: bool = True
+) -> Iterator[Callable[[], None]]:
+    """Compile the search kernel in a background process (:func:`start_search_compile`; not
+    when ``on`` is False) while the block runs; yields ``ready``, to call before the block's
+    first search (:func:`wait_for`). A background process still running when the block ends
+    (it raised before ``ready``) is killed.
+
+    Example
+    -------
+    >>> with search_compiled_ahead(20.0, "unit", {}, {}, 1.0, on=False) as ready:
+    ...     ready()
+    """
+    process = start_search_compile(beta, normalization, group, search, sigma) if on else None
+    try:
+        yield lambda: wait_for(process)
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _main() -> None:
+    """The background process: one kappa^max among three small images under the settings
+    given as JSON in ``sys.argv[1]`` (see :func:`start_search_compile`)."""
+    from ia_stages.core.groups import make_group
+    from ia_stages.kmax import SearchSettings, kappa_max
+
+    spec = json.loads(sys.argv[1])
+    yy, xx = np.mgrid[:24, :24] - 11.5
+    images = np.stack(
+        [np.exp(-((yy - dy) ** 2 + (xx - dx) ** 2) / 18.0) for dy, dx in ((0, 0), (3, -2), (-4, 1))]
+    )
+    kappa_max(
+        images,
+        beta=spec["beta"],
+        normalization=spec["normalization"],
+        group=make_group(**spec["group"]),
+        settings=SearchSettings(**spec["search"]),
+        sigma=spec["sigma"],
+    )
