@@ -13,7 +13,9 @@ from dataclasses import asdict
 
 import pytest
 
+from ia_stages.core.groups import SE2
 from ia_stages.ia.settings import ia_settings
+from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, wait_for
 
 # the pipeline's own sample search for a kNN dataset (config._knn_settings)
@@ -21,21 +23,26 @@ SAMPLE_SEARCH = asdict(ia_settings().knn_sample_search())
 
 START = """
 import json, sys
+from ia_stages.core.groups import SE2
+from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.compile_ahead import start_search_compile, wait_for
-process = start_search_compile(20.0, "unit", {}, json.loads(sys.argv[1]), 1.0)
+search = SearchSettings(**json.loads(sys.argv[1]))
+process = start_search_compile(20.0, "unit", SE2(), search, 1.0)
 assert process is not None, "a cold cache must start a background compile"
 wait_for(process)
 print(process.returncode)
 """
 
-# the sample search of the pipeline's knn stages, on letters rendered from their outlines
+# the sample search of the pipeline's knn stages and the library's candidate mode (its
+# screened first pass and exact second pass), on letters rendered from their outlines
 SEARCH = """
 import json, sys
 import numpy as np
 from ia_stages.core.groups import SE2
 from ia_stages.data.render import letter, render
-from ia_stages.kmax import SearchSettings
+from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.compile_ahead import search_kernel_cached
+from ia_stages.kmax.features import FeatureSettings
 from ia_stages.kmax.refine import _search_range
 from ia_stages.readout.graph import sample_sqdist
 rng = np.random.default_rng(3)
@@ -44,9 +51,11 @@ V = np.concatenate([render(letter(c), (32, 32), params[i::2]) for i, c in enumer
 cached = search_kernel_cached()
 sq = sample_sqdist(V, np.arange(6), 20.0, "unit", SE2(),
                    SearchSettings(**json.loads(sys.argv[1])), 1.0)
+lists = kappa_max(V, k=3, beta=20.0, sigma=1.0, mode="candidates",
+                  features=FeatureSettings(n_candidates=4, n_dims=4, n_expand=2))
 stats = _search_range.stats
 hits, misses = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
-finite = bool(np.isfinite(sq).all())
+finite = bool(np.isfinite(sq).all() and np.isfinite(lists.sqdist).all())
 print(json.dumps({"cached": cached, "hits": hits, "misses": misses, "finite": finite}))
 """
 
@@ -64,11 +73,11 @@ def _python(code: str, cache: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_background_compile_is_the_build_the_sample_search_loads(tmp_path):
+def test_the_background_compile_is_the_build_the_knn_searches_load(tmp_path):
     cache = str(tmp_path / "numba-cache")
     assert _python(START, cache) == "0"
     seen = json.loads(_python(SEARCH, cache))
-    # the search found its kernel in the cache the background process filled: no compile
+    # every search found its kernel in the cache the background process filled: no compile
     assert seen == {"cached": True, "hits": 1, "misses": 0, "finite": True}
 
 
@@ -101,10 +110,10 @@ def test_a_job_that_stops_before_its_search_kills_the_background_compile(monkeyp
 
     monkeypatch.setattr("ia_stages.kmax.compile_ahead.start_search_compile", sleeper)
     with pytest.raises(RuntimeError, match="bad input"):
-        with search_compiled_ahead(20.0, "unit", {}, SAMPLE_SEARCH, 1.0):
+        with search_compiled_ahead(20.0, "unit", SE2(), SearchSettings(), 1.0):
             raise RuntimeError("bad input")
     assert started and started[0].poll() is not None
-    with search_compiled_ahead(20.0, "unit", {}, SAMPLE_SEARCH, 1.0, on=False) as ready:
+    with search_compiled_ahead(20.0, "unit", SE2(), SearchSettings(), 1.0, on=False) as ready:
         ready()  # off: nothing started, nothing to wait for
     assert len(started) == 1
 
@@ -117,6 +126,7 @@ def test_the_knn_jobs_compile_their_own_sample_search_ahead(tmp_path, monkeypatc
     import xarray as xr
     import yaml
 
+    from ia_stages.core.groups import make_group
     from ia_stages.data.render import letter, render
     from ia_stages.pipeline.config import stage_settings, validate_config
     from ia_stages.pipeline.stages import knn
@@ -141,13 +151,44 @@ def test_the_knn_jobs_compile_their_own_sample_search_ahead(tmp_path, monkeypatc
     )
     plain = knn.whole(images, tmp_path / "plain.zarr", settings)
     assert calls == []  # 12 images: below AHEAD_MIN_IMAGES
-    monkeypatch.setattr(knn, "AHEAD_MIN_IMAGES", 12)
+    monkeypatch.setattr("ia_stages.kmax.compile_ahead.AHEAD_MIN_IMAGES", 12)
     ahead = knn.whole(images, tmp_path / "ahead.zarr", settings)
     knn.features(images, tmp_path / "features.zarr", settings)
-    wanted = (settings["beta"], settings["normalization"], settings.get("group", {}),
-              settings["sample_search"], settings["sigma"])  # fmt: skip
+    wanted = (settings["beta"], settings["normalization"], make_group(**settings.get("group", {})),
+              SearchSettings(**settings["sample_search"]), settings["sigma"])  # fmt: skip
     assert calls == [wanted, wanted]
     knn.whole(images, tmp_path / "later.zarr", settings, previous=tmp_path / "plain.zarr")
     assert len(calls) == 2  # a later iteration finds the kernel compiled
     for name in ("indices", "sqdist", "params", "sample_sqdist"):
         np.testing.assert_array_equal(ahead[name].values, plain[name].values)
+
+
+def test_the_candidate_mode_compiles_its_first_pass_ahead(monkeypatch):
+    """``kappa_max(mode='candidates')`` (the estimator's kNN path) starts the background
+    compile with its first pass's search from AHEAD_MIN_IMAGES images, not with candidates
+    given (IA's later iterations); the lists are those made without it."""
+    import numpy as np
+
+    from ia_stages.data.render import letter, render
+    from ia_stages.kmax import EXACT_SEARCH, kappa_max
+    from ia_stages.kmax.candidates import first_pass_search
+    from ia_stages.kmax.features import FeatureSettings
+
+    rng = np.random.default_rng(6)
+    p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2))])
+    X = np.concatenate([render(letter(ch, 14), (32, 32), p[i::3]) for i, ch in enumerate("RFP")])
+    fs = FeatureSettings(n_candidates=6, n_dims=8, n_expand=3)
+    calls = []
+    monkeypatch.setattr(
+        "ia_stages.kmax.compile_ahead.start_search_compile", lambda *a: calls.append(a)
+    )
+    run = dict(k=4, beta=20.0, sigma=1.0, mode="candidates", features=fs)
+    plain = kappa_max(X, **run)
+    assert calls == []
+    monkeypatch.setattr("ia_stages.kmax.compile_ahead.AHEAD_MIN_IMAGES", 12)
+    ahead = kappa_max(X, **run)
+    assert calls == [(20.0, "unit", SE2(), first_pass_search(EXACT_SEARCH, fs.sized(12, 4)), 1.0)]
+    kappa_max(X, **run, candidates=plain.indices)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(ahead.indices, plain.indices)
+    np.testing.assert_array_equal(ahead.sqdist, plain.sqdist)

@@ -38,6 +38,7 @@ from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily, check_lists_group, has_mirror
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
+from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
 from ia_stages.kmax.features import (
     DEFAULT_FEATURES,
     FeatureSettings,
@@ -143,19 +144,22 @@ def kappa_max_candidates(
     clock = _Clock()
     xp = array_module(X)
     features = features.sized(int(X.shape[0]), int(k))
-    Un = prepared_images(X, k, sigma, normalization, settings, features)
-    n = Un.shape[0]
-    uu = (Un**2).reshape(n, -1).sum(1)
-    if xp is not np:
-        Un = xp.asarray(Un)
-    if candidates is None:
-        F = invariant_features(Un, features, mirror=has_mirror(group))
-        clock.lap("features")
-        cand = candidate_lists(Un, F, features, settings, clock=clock)
-        del F
-    else:
-        cand = check_candidates(candidates, n)
     first = first_pass_search(settings, features)
+    ahead = candidates is None and worth_compiling_ahead(int(X.shape[0]), xp.__name__)
+    with search_compiled_ahead(beta, normalization, group, first, sigma, on=ahead) as ready:
+        Un = prepared_images(X, k, sigma, normalization, settings, features)
+        n = Un.shape[0]
+        uu = (Un**2).reshape(n, -1).sum(1)
+        if xp is not np:
+            Un = xp.asarray(Un)
+        if candidates is None:
+            F = invariant_features(Un, features, mirror=has_mirror(group))
+            clock.lap("features")
+            cand = candidate_lists(Un, F, features, settings, clock=clock)
+            del F
+        else:
+            cand = check_candidates(candidates, n)
+        ready()
     pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
     result = knn_from_pairs(n, k, pairs, beta, uu, group)
     clock.lap("refine")

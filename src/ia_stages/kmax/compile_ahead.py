@@ -10,7 +10,7 @@ is cached already, numba cannot cache, a GPU runs the search) the job compiles a
 
 Example
 -------
->>> with search_compiled_ahead(20.0, "unit", {}, {}, 1.0) as ready:  # doctest: +SKIP
+>>> with search_compiled_ahead(20.0, "unit", SE2(), search, 1.0) as ready:  # doctest: +SKIP
 ...     features = ...  # the job's first steps
 ...     ready()
 ...     result = kappa_max(...)
@@ -18,9 +18,10 @@ Example
 
 from __future__ import annotations
 
-import json
+import base64
 import logging
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -29,9 +30,27 @@ from pathlib import Path
 
 import numpy as np
 
+from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.kmax.search import SearchSettings
+
 log = logging.getLogger("ia_stages")
 
 WAIT_LIMIT_S = 600  # the background compile is given up (killed) after this long
+AHEAD_MIN_IMAGES = 5000
+"""Images from which the kNN path's first steps (features, candidates) take longer than a
+background process needs to start: below it the search kernel is compiled where it is used."""
+
+
+def worth_compiling_ahead(n: int, backend: str) -> bool:
+    """Whether a kNN search of ``n`` images on ``backend`` ('numpy', 'cupy') compiles its
+    CPU kernel ahead (:data:`AHEAD_MIN_IMAGES`; a GPU search does not use it).
+
+    Example
+    -------
+    >>> worth_compiling_ahead(20_000, "numpy"), worth_compiling_ahead(20_000, "cupy")
+    (True, False)
+    """
+    return backend == "numpy" and n >= AHEAD_MIN_IMAGES
 
 
 def search_kernel_cached() -> bool:
@@ -51,18 +70,18 @@ def search_kernel_cached() -> bool:
 
 
 def start_search_compile(
-    beta: float, normalization: str, group: dict, search: dict, sigma: float
-) -> subprocess.Popen | None:
+    beta: float, normalization: str, group: SE2 | AffineFamily, search: SearchSettings,
+    sigma: float,
+) -> subprocess.Popen | None:  # fmt: skip
     """Start a process that compiles the search kernel (into numba's cache) as
-    ``kappa_max(..., beta, normalization, make_group(**group), SearchSettings(**search),
-    sigma=sigma)`` calls it, by running that on three small images; None where the kernel is
-    cached already (:func:`search_kernel_cached`) or numba's JIT is off.
+    ``kappa_max(..., beta, normalization, group, search, sigma=sigma)`` calls it, by running
+    that on three small images; None where the kernel is cached already
+    (:func:`search_kernel_cached`) or numba's JIT is off.
 
     Parameters
     ----------
-    beta, normalization, sigma : as :func:`ia_stages.kmax.kappa_max`
-    group : keyword arguments of :func:`ia_stages.core.groups.make_group`
-    search : keyword arguments of :class:`ia_stages.kmax.SearchSettings`
+    beta, normalization, group, sigma : as :func:`ia_stages.kmax.kappa_max`
+    search : :class:`ia_stages.kmax.SearchSettings`, the search's settings
 
     Returns
     -------
@@ -71,12 +90,11 @@ def start_search_compile(
     """
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or search_kernel_cached():
         return None
-    given = dict(beta=beta, normalization=normalization, group=group, search=search, sigma=sigma)
-    spec = json.dumps(given)
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     code = "from ia_stages.kmax.compile_ahead import _main; _main()"
+    given = base64.b64encode(pickle.dumps((beta, normalization, group, search, sigma)))
     return subprocess.Popen(
-        [sys.executable, "-c", code, spec],
+        [sys.executable, "-c", code, given.decode()],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -113,8 +131,9 @@ def wait_for(process: subprocess.Popen | None, limit: float = WAIT_LIMIT_S) -> N
 
 @contextmanager
 def search_compiled_ahead(
-    beta: float, normalization: str, group: dict, search: dict, sigma: float, on: bool = True
-) -> Iterator[Callable[[], None]]:
+    beta: float, normalization: str, group: SE2 | AffineFamily, search: SearchSettings,
+    sigma: float, on: bool = True,
+) -> Iterator[Callable[[], None]]:  # fmt: skip
     """Compile the search kernel in a background process (:func:`start_search_compile`; not
     when ``on`` is False) while the block runs; yields ``ready``, to call before the block's
     first search (:func:`wait_for`). A background process still running when the block ends
@@ -122,7 +141,7 @@ def search_compiled_ahead(
 
     Example
     -------
-    >>> with search_compiled_ahead(20.0, "unit", {}, {}, 1.0, on=False) as ready:
+    >>> with search_compiled_ahead(20.0, "unit", SE2(), SearchSettings(), 1.0, on=False) as ready:
     ...     ready()
     """
     process = start_search_compile(beta, normalization, group, search, sigma) if on else None
@@ -136,20 +155,13 @@ def search_compiled_ahead(
 
 def _main() -> None:
     """The background process: one kappa^max among three small images under the settings
-    given as JSON in ``sys.argv[1]`` (see :func:`start_search_compile`)."""
-    from ia_stages.core.groups import make_group
-    from ia_stages.kmax import SearchSettings, kappa_max
+    :func:`start_search_compile` pickled into ``sys.argv[1]``."""
+    from ia_stages.kmax import kappa_max
 
-    spec = json.loads(sys.argv[1])
+    beta, normalization, group, search, sigma = pickle.loads(base64.b64decode(sys.argv[1]))
     yy, xx = np.mgrid[:24, :24] - 11.5
     images = np.stack(
         [np.exp(-((yy - dy) ** 2 + (xx - dx) ** 2) / 18.0) for dy, dx in ((0, 0), (3, -2), (-4, 1))]
     )
-    kappa_max(
-        images,
-        beta=spec["beta"],
-        normalization=spec["normalization"],
-        group=make_group(**spec["group"]),
-        settings=SearchSettings(**spec["search"]),
-        sigma=spec["sigma"],
-    )
+    kappa_max(images, beta=beta, normalization=normalization, group=group, settings=search,
+              sigma=sigma)  # fmt: skip

@@ -61,7 +61,7 @@ from ia_stages.kmax.candidates import (
     refine_rows,
     second_pass,
 )
-from ia_stages.kmax.compile_ahead import search_compiled_ahead
+from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
 from ia_stages.kmax.features import FeatureSettings, invariant_features
 from ia_stages.kmax.group_search import refine_knn
 from ia_stages.kmax.neighbours import KnnResult
@@ -76,9 +76,6 @@ from ia_stages.pipeline.store import provenance, read_store, store_sizes, string
 from ia_stages.readout.graph import KnnDistances, sample_indices, sample_sqdist
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
-# images from which a job's first steps take longer than a background process needs to
-# start (:func:`_compiled_ahead`)
-AHEAD_MIN_IMAGES = 5000
 
 
 def _parts(settings: dict, n: int) -> tuple[FeatureSettings, SearchSettings, int]:
@@ -154,16 +151,17 @@ def _compiled_ahead(
     images: str | Path, settings: dict, previous: str | Path | None
 ) -> AbstractContextManager[Callable[[], None]]:
     """:func:`~ia_stages.kmax.compile_ahead.search_compiled_ahead` for a job's sample search:
-    on for the input images' iteration (a later one finds the kernel compiled) of at least
-    :data:`AHEAD_MIN_IMAGES` images searched on the CPU."""
+    on for the input images' iteration (a later one finds the kernel compiled), where
+    :func:`~ia_stages.kmax.compile_ahead.worth_compiling_ahead`."""
     try:
-        cpu = resolve_backend(settings.get("backend", "numpy")) == "numpy"
+        backend = resolve_backend(settings.get("backend", "numpy"))
     except BackendError:
-        cpu = False  # the job's own move to its backend says why
-    on = cpu and previous is None and store_sizes(images).get("sample", 0) >= AHEAD_MIN_IMAGES
+        backend = "unknown"  # the job's own move to its backend says why
+    n = store_sizes(images).get("sample", 0)
     return search_compiled_ahead(
-        settings["beta"], settings["normalization"], settings.get("group", {}),
-        settings["sample_search"], settings["sigma"], on=on,
+        settings["beta"], settings["normalization"], _group(settings),
+        SearchSettings(**settings["sample_search"]), settings["sigma"],
+        on=previous is None and worth_compiling_ahead(n, backend),
     )  # fmt: skip
 
 
