@@ -100,7 +100,9 @@ def kappa_max_candidates(
     :func:`prepared_images`, :func:`invariant_features` and :func:`candidate_lists` (global,
     once), :func:`refine_rows` over all rows, :func:`knn_from_pairs`, and with
     ``features.n_expand`` the expansion pass (:func:`expansion_candidates`, refined, merged).
-    A run sharded into row blocks (the pipeline's ``knn`` stage) gives the same lists.
+    A run sharded into row blocks (the pipeline's ``knn`` stage) gives the same lists. On a
+    fresh install the search kernel is compiled in a background process while the features
+    and candidates are made (:mod:`ia_stages.kmax.compile_ahead`; the time only).
 
     Parameters
     ----------

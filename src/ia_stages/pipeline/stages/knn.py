@@ -134,7 +134,9 @@ def features(
 ) -> xr.Dataset:
     """The global part of one iteration's kNN path, computed once (see the module docstring).
     With ``previous`` (the previous iteration's kNN store; ``later_candidates: lists``) every
-    sample's candidates are its neighbours there and no features are computed.
+    sample's candidates are its neighbours there and no features are computed. For the input
+    images the search kernel is compiled in a background process while the features and
+    candidates are made, where that helps (:func:`_compiled_ahead`; the time only).
 
     Example
     -------
@@ -433,7 +435,8 @@ def whole(
     over its lists and the gather, with nothing stored between them. The kNN store equals
     that of the ``knn-features``, ``knn-block``, ``knn-expand`` and ``knn-gather`` jobs of any
     row blocks (tested). ``previous`` as :func:`features`'s; ``progress`` is called with the
-    pairs refined.
+    pairs refined. The search kernel is compiled ahead as in :func:`features`
+    (:func:`_compiled_ahead`).
 
     Example
     -------
