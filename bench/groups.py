@@ -60,16 +60,18 @@ def outline(name: str, height: float):
 
 
 def draw(group, rng, n: int, fraction: float) -> np.ndarray:
-    """``n`` random parameters of ``group`` (6 columns, the affine layout)."""
-    lo, hi, a_max, h_max = group.bounds.limits() if group.name != "se2" else (0, 0, 0, 0)
+    """``n`` random parameters of ``group`` (6 columns, the affine layout): the log-stretch
+    uniform on the disk of ``fraction`` of its bound."""
+    lo, hi, t_max = group.bounds.limits() if group.name != "se2" else (0, 0, 0)
     p = np.zeros((n, 6))
     p[:, 0] = rng.uniform(-np.pi, np.pi, n)
     p[:, 1:3] = rng.uniform(-0.5, 0.5, (n, 2))
     if group.name != "se2":
         p[:, 3] = rng.uniform(fraction * lo, fraction * hi, n)
     if group.name == "affine":
-        p[:, 4] = rng.uniform(-fraction * a_max, fraction * a_max, n)
-        p[:, 5] = rng.uniform(-fraction * h_max, fraction * h_max, n)
+        radius = fraction * t_max * np.sqrt(rng.uniform(0.0, 1.0, n))
+        angle = rng.uniform(-np.pi, np.pi, n)
+        p[:, 4], p[:, 5] = radius * np.cos(angle), radius * np.sin(angle)
     return p
 
 
@@ -79,10 +81,10 @@ def on_a_bound(group, params: np.ndarray) -> bool:
     if group.name == "se2":
         return False
     q = group.clip(params)
-    lo, hi, a_max, h_max = group.bounds.limits()
+    lo, hi, t_max = group.bounds.limits()
     edge = [q[3] <= lo + 1e-6, q[3] >= hi - 1e-6]
     if group.name == "affine":
-        edge += [abs(q[4]) >= a_max - 1e-6, abs(q[5]) >= h_max - 1e-6]
+        edge.append(np.hypot(q[4], q[5]) >= t_max - 1e-6)
     return bool(any(edge))
 
 

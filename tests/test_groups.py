@@ -79,13 +79,48 @@ def test_compose_inverse_identities(group):
 
 def test_matrix_parts():
     g = make_group("affine", mirror=True)
-    p = np.array([0.0, 1.0, 2.0, np.log(1.1), 0.0, 0.2, 1.0])
+    p = np.array([0.0, 1.0, 2.0, np.log(1.1), 0.2, 0.0, 1.0])
     A = g.matrix(p)
-    np.testing.assert_allclose(A, 1.1 * np.array([[1.0, 0.2], [0.0, -1.0]]))
+    np.testing.assert_allclose(A, 1.1 * np.array([[np.exp(0.2), 0.0], [0.0, -np.exp(-0.2)]]))
     assert np.isclose(abs(np.linalg.det(A)), 1.1**2) and np.isclose(g.scale(p), 1.1)
+    # log_stretch_1 stretches along the diagonals: expm([[0, t], [t, 0]])
+    t = 0.3
+    q = np.array([0.0, 0.0, 0.0, 0.0, 0.0, t, 0.0])
+    np.testing.assert_allclose(g.matrix(q), [[np.cosh(t), np.sinh(t)], [np.sinh(t), np.cosh(t)]])
     # SE(2)'s parameters embed unchanged
     se = np.array([0.3, 1.0, -2.0])
     np.testing.assert_allclose(g.matrix(g.embed(se)), SE2().matrix(se))
+
+
+def test_the_bounded_set_holds_rotations_on_either_side_and_inverses():
+    """The bounds depend on a map's singular values only: R1 A R2 and A^-1 of an element A
+    within them lie within them (the parameters from_matrix returns are their own clip), and
+    the axis ratio is the largest that diag(e^a, e^-a) [[1, h], [0, 1]] reaches on the corners
+    of the anisotropy and shear bounds (a grid over those bounds reaches no more)."""
+    g = make_group("affine", anisotropy=1.4, shear=0.3)
+    lo, hi, t_max = g.bounds.limits()
+    rng = np.random.default_rng(5)
+    n = 200
+    radius = t_max * np.sqrt(rng.uniform(0, 1, n))
+    angle = rng.uniform(-np.pi, np.pi, n)
+    t = radius[:, None] * np.column_stack([np.cos(angle), np.sin(angle)])
+    p = np.column_stack([rng.uniform(-np.pi, np.pi, n), rng.normal(size=(n, 2)),
+                         rng.uniform(lo, hi, n), t])  # fmt: skip
+    A = g.matrix(p)
+    r1, r2 = (SE2().matrix(np.column_stack([rng.uniform(-np.pi, np.pi, n), np.zeros((n, 2))]))
+              for _ in range(2))  # fmt: skip
+    turned = g.from_matrix(r1 @ A @ r2, np.zeros((n, 2)))
+    np.testing.assert_allclose(g.clip(turned), turned, atol=1e-12)
+    np.testing.assert_allclose(np.hypot(turned[:, 4], turned[:, 5]), radius, atol=1e-9)
+    inv = g.inverse(p)
+    np.testing.assert_allclose(g.clip(inv), inv, atol=1e-12)
+    np.testing.assert_allclose(g.matrix(inv) @ A, np.broadcast_to(np.eye(2), A.shape), atol=1e-12)
+    a, h = np.meshgrid(np.linspace(-0.5, 0.5, 41) * np.log(1.4), np.linspace(-0.3, 0.3, 41))
+    D = np.stack([np.stack([np.exp(a), np.exp(a) * h], -1),
+                  np.stack([0 * a, np.exp(-a)], -1)], -2)  # fmt: skip
+    sv = np.linalg.svd(D, compute_uv=False)
+    assert np.isclose((sv[..., 0] / sv[..., 1]).max(), g.bounds.axis_ratio())
+    assert np.isclose(np.exp(2 * t_max), g.bounds.axis_ratio())
 
 
 def test_make_group_and_settings():
@@ -122,9 +157,13 @@ def test_bad_bounds_name_the_key(kwargs, key):
 
 
 def test_bounds_limits():
-    lo, hi, a, h = GroupBounds((0.8, 1.25), 1.5, 0.2).limits()
+    lo, hi, t = GroupBounds((0.8, 1.25), 1.5, 0.0).limits()
     assert np.isclose(np.exp(lo), 0.8) and np.isclose(np.exp(hi), 1.25)
-    assert np.isclose(np.exp(2 * a), 1.5) and h == 0.2
+    assert np.isclose(np.exp(2 * t), 1.5)
+    # a shear h alone: the axis ratio of [[1, h], [0, 1]], ((h + sqrt(h^2 + 4)) / 2)^2
+    h = 0.2
+    assert np.isclose(GroupBounds(anisotropy=1.0, shear=h).axis_ratio(),
+                      ((h + np.sqrt(h * h + 4)) / 2) ** 2)  # fmt: skip
 
 
 def _config_with_group(default_config: dict, group: dict) -> dict:

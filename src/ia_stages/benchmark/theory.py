@@ -45,19 +45,21 @@ def random_group_params(
     """``(n, group.n_params)`` random elements of ``group``, no mirror.
 
     The SE(2) part as :func:`random_transforms` (the same draws: for SE(2) the two agree);
-    then, for a similarity or affine group, log-scale, anisotropy and shear each uniform within
-    ``fraction`` of the group's bounds (so that the optimum of a pair lies inside them).
+    then, for a similarity or affine group, log-scale uniform within ``fraction`` of its
+    range and the log-stretch uniform on the disk of ``fraction`` of its largest norm (so that
+    the optimum of a pair lies inside the bounds).
     """
     p = random_transforms(rng, n, max_shift)
     if group.name == "se2" and group.n_params == 3:
         return p
     out = group.embed(p)
     if group.n_extra:
-        lo, hi, a_max, h_max = group.bounds.limits()
+        lo, hi, t_max = group.bounds.limits()
         out[:, 3] = rng.uniform(fraction * lo, fraction * hi, n)
         if group.n_extra == 3:
-            out[:, 4] = rng.uniform(-fraction * a_max, fraction * a_max, n)
-            out[:, 5] = rng.uniform(-fraction * h_max, fraction * h_max, n)
+            radius = fraction * t_max * np.sqrt(rng.uniform(0.0, 1.0, n))
+            angle = rng.uniform(-np.pi, np.pi, n)
+            out[:, 4], out[:, 5] = radius * np.cos(angle), radius * np.sin(angle)
     return out
 
 

@@ -109,6 +109,23 @@ class SE2:
         return np.stack([theta, b0, b1], -1)
 
 
+def _stretch(t0: Any, t1: Any) -> tuple[tuple[Any, Any, Any], ...]:
+    """The stretch K = expm([[t0, t1], [t1, -t0]]) and its derivatives with respect to t0 and
+    t1, each as its entries (k00, k01, k11) (K is symmetric)."""
+    t0, t1 = np.asarray(t0, dtype=float), np.asarray(t1, dtype=float)
+    n = np.hypot(t0, t1)
+    small = n < 1e-3
+    safe = np.where(small, 1.0, n)
+    ch = np.cosh(n)
+    shc = np.where(small, 1.0 + n * n / 6.0, np.sinh(n) / safe)  # sinh(n) / n
+    f2 = np.where(small, 1.0 / 3.0 + n * n / 30.0, (ch - shc) / safe**2)  # (shc)' / n
+    k = (ch + shc * t0, shc * t1, ch - shc * t0)
+    # dK/dt_i = shc t_i I + f2 t_i [[t0, t1], [t1, -t0]] + shc Z_i
+    dk0 = (shc * t0 + f2 * t0 * t0 + shc, f2 * t0 * t1, shc * t0 - f2 * t0 * t0 - shc)
+    dk1 = (shc * t1 + f2 * t1 * t0, f2 * t1 * t1 + shc, shc * t1 - f2 * t1 * t0)
+    return k, dk0, dk1
+
+
 def _stack2x2(a: Any, b: Any, c: Any, d: Any) -> Any:
     return np.stack([np.stack([a, b], -1), np.stack([c, d], -1)], -2)
 
@@ -146,13 +163,30 @@ class GroupBounds:
             raise ValueError(f"shear: must lie in [0, 1), got {self.shear}")
         object.__setattr__(self, "scale", (low, high))
 
-    def limits(self) -> tuple[float, float, float, float]:
-        """(log_scale_low, log_scale_high, alpha_max, shear_max) as the refinement reads them."""
+    def axis_ratio(self) -> float:
+        """The largest axis ratio (the larger singular value of A over the smaller) of a map
+        diag(e^alpha, e^-alpha) [[1, h], [0, 1]] with e^(2 |alpha|) <= ``anisotropy`` and |h| <=
+        ``shear``: the bound the search puts on every map's axis ratio, so that the maps it
+        searches are those, rotated on either side (:class:`AffineFamily`).
+
+        Example
+        -------
+        >>> round(GroupBounds(anisotropy=1.5, shear=0.0).axis_ratio(), 12)
+        1.5
+        >>> round(GroupBounds(anisotropy=1.5, shear=0.25).axis_ratio(), 3)  # the defaults
+        1.657
+        """
+        e2, h = float(self.anisotropy), float(self.shear)
+        frob = e2 * (1.0 + h * h) + 1.0 / e2  # ||D S||_F^2 at the corner that maximises it
+        return (frob + math.sqrt(max(frob * frob - 4.0, 0.0))) / 2.0  # sigma_1^2, det = 1
+
+    def limits(self) -> tuple[float, float, float]:
+        """(log_scale_low, log_scale_high, log_stretch_max) as the refinement reads them;
+        log_stretch_max = log(axis_ratio) / 2 bounds the norm of the log-stretch parameters."""
         return (
             math.log(self.scale[0]),
             math.log(self.scale[1]),
-            0.5 * math.log(self.anisotropy),
-            float(self.shear),
+            0.5 * math.log(self.axis_ratio()),
         )
 
 
@@ -160,16 +194,24 @@ class GroupBounds:
 class AffineFamily:
     """SE(2), similarity or affine maps, optionally with mirror images.
 
-    Parameters are ``(theta, b0, b1, [log_scale, [alpha, shear]], [mirror])``: SE(2)'s first,
-    so that ``params[..., 0]`` is the angle and ``params[..., 1:3]`` the translation in every
-    group. The linear part is
+    Parameters are ``(theta, b0, b1, [log_scale, [log_stretch_0, log_stretch_1]], [mirror])``:
+    SE(2)'s first, so that ``params[..., 0]`` is the angle and ``params[..., 1:3]`` the
+    translation in every group. The linear part is
 
-        A = F^m R(theta) e^log_scale diag(e^alpha, e^-alpha) [[1, shear], [0, 1]]
+        A = F^m R(theta) e^log_scale K,  K = expm([[t0, t1], [t1, -t0]])
 
-    with R(theta) = [[cos, sin], [-sin, cos]] (as :class:`SE2`) and F = diag(1, -1) the mirror
-    of the columns (m = the ``mirror`` parameter, 0 or 1, present only with ``mirror=True``).
-    The scale sqrt|det A| = e^log_scale; a warp by A multiplied by it is norm preserving
-    (kappa^max uses that: a change of area does not bias the score).
+    with R(theta) = [[cos, sin], [-sin, cos]] (as :class:`SE2`), K the symmetric stretch of
+    determinant 1 whose axis ratio is e^(2 |t|) (t = (log_stretch_0, log_stretch_1)), and F =
+    diag(1, -1) the mirror of the columns (m = the ``mirror`` parameter, 0 or 1, present only
+    with ``mirror=True``). Every affine map of positive determinant has one such form (the
+    polar decomposition). The bounds hold log_scale in the scale range and |t| at most
+    :meth:`GroupBounds.limits`' log_stretch_max: a set that depends on A's singular values
+    only, so it holds R1 A R2 with A for every rotation R1, R2, and A^-1 with A where the
+    scale range is symmetric about 1. That makes the bounded kappa^max invariant to rotations
+    of either image and symmetric; bounds on a shear parameter would not be (rotating the
+    second image changes a map's shear). The scale sqrt|det A| = e^log_scale; a warp by A
+    multiplied by it is norm preserving (kappa^max uses that: a change of area does not bias
+    the score).
 
     name : 'se2', 'similarity' or 'affine'
     mirror : default False: the group also holds the mirror images
@@ -232,7 +274,8 @@ class AffineFamily:
 
     @property
     def param_names(self) -> tuple[str, ...]:
-        names = ("theta", "b0", "b1", "log_scale", "alpha", "shear")[: self.n_continuous]
+        names = ("theta", "b0", "b1", "log_scale", "log_stretch_0", "log_stretch_1")
+        names = names[: self.n_continuous]
         return names + (("mirror",) if self.mirror else ())
 
     def settings(self) -> dict:
@@ -311,21 +354,14 @@ class AffineFamily:
         z = 0.0 * params[..., 0]
         th = params[..., 0]
         sig = params[..., 3] if self.n_extra >= 1 else z
-        al = params[..., 4] if self.n_extra >= 3 else z
-        h = params[..., 5] if self.n_extra >= 3 else z
+        t0 = params[..., 4] if self.n_extra >= 3 else z
+        t1 = params[..., 5] if self.n_extra >= 3 else z
         m = params[..., -1] if self.mirror else z
-        return th, sig, al, h, m
+        return th, sig, t0, t1, m
 
     def matrix(self, params: Any) -> Any:
         """Linear part A, shape ``(..., 2, 2)``."""
-        th, sig, al, h, m = self._parts(params)
-        c, s, e = np.cos(th), np.sin(th), np.exp(sig)
-        ea, eb = np.exp(al), np.exp(-al)
-        # R D S = [[c ea, c ea h + s eb], [-s ea, -s ea h + c eb]]
-        a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
-        a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
-        f = np.where(np.round(m) == 1, -1.0, 1.0)
-        return _stack2x2(a00, a01, f * a10, f * a11)
+        return self.jacobian(params, with_derivatives=False)
 
     def translation(self, params: Any) -> Any:
         """Translation b, shape ``(..., 2)``."""
@@ -336,38 +372,44 @@ class AffineFamily:
         return np.exp(self._parts(params)[1])
 
     def clip(self, params: Any) -> Any:
-        """``params`` with log_scale, alpha and shear projected into the bounds (a copy)."""
+        """``params`` projected into the bounds (a copy): log_scale clipped to its range, the
+        log-stretch (t0, t1) scaled back onto the disk |t| <= log_stretch_max."""
         p = np.array(params, dtype=float)
-        lo, hi, a_max, h_max = self.bounds.limits()
+        lo, hi, t_max = self.bounds.limits()
         if self.n_extra >= 1:
             p[..., 3] = np.clip(p[..., 3], lo, hi)
         if self.n_extra >= 3:
-            p[..., 4] = np.clip(p[..., 4], -a_max, a_max)
-            p[..., 5] = np.clip(p[..., 5], -h_max, h_max)
+            norm = np.hypot(p[..., 4], p[..., 5])
+            shrink = np.where(norm > t_max, t_max / np.where(norm > 0, norm, 1.0), 1.0)
+            p[..., 4] *= shrink
+            p[..., 5] *= shrink
         return p
 
-    def jacobian(self, params: Any) -> tuple[Any, Any]:
+    def jacobian(self, params: Any, with_derivatives: bool = True) -> Any:
         """Derivatives of (A, b) with respect to the parameters (0 for the discrete mirror).
 
         Returns
         -------
-        dA : ``(..., n_params, 2, 2)``, db : ``(..., n_params, 2)``
+        dA : ``(..., n_params, 2, 2)``, db : ``(..., n_params, 2)``; with
+        ``with_derivatives=False`` only A ``(..., 2, 2)``
         """
-        th, sig, al, h, m = self._parts(params)
+        th, sig, t0, t1, m = self._parts(params)
         c, s, e = np.cos(th), np.sin(th), np.exp(sig)
-        ea, eb = np.exp(al), np.exp(-al)
         f = np.where(np.round(m) == 1, -1.0, 1.0)
+        k, dk0, dk1 = _stretch(t0, t1)
         z = 0.0 * th
 
-        def mat(a00, a01, a10, a11):
-            return _stack2x2(a00, a01, f * a10, f * a11)
+        def rot(k00, k01, k11, cc, ss):  # F e [[cc, ss], [-ss, cc]] K
+            top = (e * (cc * k00 + ss * k01), e * (cc * k01 + ss * k11))
+            return _stack2x2(*top, f * e * (-ss * k00 + cc * k01), f * e * (-ss * k01 + cc * k11))
 
-        A = mat(e * c * ea, e * (c * ea * h + s * eb), -e * s * ea, e * (-s * ea * h + c * eb))
-        d_th = mat(-e * s * ea, e * (-s * ea * h + c * eb), -e * c * ea, e * (-c * ea * h - s * eb))
-        d_al = mat(e * c * ea, e * (c * ea * h - s * eb), -e * s * ea, e * (-s * ea * h - c * eb))
-        d_h = mat(z, e * c * ea, z, -e * s * ea)
-        zero = mat(z, z, z, z)
-        dA = [d_th, zero, zero, A, d_al, d_h][: self.n_continuous] + [zero] * int(self.mirror)
+        A = rot(*k, c, s)
+        if not with_derivatives:
+            return A
+        d_th = rot(*k, -s, c)
+        zero = _stack2x2(z, z, z, z)
+        dA = [d_th, zero, zero, A, rot(*dk0, c, s), rot(*dk1, c, s)][: self.n_continuous]
+        dA += [zero] * int(self.mirror)
         one = z + 1.0
         db = [np.stack([z, z], -1)] * self.n_params
         db[1], db[2] = np.stack([one, z], -1), np.stack([z, one], -1)
@@ -382,16 +424,19 @@ class AffineFamily:
         if not self.mirror and np.any(m):
             raise ValueError("group: a mirror image in a group without mirror=True")
         A[..., 1, :] *= np.where(m == 1, -1.0, 1.0)[..., None]  # F^m A: now det > 0
-        # A = R(theta) U with U = e^sig [[e^al, e^al h], [0, e^-al]] (QR, positive diagonal)
-        n0 = np.hypot(A[..., 0, 0], A[..., 1, 0])
-        th = np.arctan2(-A[..., 1, 0], A[..., 0, 0])
+        # polar decomposition A = R(theta) e^sig K, K symmetric positive definite, det K = 1:
+        # R(theta) is the rotation nearest to A, theta = atan2(A01 - A10, A00 + A11)
+        th = np.arctan2(A[..., 0, 1] - A[..., 1, 0], A[..., 0, 0] + A[..., 1, 1])
         c, s = np.cos(th), np.sin(th)
-        u01 = c * A[..., 0, 1] - s * A[..., 1, 1]
-        u11 = s * A[..., 0, 1] + c * A[..., 1, 1]
-        sig = 0.5 * np.log(n0 * u11)
-        al = 0.5 * np.log(n0 / u11)
-        h = u01 / n0
-        parts = [th, b[..., 0], b[..., 1], sig, al, h][: self.n_continuous]
+        e = np.sqrt(np.abs(det))
+        k00 = (c * A[..., 0, 0] - s * A[..., 1, 0]) / e  # R(theta)^T A / e^sig = K
+        k01 = (c * A[..., 0, 1] - s * A[..., 1, 1]) / e
+        k11 = (s * A[..., 0, 1] + c * A[..., 1, 1]) / e
+        # K = cosh|t| I + sinh|t| / |t| [[t0, t1], [t1, -t0]]
+        norm = np.arccosh(np.maximum(0.5 * (k00 + k11), 1.0))
+        shc = np.where(norm > 1e-8, np.sinh(norm) / np.where(norm > 0, norm, 1.0), 1.0)
+        t0, t1 = 0.5 * (k00 - k11) / shc, k01 / shc
+        parts = [th, b[..., 0], b[..., 1], np.log(e), t0, t1][: self.n_continuous]
         if self.mirror:
             parts.append(m)
         return np.stack(parts, -1)

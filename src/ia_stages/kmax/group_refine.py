@@ -6,9 +6,11 @@ d2(tau) = sum_p (u[p] - s (v o tau)[p])^2 over the image grid, with s = sqrt|det
 Multiplying by s makes the warp an isometry of L2 (||s v o tau|| = ||v||), so that a change of
 area does not bias the score, and makes the score symmetric: d2_{u,v}(tau) = d2_{v,u}(tau^-1)
 (change of variables), up to the sampling of the grid. The refinement is Levenberg-Marquardt on
-the Gauss-Newton model of this least-squares form, over (theta, b0, b1, log_scale[, alpha,
-shear]) from the SE(2) optimum, every trial projected into the group's bounds, first on 2 x 2
-block means of the images, then at full resolution (:func:`refine_in_stages`).
+the Gauss-Newton model of this least-squares form, over (theta, b0, b1, log_scale[,
+log_stretch_0, log_stretch_1]) (:class:`ia_stages.core.groups.AffineFamily`) from the SE(2)
+optimum, every trial projected into the group's bounds (log_scale's range, the disk of the
+log-stretch), first on 2 x 2 block means of the images, then at full resolution
+(:func:`refine_in_stages`).
 
 Like :mod:`ia_stages.kmax.refine`, the per-pair code is written once as scalar Python
 (registered in :data:`ia_stages.kmax.refine.SHARED`) and compiled with numba for the CPU here
@@ -31,8 +33,37 @@ from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps, above_floor
 
-N_Q = 6  # (theta, b0, b1, log_scale, alpha, shear): the refinement's parameters
+N_Q = 6  # (theta, b0, b1, log_scale, log_stretch_0, log_stretch_1): the refinement's parameters
 LAYOUT_BATCH = 4096  # images whose supports are found at once (bounds the temporaries)
+
+
+@_shared()
+def _stretch(t0, t1):
+    """The stretch K = expm([[t0, t1], [t1, -t0]]) and its derivatives in t0 and t1, each as
+    its entries (k00, k01, k11): nine floats (the scalar form of
+    :func:`ia_stages.core.groups._stretch`)."""
+    n2 = t0 * t0 + t1 * t1
+    n = math.sqrt(n2)
+    ch = math.cosh(n)
+    if n < 1e-3:
+        shc, f2 = 1.0 + n2 / 6.0, 1.0 / 3.0 + n2 / 30.0
+    else:
+        shc = math.sinh(n) / n
+        f2 = (ch - shc) / n2
+    return (ch + shc * t0, shc * t1, ch - shc * t0,
+            shc * t0 + f2 * t0 * t0 + shc, f2 * t0 * t1, shc * t0 - f2 * t0 * t0 - shc,
+            shc * t1 + f2 * t1 * t0, f2 * t1 * t1 + shc, shc * t1 - f2 * t1 * t0)  # fmt: skip
+
+
+@_shared()
+def _project(q, lims):
+    """``q (6,)`` into the bounds ``lims`` = (log_scale low, high, log_stretch_max), in place:
+    log_scale clipped, the log-stretch (q[4], q[5]) scaled back onto its disk."""
+    q[3] = min(max(q[3], lims[0]), lims[1])
+    n = math.sqrt(q[4] * q[4] + q[5] * q[5])
+    if n > lims[2]:
+        q[4] *= lims[2] / n
+        q[5] *= lims[2] / n
 
 
 @_shared(fastmath=True, error_model="numpy")
@@ -49,10 +80,15 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m, bu, bv, su, uu):
     widened by the taps' reach), on the rows that the target's box
     ``bu`` and that mapped box cover. Elsewhere r = u is taken: d2 = ``uu`` (the target's
     squared norm) + the sum of r^2 - u^2 over the pixels visited."""
-    c, s = math.cos(q[0]), math.sin(q[0])
-    e, ea, eb, h = math.exp(q[3]), math.exp(q[4]), math.exp(-q[4]), q[5]
-    a00, a01 = e * c * ea, e * (c * ea * h + s * eb)
-    a10, a11 = -e * s * ea, e * (-s * ea * h + c * eb)
+    c, s, e = math.cos(q[0]), math.sin(q[0]), math.exp(q[3])
+    k00, k01, k11, p00, p01, p11, t00, t01, t11 = _stretch(q[4], q[5])
+    # A = e R(theta) K and its derivatives in log_stretch_0 (d..) and log_stretch_1 (f..)
+    a00, a01 = e * (c * k00 + s * k01), e * (c * k01 + s * k11)
+    a10, a11 = e * (-s * k00 + c * k01), e * (-s * k01 + c * k11)
+    d00, d01 = e * (c * p00 + s * p01), e * (c * p01 + s * p11)
+    d10, d11 = e * (-s * p00 + c * p01), e * (-s * p01 + c * p11)
+    f00, f01 = e * (c * t00 + s * t01), e * (c * t01 + s * t11)
+    f10, f11 = e * (-s * t00 + c * t01), e * (-s * t01 + c * t11)
     cy, cx = (H - 1) / 2.0, (W - 1) / 2.0
     r_lo, r_hi = bu[0], bu[1]
     y_lo, y_hi, x_lo, x_hi = bv[0] - 2.0, bv[1] + 2.0, bv[2] - 2.0, bv[3] + 2.0
@@ -118,13 +154,12 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m, bu, bv, su, uu):
             res = up - f
             cost += res * res - up * up
             vy, vx = k * e * vy, k * e * vx
-            # d tau(p) / d (theta, log_scale, alpha, shear); the translations' are the identity
-            j0 = vy * (e * (-s * ea * gy + (-s * ea * h + c * eb) * gx))
-            j0 += vx * (e * (-c * ea * gy + (-c * ea * h - s * eb) * gx))
+            # d tau(p) / d (theta, log_scale, log_stretch_0, log_stretch_1); the translations'
+            # are the identity; d A / d theta = [[a10, a11], [-a00, -a01]]
+            j0 = vy * xs - vx * ys
             j3 = f + vy * ys + vx * xs
-            j4 = vy * (e * (c * ea * gy + (c * ea * h - s * eb) * gx))
-            j4 += vx * (e * (-s * ea * gy + (-s * ea * h - c * eb) * gx))
-            j5 = (vy * (e * c * ea) - vx * (e * s * ea)) * gx
+            j4 = vy * (d00 * gy + d01 * gx) + vx * (d10 * gy + d11 * gx)
+            j5 = vy * (f00 * gy + f01 * gx) + vx * (f10 * gy + f11 * gx)
             g0 += j0 * res
             g1 += vy * res
             g2 += vx * res
@@ -173,6 +208,16 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m, bu, bv, su, uu):
 
 
 @_shared()
+def _hold(D, rhs, a, n):
+    """Take parameter ``a`` out of the damped system ``D x = rhs`` (its step 0)."""
+    for b in range(n):
+        D[a, b] = 0.0
+        D[b, a] = 0.0
+    D[a, a] = 1.0
+    rhs[a] = 0.0
+
+
+@_shared()
 def _cholesky_solve(M, rhs, n, L, out):
     """Solve M x = rhs on the leading ``n x n`` block of the symmetric positive definite ``M``
     (``L``: scratch); returns False (x = 0) where M is not positive definite."""
@@ -209,9 +254,11 @@ def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims,
     ``BU[ii[k]]``, ``BV[jj[k]]``, the target's row spans ``SU[ii[k]]`` and squared norm
     ``UU[ii[k]]``, as :func:`_group_eval` reads them) from
     ``q0[k] (6,)``: LM on the first ``n_free`` parameters,
-    each trial projected into ``lims`` = (log_scale low, high, |alpha| max, |shear| max), a
-    parameter on its bound that the step would push outward held there (the active set of
-    the bounds); at most ``iters`` evaluations, stopping at a gain below ``tol``.
+    each trial projected into ``lims`` = (log_scale low, high, log_stretch_max)
+    (:func:`_project`), a parameter on its bound that the step would push outward held there
+    (the active set of the bounds: log_scale at an end of its range; the log-stretch on its
+    disk's edge moves along the edge only); at most ``iters`` evaluations, stopping at a
+    gain below ``tol``.
     ``ws (5, 6, 6)``: scratch.
     Writes ``out_q[k]``, ``out_c[k]`` (d2)."""
     H, W = shape[0], shape[1]
@@ -222,9 +269,7 @@ def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims,
     q, q_t, g, g_t, step = ws[4, 0], ws[4, 1], ws[4, 2], ws[4, 3], ws[4, 4]
     for a in range(N_Q):
         q[a] = q0[k, a]
-    q[3] = min(max(q[3], lims[0]), lims[1])
-    q[4] = min(max(q[4], -lims[2]), lims[2])
-    q[5] = min(max(q[5], -lims[3]), lims[3])
+    _project(q, lims)
     cost = _group_eval(u, v, Wp, H, W, q, g, M, m_taps, bu, bv, su, uu)
     lam = lam0
     rhs = ws[4, 5]
@@ -234,25 +279,37 @@ def _group_refine_pair(k, ii, jj, U, V, BU, BV, SU, UU, shape, q0, n_free, lims,
                 D[a, b] = M[a, b]
             D[a, a] += lam * max(M[a, a], 1e-12)
             rhs[a] = g[a]
-        for a in range(3, n_free):
-            # a parameter on its bound that the model pushes outward stays there: it leaves
-            # the step (projecting the full step instead stalls the other parameters)
-            lo_a = lims[0] if a == 3 else -lims[a - 2]
-            hi_a = lims[1] if a == 3 else lims[a - 2]
-            if (q[a] >= hi_a and g[a] > 0.0) or (q[a] <= lo_a and g[a] < 0.0):
+        # a parameter on its bound that the model pushes outward stays there: it leaves the
+        # step (projecting the full step instead stalls the other parameters)
+        if n_free > 3 and ((q[3] >= lims[1] and g[3] > 0.0) or (q[3] <= lims[0] and g[3] < 0.0)):
+            _hold(D, rhs, 3, n_free)
+        # the log-stretch on its disk's edge, pushed outward: it moves along the edge, by the
+        # arc x in the direction (n1, -n0) (the system in x: P^T D P, plus the edge's
+        # curvature times the outward pull, so that the model is that of the cost on the arc)
+        edge, n0, n1 = False, 0.0, 0.0
+        t_n = math.sqrt(q[4] * q[4] + q[5] * q[5])
+        if n_free == 6 and t_n >= lims[2] * (1.0 - 1e-12) and t_n > 0.0:
+            n0, n1 = q[4] / t_n, q[5] / t_n
+            if g[4] * n0 + g[5] * n1 > 0.0:
+                edge = True
                 for b in range(n_free):
-                    D[a, b] = 0.0
-                    D[b, a] = 0.0
-                D[a, a] = 1.0
-                rhs[a] = 0.0
+                    if b < 4:
+                        D[4, b] = n1 * D[4, b] - n0 * D[5, b]
+                        D[b, 4] = D[4, b]
+                D[4, 4] = n1 * n1 * M[4, 4] - 2.0 * n0 * n1 * M[4, 5] + n0 * n0 * M[5, 5]
+                D[4, 4] += lam * (n1 * n1 * max(M[4, 4], 1e-12) + n0 * n0 * max(M[5, 5], 1e-12))
+                D[4, 4] += (g[4] * n0 + g[5] * n1) / lims[2]
+                rhs[4] = n1 * g[4] - n0 * g[5]
+                _hold(D, rhs, 5, n_free)
         if not _cholesky_solve(D, rhs, n_free, L, step):
             lam = max(10.0 * lam, 1e-3)
             continue
         for a in range(N_Q):
             q_t[a] = q[a] + (step[a] if a < n_free else 0.0)
-        q_t[3] = min(max(q_t[3], lims[0]), lims[1])
-        q_t[4] = min(max(q_t[4], -lims[2]), lims[2])
-        q_t[5] = min(max(q_t[5], -lims[3]), lims[3])
+        if edge:
+            turn = math.atan2(n1, n0) - step[4] / lims[2]
+            q_t[4], q_t[5] = lims[2] * math.cos(turn), lims[2] * math.sin(turn)
+        _project(q_t, lims)
         cost_t = _group_eval(u, v, Wp, H, W, q_t, g_t, M_t, m_taps, bu, bv, su, uu)
         if cost_t < cost:
             gain = cost - cost_t
@@ -381,7 +438,7 @@ def refine_pairs(
     U : ``(n_i, H, W)`` targets (smoothed and normalised, as the search compares them)
     V : ``(n_j, H, W)`` moving images
     ii, jj : ``(m,)`` pair indices
-    q0 : ``(m, 6)`` starts (theta, b0, b1, log_scale, alpha, shear)
+    q0 : ``(m, 6)`` starts (theta, b0, b1, log_scale, log_stretch_0, log_stretch_1)
     group : an :class:`ia_stages.core.groups.AffineFamily`: which parameters are free (SE(2)'s
         and its extras), their bounds, and the evaluation budget and tolerance
     interpolation : 'keys' or 'bspline'
