@@ -3,7 +3,7 @@ outlines under random maps of the group (never warped by our code), and the cost
 
 Usage: python bench/groups.py [--renderings 6] [--beta 2] [--size 48] [--height 24] [--psf 1]
        [--fraction 0.25] [--cost-n 40] [--iters 2] [--half-iters 6] [--repeats 3]
-       [--skip-invariance] [--skip-cost] [--search default exact]
+       [--skip-invariance] [--skip-cost] [--skip-turns] [--search default exact]
 
 Invariance (Table 2). For each group and each pair of different shapes (letters of DejaVu Sans,
 a star), both shapes are rendered ``--renderings`` times by :mod:`ia_stages.data.render` under
@@ -24,6 +24,11 @@ does not factor the extra maps out. ``--search``: the per-pair search of these k
 default search and/or the exact preset (``EXACT_SEARCH``; several: one table each, on the same
 renderings): at beta = 2 far pairs count, and a search that misses a pair's optimum shows here
 as a lack of invariance.
+
+Turns (Table 2b). Invariance where the data has no floor: rotations by multiples of 90 degrees
+are exact on the pixel grid (:func:`turns`). It also reports how far kappa(u, v) searched with v
+moving is from kappa(v, u) searched with u moving (the symmetric matrices of the library search
+each pair once, i < j).
 
 Cost (Table 3). CPU seconds (``time.process_time``, all threads) of the all-pairs kappa^max
 of ``--cost-n`` rendered letters per group (refinement budget ``--iters`` evaluations, after
@@ -209,6 +214,58 @@ def cost(args) -> None:
           f"{np.median(gap):.1e}; the flag as the better search's on {same_flag}")  # fmt: skip
 
 
+def shear_maps(rng, n: int, bounds) -> np.ndarray:
+    """``n`` linear parts e^s R(theta) diag(e^a, e^-a) [[1, h], [0, 1]] with s, a and h
+    uniform within ``bounds`` (scale range, anisotropy, shear): written as matrices, so that
+    the draw does not depend on how a group parameterises its maps."""
+    th = rng.uniform(-np.pi, np.pi, n)
+    ls = rng.uniform(np.log(bounds.scale[0]), np.log(bounds.scale[1]), n)
+    a = rng.uniform(-0.5, 0.5, n) * np.log(bounds.anisotropy)
+    h = rng.uniform(-bounds.shear, bounds.shear, n)
+    c, s = np.cos(th), np.sin(th)
+    R = np.stack([np.stack([c, s], -1), np.stack([-s, c], -1)], -2)
+    D = np.zeros((n, 2, 2))
+    D[:, 0, 0], D[:, 0, 1], D[:, 1, 1] = np.exp(a), np.exp(a) * h, np.exp(-a)
+    return np.exp(ls)[:, None, None] * R @ D
+
+
+def turns(args, search: str = "default") -> None:
+    """Invariance where the data has no floor: a rotation by a multiple of 90 degrees is
+    exact on the pixel grid. Letters rendered under maps of the whole default bounds; every
+    second one turned by 90, 180 and 270 degrees (numpy); the relative change of each pair's
+    kappa^max, and the pairs' kappa^max searched in the two directions apart (kappa(u, v)
+    with v moving against kappa(v, u) with u moving)."""
+    settings = EXACT_SEARCH if search == "exact" else SearchSettings()
+    rng = np.random.default_rng(3)
+    names = ["F", "G", "R", "K", "a", "star", "P", "L"]
+    n = len(names)
+    A = shear_maps(rng, n, make_group("affine").bounds)
+    P = np.column_stack([np.zeros(n), rng.uniform(-0.5, 0.5, (n, 2))])
+    S = (args.size, args.size)
+    X = np.concatenate([render([outline(c, args.height)], S, params=P[i : i + 1], psf=args.psf,
+                               linear=A[i : i + 1]) for i, c in enumerate(names)])  # fmt: skip
+    print(f"Table 2b: exact 90/180/270 degree turns of every second of {n} letters (maps of "
+          f"the whole bounds), beta = {args.beta}, {search} search")  # fmt: skip
+    print(f"{'group':<11} {'turns worst':>11} {'turns med':>10} {'directions worst':>16} "
+          f"{'directions med':>14}")  # fmt: skip
+    upper = np.triu_indices(n, 1)
+    for gname in GROUPS:
+        g = make_group(gname)
+        base = kappa_max(X, beta=args.beta, group=g, settings=settings).value
+        change = []
+        for k in (1, 2, 3):
+            Y = X.copy()
+            Y[1::2] = np.rot90(X[1::2], k, axes=(1, 2))
+            got = kappa_max(Y, beta=args.beta, group=g, settings=settings).value
+            change.append(np.abs(got / base - 1.0)[upper])
+        h = n // 2
+        there = kappa_max(X[:h], X[h:], beta=args.beta, group=g, settings=settings).value
+        back = kappa_max(X[h:], X[:h], beta=args.beta, group=g, settings=settings).value
+        apart = np.abs(there / back.T - 1.0)
+        print(f"{gname:<11} {np.max(change):11.2e} {np.median(change):10.2e} "
+              f"{apart.max():16.2e} {np.median(apart):14.2e}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--renderings", type=int, default=6)
@@ -225,6 +282,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="cost: runs per group (the least)")
     ap.add_argument("--skip-invariance", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
+    ap.add_argument("--skip-turns", action="store_true")
     ap.add_argument("--search", nargs="+", choices=["default", "exact"], default=["default"])
     args = ap.parse_args()
     if not args.skip_cost:
@@ -232,6 +290,9 @@ def main() -> None:
     if not args.skip_invariance:
         for search in args.search:
             invariance(args, search)
+    if not args.skip_turns:
+        for search in args.search:
+            turns(args, search)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def rendered_invariance_error(
     (DejaVu Sans, half the canvas tall, :func:`ia_stages.data.render.render`) upright and centred,
     and ``renderings`` times under a map of the group: a rotation uniform on the circle and a
     shift U(-0.5, 0.5) px per axis, each letter its own; for a similarity or affine group also
-    a scale, stretch and shear within ``fraction`` of its bounds (:func:`random_group_params`).
+    a scale and a stretch within ``fraction`` of its bounds (:func:`random_group_params`).
     The outlines are transformed before they are drawn: no warp of ours made the images. The
     kernel of every rendered pair is compared with the upright pair's.
 

@@ -141,8 +141,12 @@ class GroupBounds:
 
     scale : ``(low, high)``, default ``(0.8, 1.25)``: the range of the scale sqrt(det A)
         (0 < low <= 1 <= high)
-    anisotropy : default 1.5: the largest ratio of the two axis stretches, e^(2 |alpha|) (>= 1)
-    shear : default 0.25: the largest |h| of the shear [[1, h], [0, 1]] (0 <= shear < 1)
+    anisotropy : default 1.5: a largest ratio of the two axis stretches, e^(2 |alpha|) (>= 1)
+    shear : default 0.25: a largest |h| of the shear [[1, h], [0, 1]] (0 <= shear < 1)
+
+    anisotropy and shear bound a map's axis ratio together (:meth:`axis_ratio`): the group
+    holds every map as anisotropic as diag(e^alpha, e^-alpha) [[1, h], [0, 1]] within them
+    can be, at any orientation.
     """
 
     scale: tuple[float, float] = (0.8, 1.25)
@@ -515,8 +519,9 @@ def make_group(
 
     ``se2`` without mirror gives :class:`SE2` (today's search, unchanged); every other choice an
     :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
-    (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (largest axis ratio, default
-    1.5) and ``shear`` (largest |h|, default 0.25): ``half_iters`` evaluations per pair on 2 x 2
+    (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (axis ratio, default 1.5) and
+    ``shear`` (|h|, default 0.25), which together bound every map's axis ratio
+    (:meth:`GroupBounds.axis_ratio`): ``half_iters`` evaluations per pair on 2 x 2
     block means (default 6; 0: none), then at most ``iters`` at full resolution (default 2),
     stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0`` (default 1e-3),
     summing over the pixels where either image can reach ``floor`` of its largest |value|

@@ -17,8 +17,8 @@
 - ``kmax_inv_err_rendered`` / ``kmax_inv_err_rendered_value`` (row t = 0 only; they do not
   depend on the data): the same for two different letters drawn from their vector outlines
   (:func:`ia_stages.benchmark.theory.rendered_invariance_error`), each under its own random map
-  of the group (angle, sub-pixel shift, and within ``rendered_fraction`` of the bounds scale,
-  stretch and shear), against the upright pair: the largest change of the squared distance,
+  of the group (angle, sub-pixel shift, and within ``rendered_fraction`` of the bounds scale
+  and stretch), against the upright pair: the largest change of the squared distance,
   and of the kappa^max value relative to the upright pair's. Images that no warp of ours made.
   ``rendered_floor``: the data's own floor beside it, the largest ||g * r_tau - s (g * r) o tau||
   of the unit-norm smoothed renderings against the exact warp of the upright ones (the
