@@ -461,7 +461,7 @@ PTX = textwrap.dedent(
 
     sig = (a(i64, 1), a(i64, 1), a(f64, 2), a(nt.float32, 2), a(f64, 2), a(f64, 2),
            a(f64, 2), a(f64, 1), a(i64, 1), a(f64, 2), i64,
-           nt.UniTuple(f64, 4), i64, f64, f64, nt.UniTuple(f64, 16), a(f64, 4), a(f64, 2),
+           nt.UniTuple(f64, 3), i64, f64, f64, nt.UniTuple(f64, 16), a(f64, 4), a(f64, 2),
            a(f64, 1))
     ptx, _ = cuda.compile_ptx(_group_kernel().py_func, sig, cc=(9, 0))
     print(len(ptx), ".entry" in ptx)
