@@ -48,6 +48,9 @@ for _name, (_need, _datasets, _batch) in BATCHES.items():
             args=cluster_args,
         # IA's read-outs spread their Leiden runs over the job's threads on large graphs
         threads: heavy_threads if _heavy or _need == "kmax_all" else 1
+        # the pixel batches need only the dataset and are among the longest jobs: started
+        # first, they overlap the kappa^max chains instead of running after them
+        priority: 1 if _need == "none" else 0
         resources:
             gpu=gpu_per_job("cluster") if _heavy else 0,
         log:
