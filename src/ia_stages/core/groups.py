@@ -363,9 +363,26 @@ class AffineFamily:
         m = params[..., -1] if self.mirror else z
         return th, sig, t0, t1, m
 
+    def _linear(self, params: Any, derivatives: bool = False) -> tuple[Any, tuple[Any, ...]]:
+        """A ``(..., 2, 2)`` and, with ``derivatives``, dA / d(theta, log_stretch_0,
+        log_stretch_1) (dA / d log_scale = A); else an empty tuple."""
+        th, sig, t0, t1, m = self._parts(params)
+        c, s, e = np.cos(th), np.sin(th), np.exp(sig)
+        f = np.where(np.round(m) == 1, -1.0, 1.0)
+        k, dk0, dk1 = _stretch(t0, t1)
+
+        def rot(k00, k01, k11, cc, ss):  # F e [[cc, ss], [-ss, cc]] K
+            top = (e * (cc * k00 + ss * k01), e * (cc * k01 + ss * k11))
+            return _stack2x2(*top, f * e * (-ss * k00 + cc * k01), f * e * (-ss * k01 + cc * k11))
+
+        A = rot(*k, c, s)
+        if not derivatives:
+            return A, ()
+        return A, (rot(*k, -s, c), rot(*dk0, c, s), rot(*dk1, c, s))
+
     def matrix(self, params: Any) -> Any:
         """Linear part A, shape ``(..., 2, 2)``."""
-        return self.jacobian(params, with_derivatives=False)
+        return self._linear(params)[0]
 
     def translation(self, params: Any) -> Any:
         """Translation b, shape ``(..., 2)``."""
@@ -389,31 +406,17 @@ class AffineFamily:
             p[..., 5] *= shrink
         return p
 
-    def jacobian(self, params: Any, with_derivatives: bool = True) -> Any:
+    def jacobian(self, params: Any) -> tuple[Any, Any]:
         """Derivatives of (A, b) with respect to the parameters (0 for the discrete mirror).
 
         Returns
         -------
-        dA : ``(..., n_params, 2, 2)``, db : ``(..., n_params, 2)``; with
-        ``with_derivatives=False`` only A ``(..., 2, 2)``
+        dA : ``(..., n_params, 2, 2)``, db : ``(..., n_params, 2)``
         """
-        th, sig, t0, t1, m = self._parts(params)
-        c, s, e = np.cos(th), np.sin(th), np.exp(sig)
-        f = np.where(np.round(m) == 1, -1.0, 1.0)
-        k, dk0, dk1 = _stretch(t0, t1)
-        z = 0.0 * th
-
-        def rot(k00, k01, k11, cc, ss):  # F e [[cc, ss], [-ss, cc]] K
-            top = (e * (cc * k00 + ss * k01), e * (cc * k01 + ss * k11))
-            return _stack2x2(*top, f * e * (-ss * k00 + cc * k01), f * e * (-ss * k01 + cc * k11))
-
-        A = rot(*k, c, s)
-        if not with_derivatives:
-            return A
-        d_th = rot(*k, -s, c)
+        A, (d_th, d_t0, d_t1) = self._linear(params, derivatives=True)
+        z = 0.0 * self._parts(params)[0]
         zero = _stack2x2(z, z, z, z)
-        dA = [d_th, zero, zero, A, rot(*dk0, c, s), rot(*dk1, c, s)][: self.n_continuous]
-        dA += [zero] * int(self.mirror)
+        dA = [d_th, zero, zero, A, d_t0, d_t1][: self.n_continuous] + [zero] * int(self.mirror)
         one = z + 1.0
         db = [np.stack([z, z], -1)] * self.n_params
         db[1], db[2] = np.stack([one, z], -1), np.stack([z, one], -1)
