@@ -46,6 +46,7 @@ import time
 import numpy as np
 from scipy import ndimage
 
+from ia_stages.benchmark.theory import random_log_stretch
 from ia_stages.core.groups import make_group
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import sampling_field
@@ -74,9 +75,7 @@ def draw(group, rng, n: int, fraction: float) -> np.ndarray:
     if group.name != "se2":
         p[:, 3] = rng.uniform(fraction * lo, fraction * hi, n)
     if group.name == "affine":
-        radius = fraction * t_max * np.sqrt(rng.uniform(0.0, 1.0, n))
-        angle = rng.uniform(-np.pi, np.pi, n)
-        p[:, 4], p[:, 5] = radius * np.cos(angle), radius * np.sin(angle)
+        p[:, 4:6] = random_log_stretch(rng, n, fraction * t_max)
     return p
 
 

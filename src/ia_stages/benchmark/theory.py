@@ -35,6 +35,21 @@ def random_transforms(
     return group.sample(rng, n, (0.0, 360.0), (max_shift, max_shift))
 
 
+def random_log_stretch(rng: np.random.Generator, n: int, radius: float) -> np.ndarray:
+    """``(n, 2)`` log-stretch parameters uniform on the disk of ``radius`` (an affine group's
+    (log_stretch_0, log_stretch_1), :class:`ia_stages.core.groups.AffineFamily`).
+
+    Example
+    -------
+    >>> t = random_log_stretch(np.random.default_rng(0), 100, 0.2)
+    >>> t.shape, bool((np.hypot(*t.T) <= 0.2).all())
+    ((100, 2), True)
+    """
+    r = radius * np.sqrt(rng.uniform(0.0, 1.0, n))
+    angle = rng.uniform(-np.pi, np.pi, n)
+    return np.column_stack([r * np.cos(angle), r * np.sin(angle)])
+
+
 def random_group_params(
     rng: np.random.Generator,
     n: int,
@@ -57,9 +72,7 @@ def random_group_params(
         lo, hi, t_max = group.bounds.limits()
         out[:, 3] = rng.uniform(fraction * lo, fraction * hi, n)
         if group.n_extra == 3:
-            radius = fraction * t_max * np.sqrt(rng.uniform(0.0, 1.0, n))
-            angle = rng.uniform(-np.pi, np.pi, n)
-            out[:, 4], out[:, 5] = radius * np.cos(angle), radius * np.sin(angle)
+            out[:, 4:6] = random_log_stretch(rng, n, fraction * t_max)
     return out
 
 

@@ -109,21 +109,45 @@ class SE2:
         return np.stack([theta, b0, b1], -1)
 
 
-def _stretch(t0: Any, t1: Any) -> tuple[tuple[Any, Any, Any], ...]:
+def stretch_entries(t0: float, t1: float) -> tuple[float, ...]:
     """The stretch K = expm([[t0, t1], [t1, -t0]]) and its derivatives with respect to t0 and
-    t1, each as its entries (k00, k01, k11) (K is symmetric)."""
-    t0, t1 = np.asarray(t0, dtype=float), np.asarray(t1, dtype=float)
-    n = np.hypot(t0, t1)
-    small = n < 1e-3
-    safe = np.where(small, 1.0, n)
-    ch = np.cosh(n)
-    shc = np.where(small, 1.0 + n * n / 6.0, np.sinh(n) / safe)  # sinh(n) / n
-    f2 = np.where(small, 1.0 / 3.0 + n * n / 30.0, (ch - shc) / safe**2)  # (shc)' / n
-    k = (ch + shc * t0, shc * t1, ch - shc * t0)
+    t1, each as its entries (k00, k01, k11) (K is symmetric): nine floats.
+
+    Plain scalar Python: the one source of K, compiled into the refinement's CPU and CUDA
+    kernels (:mod:`ia_stages.kmax.group_refine`) and vectorised for arrays here.
+
+    Example
+    -------
+    >>> [round(x, 6) for x in stretch_entries(0.0, 0.0)]
+    [1.0, 0.0, 1.0, 1.0, 0.0, -1.0, 0.0, 1.0, 0.0]
+    """
+    n2 = t0 * t0 + t1 * t1
+    n = math.sqrt(n2)
+    ch = math.cosh(n)
+    if n < 1e-3:  # the series of sinh(n) / n and of its derivative / n
+        shc, f2 = 1.0 + n2 / 6.0, 1.0 / 3.0 + n2 / 30.0
+    else:
+        shc = math.sinh(n) / n
+        f2 = (ch - shc) / n2
+    # K = cosh|t| I + shc [[t0, t1], [t1, -t0]];
     # dK/dt_i = shc t_i I + f2 t_i [[t0, t1], [t1, -t0]] + shc Z_i
-    dk0 = (shc * t0 + f2 * t0 * t0 + shc, f2 * t0 * t1, shc * t0 - f2 * t0 * t0 - shc)
-    dk1 = (shc * t1 + f2 * t1 * t0, f2 * t1 * t1 + shc, shc * t1 - f2 * t1 * t0)
-    return k, dk0, dk1
+    return (ch + shc * t0, shc * t1, ch - shc * t0,
+            shc * t0 + f2 * t0 * t0 + shc, f2 * t0 * t1, shc * t0 - f2 * t0 * t0 - shc,
+            shc * t1 + f2 * t1 * t0, f2 * t1 * t1 + shc, shc * t1 - f2 * t1 * t0)  # fmt: skip
+
+
+_STRETCH_ARRAYS = np.vectorize(stretch_entries, otypes=[float] * 9)
+
+
+def _stretch(t0: Any, t1: Any) -> tuple[tuple[Any, Any, Any], ...]:
+    """:func:`stretch_entries` over arrays: (K, dK/dt0, dK/dt1), each (k00, k01, k11). No
+    stretch anywhere (SE(2) and similarity, whose t is 0) skips the per-element call."""
+    t0, t1 = np.asarray(t0, dtype=float), np.asarray(t1, dtype=float)
+    if not (t0.any() or t1.any()):
+        one, zero = np.ones(np.broadcast(t0, t1).shape), np.zeros(np.broadcast(t0, t1).shape)
+        return (one, zero, one), (one, zero, -one), (zero, one, zero)
+    e = _STRETCH_ARRAYS(t0, t1)
+    return e[0:3], e[3:6], e[6:9]
 
 
 def _stack2x2(a: Any, b: Any, c: Any, d: Any) -> Any:

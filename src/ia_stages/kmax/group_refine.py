@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ia_stages.core import groups
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.smoothing import half_resolution
 from ia_stages.core.taps import _PAD, _pd, _pw, taps
@@ -37,22 +38,8 @@ N_Q = 6  # (theta, b0, b1, log_scale, log_stretch_0, log_stretch_1): the refinem
 LAYOUT_BATCH = 4096  # images whose supports are found at once (bounds the temporaries)
 
 
-@_shared()
-def _stretch(t0, t1):
-    """The stretch K = expm([[t0, t1], [t1, -t0]]) and its derivatives in t0 and t1, each as
-    its entries (k00, k01, k11): nine floats (the scalar form of
-    :func:`ia_stages.core.groups._stretch`)."""
-    n2 = t0 * t0 + t1 * t1
-    n = math.sqrt(n2)
-    ch = math.cosh(n)
-    if n < 1e-3:
-        shc, f2 = 1.0 + n2 / 6.0, 1.0 / 3.0 + n2 / 30.0
-    else:
-        shc = math.sinh(n) / n
-        f2 = (ch - shc) / n2
-    return (ch + shc * t0, shc * t1, ch - shc * t0,
-            shc * t0 + f2 * t0 * t0 + shc, f2 * t0 * t1, shc * t0 - f2 * t0 * t0 - shc,
-            shc * t1 + f2 * t1 * t0, f2 * t1 * t1 + shc, shc * t1 - f2 * t1 * t0)  # fmt: skip
+# K and its derivatives: one scalar source with the group's own (array) form
+stretch_entries = _shared()(groups.stretch_entries)
 
 
 @_shared()
@@ -81,7 +68,7 @@ def _group_eval(u, v, Wp, H, W, q, g, M, m, bu, bv, su, uu):
     ``bu`` and that mapped box cover. Elsewhere r = u is taken: d2 = ``uu`` (the target's
     squared norm) + the sum of r^2 - u^2 over the pixels visited."""
     c, s, e = math.cos(q[0]), math.sin(q[0]), math.exp(q[3])
-    k00, k01, k11, p00, p01, p11, t00, t01, t11 = _stretch(q[4], q[5])
+    k00, k01, k11, p00, p01, p11, t00, t01, t11 = stretch_entries(q[4], q[5])
     # A = e R(theta) K and its derivatives in log_stretch_0 (d..) and log_stretch_1 (f..)
     a00, a01 = e * (c * k00 + s * k01), e * (c * k01 + s * k11)
     a10, a11 = e * (-s * k00 + c * k01), e * (-s * k01 + c * k11)
