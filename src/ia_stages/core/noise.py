@@ -75,14 +75,47 @@ def estimate_noise(X: Any, border: int = 3) -> float:
     0.5
     """
     xp = array_module(X)
+    frame = frame_pixels(X, border).ravel()
+    med = xp.median(frame)
+    return float(1.4826 * xp.median(xp.abs(frame - med)))
+
+
+def image_noise(X: Any, border: int = 3) -> Any:
+    """Each image's own white-noise standard deviation, from its frame: :func:`estimate_noise`
+    per image.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` images (numpy or cupy), objects away from the frame
+    border : width (px) of the frame read, >= 1 and < min(H, W) / 2
+
+    Returns
+    -------
+    ``(n,)`` 1.4826 x the median absolute deviation of each image's frame pixels
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(2)
+    >>> X = rng.normal(0, 1, (2, 64, 64)) * np.array([0.5, 2.0])[:, None, None]
+    >>> np.round(image_noise(X), 1).tolist()
+    [0.5, 2.0]
+    """
+    xp = array_module(X)
+    frame = frame_pixels(X, border)
+    med = xp.median(frame, axis=1, keepdims=True)
+    return 1.4826 * xp.median(xp.abs(frame - med), axis=1)
+
+
+def frame_pixels(X: Any, border: int) -> Any:
+    """``(n, m)`` the pixels of each image's frame ``border`` px wide (the m pixels within
+    ``border`` of an edge); a one-line ``ValueError`` when the frame does not fit."""
+    xp = array_module(X)
     H, W = X.shape[1:]
     if not 1 <= border < min(H, W) / 2:
         raise ValueError(f"noise_border must be in [1, {min(H, W) / 2:g}), got {border}")
     mask = np.ones((H, W), dtype=bool)
     mask[border:-border, border:-border] = False
-    frame = X[:, xp.asarray(mask)].ravel()
-    med = xp.median(frame)
-    return float(1.4826 * xp.median(xp.abs(frame - med)))
+    return X[:, xp.asarray(mask)]
 
 
 def snr(X: Any, border: int = 3) -> float:

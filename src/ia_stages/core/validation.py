@@ -205,9 +205,6 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-BACKGROUNDS = ("none", "median")
-
-
 def min_side(sigma: float) -> int:
     """Smallest image side that smoothing by ``sigma`` px leaves a shape in: the Gaussian's
     core (+- sigma), 2 sigma + 1 px (1 px without smoothing)."""
@@ -331,20 +328,3 @@ def border_median(X: Any) -> Any:
     xp = array_module(X)
     edge = xp.concatenate([X[:, 0, :], X[:, -1, :], X[:, 1:-1, 0], X[:, 1:-1, -1]], axis=1)
     return xp.median(edge, axis=1)
-
-
-def subtract_background(X: Any, background: str = "none") -> Any:
-    """Images with their background level removed: ``'median'`` subtracts each image's
-    :func:`border_median`; ``'none'`` returns ``X`` unchanged.
-
-    Example
-    -------
-    >>> import numpy as np
-    >>> X = np.full((1, 8, 8), 0.5); X[0, 3:5, 3:5] = 1.0
-    >>> float(subtract_background(X, "median")[0, 0, 0])
-    0.0
-    """
-    check_choice(background, "background", BACKGROUNDS)
-    if background == "none":
-        return X
-    return X - border_median(X)[:, None, None]

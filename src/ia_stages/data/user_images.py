@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ia_stages.core.validation import constant_images, min_side, subtract_background
+from ia_stages.core.background import MaskSettings, subtract_background
+from ia_stages.core.validation import constant_images, min_side
 from ia_stages.data.datasets import Dataset, DatasetError
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -479,6 +480,7 @@ def load_images(
     rng: np.random.Generator | None = None,
     background: str = "none",
     sigma: float = 0.0,
+    mask: dict | None = None,
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
@@ -494,8 +496,12 @@ def load_images(
         objects on a light background); integer pixels are first scaled to [0, 1]
     labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
     max_images : keep this many images, a subset drawn with ``rng`` (in file order)
-    background : 'none' or 'median' (subtract each image's border median, last)
+    background : 'none', 'median' (subtract each image's border median, last) or 'mask'
+        (then also set every pixel away from the object to 0: noisy images;
+        :func:`ia_stages.core.background.subtract_background`)
     sigma : the smoothing kappa^max will apply: images too small for it are refused
+    mask : the :class:`~ia_stages.core.background.MaskSettings` of 'mask', as a dict (None:
+        the defaults)
 
     Returns
     -------
@@ -508,9 +514,11 @@ def load_images(
     ------
     DatasetError
         one line naming the file (and its index in the data set): unreadable, NaN or inf,
-        constant (no shape to compare), too small for ``sigma``.
+        constant (no shape to compare), too small for ``sigma``, without a pixel above the
+        noise ('mask').
     """
     path = Path(path)
+    mask_settings = MaskSettings(**(mask or {}))
     rng = rng or np.random.default_rng(0)
     p = probe(path)
     n_out = check(path, canvas, downsample, labels, max_images, p)
@@ -545,7 +553,10 @@ def load_images(
     data = np.stack(planes)
     names = [p.names[k] for k in keep]
     _check_content(data, names, path, sigma)
-    data = subtract_background(data, background)
+    try:
+        data = subtract_background(data, background, mask_settings, names)
+    except ValueError as err:
+        raise DatasetError(f"{path}: {err}") from None
     classes = read_label_csv(labels, p.names) if labels else p.labels
     if classes is None:
         label, class_names = None, []

@@ -298,6 +298,7 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
         seed=a.seed,
         backend=a.backend,
         background=a.background,
+        mask_threshold=a.mask_threshold,
         group=a.group,
         mirror=a.mirror,
         kmax=a.kmax,
@@ -558,9 +559,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument(
         "--background",
-        choices=["none", "median"],
+        choices=["none", "median", "mask"],
         default="none",
-        help="'median': subtract each image's border median (grey backgrounds)",
+        help="'median': subtract each image's border median (grey backgrounds); 'mask' (noisy "
+        "images): also set every pixel away from the object to 0",
+    )
+    sp.add_argument(
+        "--mask-threshold",
+        type=float,
+        default=None,
+        help="with --background mask: noise sds a smoothed pixel must exceed to be kept "
+        "(default 4)",
     )
     sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
 

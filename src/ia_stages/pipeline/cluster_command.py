@@ -41,6 +41,7 @@ def images_config(
     seed: int = 0,
     backend: str = "auto",
     background: str = "none",
+    mask_threshold: float | None = None,
     preset: str | None = None,
     group: str = "se2",
     mirror: bool = False,
@@ -79,6 +80,10 @@ def images_config(
         "max_images": max_images,
         "background": background,
     }
+    if mask_threshold is not None:
+        if background != "mask":
+            raise ConfigError("--mask-threshold: applies to --background mask only")
+        ds["mask"] = {"threshold": mask_threshold}
     ds["beta"] = ia.beta if beta is None else beta
     ds["kernel_sigma"] = ia.sigma if kernel_sigma is None else kernel_sigma
     if ds["kernel_sigma"] == "auto":  # run() chooses it from the pixels
@@ -274,6 +279,7 @@ def check_images(config: dict, auto_sigma: dict | None = None) -> None:
             invert=ds["invert"],
             labels=ds["labels"],
             background=ds["background"],
+            mask=ds.get("mask"),
             sigma=noise.min_sigma if noise else ds["kernel_sigma"],
         )
         if noise:

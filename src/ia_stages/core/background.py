@@ -1,0 +1,151 @@
+"""An image's background: its level (the border median) and, in noisy images, where it is.
+
+kappa^max compares whole frames. Two things in the background distort it:
+
+- a grey or shifted level, which it matches as much as the shapes: ``background='median'``
+  subtracts each image's border median;
+- white noise over the whole frame (particles, cells, plankton under a microscope). The
+  noise of the empty background adds a random term to every pair's distance and, as it covers
+  every pixel, makes every pair's search visit every pixel. ``background='mask'`` subtracts the
+  median, then keeps only each image's support: the pixels within ``dilation`` px of where the
+  image smoothed by ``sigma`` px stands more than ``threshold`` noise standard deviations
+  (of the smoothed noise) from zero, the noise read from the image's own frame
+  (:func:`ia_stages.core.noise.image_noise`). Every other pixel is set to 0, as in a clean
+  image. Smoothing and thresholding commute with rotations and shifts, so the support moves
+  with the object; an image without noise (a zero frame) is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ia_stages.core.backend import array_module
+from ia_stages.core.noise import image_noise
+from ia_stages.core.smoothing import smooth
+from ia_stages.core.validation import border_median, check_choice, check_number
+
+BACKGROUNDS = ("none", "median", "mask")
+
+
+@dataclass(frozen=True)
+class MaskSettings:
+    """How ``background='mask'`` finds each image's support (:func:`support_mask`).
+
+    threshold : noise standard deviations of the smoothed image (> 0) that a pixel of it must
+        exceed in |value| to belong to the object
+    sigma : Gaussian smoothing (px, > 0) of the image the support is read from
+    dilation : px (>= 0) the support is grown by (a square of side 2 dilation + 1): the
+        object's faint rim, below the threshold, is kept
+    border : width (px, >= 1) of each image's frame that its noise is read from
+    """
+
+    threshold: float = 4.0
+    sigma: float = 2.0
+    dilation: int = 1
+    border: int = 3
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the field when a setting is out of range."""
+        check_number(self.threshold, "mask.threshold", low=0.0, low_open=True)
+        check_number(self.sigma, "mask.sigma", low=0.0, low_open=True)
+        check_number(self.dilation, "mask.dilation", integer=True, low=0)
+        check_number(self.border, "mask.border", integer=True, low=1)
+
+
+def support_mask(X: Any, settings: MaskSettings = MaskSettings()) -> Any:
+    """Each image's support: where it differs from its noisy background.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` images (numpy or cupy) on a zero background level
+    settings : :class:`MaskSettings`
+
+    Returns
+    -------
+    ``(n, H, W)`` bool: |X smoothed by ``sigma``| above ``threshold`` times the smoothed
+    noise's standard deviation (the image's frame noise / (2 sqrt(pi) sigma)), grown by
+    ``dilation`` px; every pixel of an image whose frame holds no noise
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(0.0, 0.3, (1, 40, 40)); X[0, 15:25, 15:25] += 1.0
+    >>> m = support_mask(X)
+    >>> bool(m[0, 15:25, 15:25].all()), bool(m[0, :8].any())
+    (True, False)
+    """
+    settings.check()
+    xp = array_module(X)
+    noise = image_noise(X, settings.border)
+    level = settings.threshold * noise / (2.0 * np.sqrt(np.pi) * settings.sigma)
+    keep = xp.abs(smooth(X, settings.sigma)) > level[:, None, None]
+    keep = _grown(keep, settings.dilation)
+    keep[noise == 0] = True
+    return keep
+
+
+def _grown(mask: Any, px: int) -> Any:
+    """``mask (n, H, W)`` grown by ``px`` px along rows and columns (a square dilation)."""
+    for _ in range(px):
+        grown = mask.copy()
+        grown[:, 1:] |= mask[:, :-1]
+        grown[:, :-1] |= mask[:, 1:]
+        mask = grown.copy()
+        mask[:, :, 1:] |= grown[:, :, :-1]
+        mask[:, :, :-1] |= grown[:, :, 1:]
+    return mask
+
+
+def subtract_background(
+    X: Any,
+    background: str = "none",
+    mask: MaskSettings = MaskSettings(),
+    names: list[str] | None = None,
+) -> Any:
+    """Images with their background removed.
+
+    Parameters
+    ----------
+    X : ``(n, H, W)`` images (numpy or cupy)
+    background : 'none' returns ``X`` unchanged; 'median' subtracts each image's
+        :func:`border_median`; 'mask' does so, then sets every pixel outside the image's
+        :func:`support_mask` to 0
+    mask : :class:`MaskSettings` of 'mask'
+    names : how an error names the images (default: 'image i')
+
+    Returns
+    -------
+    ``(n, H, W)`` images
+
+    Raises
+    ------
+    ValueError
+        'mask' leaves an image without a pixel (one line: how many, the first one's index)
+
+    Example
+    -------
+    >>> X = np.full((1, 8, 8), 0.5); X[0, 3:5, 3:5] = 1.0
+    >>> float(subtract_background(X, "median")[0, 0, 0])
+    0.0
+    """
+    check_choice(background, "background", BACKGROUNDS)
+    if background == "none":
+        return X
+    X = X - border_median(X)[:, None, None]
+    if background == "median":
+        return X
+    keep = support_mask(X, mask)
+    xp = array_module(X)
+    empty = xp.flatnonzero(~keep.reshape(keep.shape[0], -1).any(1))
+    if int(empty.size):
+        first = int(empty[0])
+        name = f"image {first}" if names is None else f"{names[first]} (image {first})"
+        raise ValueError(
+            f"background='mask': {int(empty.size)} image(s) have no pixel above the noise "
+            f"(the first: {name}) at mask.threshold {mask.threshold:g}; lower it or use "
+            "background='median'"
+        )
+    return xp.where(keep, X, 0.0)
