@@ -50,7 +50,7 @@ def main() -> None:
     for ratio in a.snr:
         noise = 0.0 if np.isinf(ratio) else np.sqrt(power / ratio)
         X = X0 + rng.normal(0, noise, X0.shape) if noise else X0
-        auto = with_sigma(ia_settings(), X).sigma
+        auto = with_sigma(ia_settings(sigma="auto"), X).sigma
         print(f"SNR {ratio:g} (estimated {snr(X):.2f}): sigma auto = {auto:.2f}", flush=True)
         for sigma in sorted({1.0, auto}):
             for background in a.background:

@@ -12,11 +12,13 @@ kappa^max compares whole frames. Two things in the background distort it:
   (of the smoothed noise) from zero, the noise read from the image's own frame
   (:func:`ia_stages.core.noise.image_noise`). Every other pixel is set to 0, as in a clean
   image. Smoothing and thresholding commute with rotations and shifts, so the support moves
-  with the object; an image without noise (a zero frame) is left as it is.
+  with the object; an image without noise (a zero frame) is left as it is, and one without a
+  pixel above the noise is left whole, with a warning.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,10 +122,11 @@ def subtract_background(
     -------
     ``(n, H, W)`` images
 
-    Raises
-    ------
-    ValueError
-        'mask' leaves an image without a pixel (one line: how many, the first one's index)
+    Warns
+    -----
+    UserWarning
+        'mask' finds no pixel above the noise in an image (no object to keep): such an image is
+        left whole (its level subtracted); one line: how many, the first one's name
 
     Example
     -------
@@ -143,9 +146,11 @@ def subtract_background(
     if int(empty.size):
         first = int(empty[0])
         name = f"image {first}" if names is None else f"{names[first]} (image {first})"
-        raise ValueError(
-            f"background='mask': {int(empty.size)} image(s) have no pixel above the noise "
-            f"(the first: {name}) at mask.threshold {mask.threshold:g}; lower it or use "
-            "background='median'"
+        warnings.warn(
+            f"background='mask': {int(empty.size)} image(s) have no pixel above the noise at "
+            f"mask.threshold {mask.threshold:g} (the first: {name}); they are kept whole",
+            UserWarning,
+            stacklevel=2,
         )
+        keep[empty] = True
     return xp.where(keep, X, 0.0)

@@ -501,7 +501,7 @@ def load_images(
         :func:`ia_stages.core.background.subtract_background`)
     sigma : the smoothing kappa^max will apply: images too small for it are refused
     mask : the :class:`~ia_stages.core.background.MaskSettings` of 'mask', as a dict (None:
-        the defaults)
+        the defaults); an image without a pixel above the noise is kept whole, with a warning
 
     Returns
     -------
@@ -514,8 +514,7 @@ def load_images(
     ------
     DatasetError
         one line naming the file (and its index in the data set): unreadable, NaN or inf,
-        constant (no shape to compare), too small for ``sigma``, without a pixel above the
-        noise ('mask').
+        constant (no shape to compare), too small for ``sigma``.
     """
     path = Path(path)
     mask_settings = MaskSettings(**(mask or {}))
@@ -553,10 +552,7 @@ def load_images(
     data = np.stack(planes)
     names = [p.names[k] for k in keep]
     _check_content(data, names, path, sigma)
-    try:
-        data = subtract_background(data, background, mask_settings, names)
-    except ValueError as err:
-        raise DatasetError(f"{path}: {err}") from None
+    data = subtract_background(data, background, mask_settings, names)
     classes = read_label_csv(labels, p.names) if labels else p.labels
     if classes is None:
         label, class_names = None, []
