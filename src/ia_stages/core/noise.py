@@ -86,8 +86,7 @@ def image_noise(X: Any, border: int = 3) -> Any:
 
     Parameters
     ----------
-    X : ``(n, H, W)`` images (numpy or cupy), objects away from the frame
-    border : width (px) of the frame read, >= 1 and < min(H, W) / 2
+    X, border : as :func:`estimate_noise`
 
     Returns
     -------
