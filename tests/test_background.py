@@ -96,13 +96,13 @@ def test_the_estimator_masks_and_names_bad_options(letters):
     _, noisy, label = letters
     est = InvariantAttentionClustering(4, background="mask", random_state=0).fit(noisy)
     assert est.labels_.shape == label.shape
-    with pytest.raises(ValueError, match="background_options: unknown key 'thresh'"):
+    with pytest.raises(ValueError, match="background_options has no key 'thresh'"):
         InvariantAttentionClustering(4, background="mask", background_options={"thresh": 3}).fit(
             noisy
         )
     with pytest.raises(ValueError, match="apply to background='mask' only"):
         InvariantAttentionClustering(4, background_options={"threshold": 3}).fit(noisy)
-    with pytest.raises(ValueError, match=r"mask\.threshold must be > 0"):
+    with pytest.raises(ValueError, match=r"background_options\['threshold'\] must be > 0"):
         InvariantAttentionClustering(4, background="mask", background_options={"threshold": 0}).fit(
             noisy
         )

@@ -91,6 +91,21 @@ _OPTIONS = {
 }
 
 
+def _options(param: str, given: Any, keys: tuple[str, ...]) -> dict:
+    """The estimator's ``*_options`` parameter ``param``: a dict of some of ``keys`` ({} for
+    None), or a one-line ``ValueError`` naming it."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise ValueError(f"{param} must be a dict, got {type(given).__name__}")
+    unknown = [k for k in given if k not in keys]
+    if unknown:
+        raise ValueError(
+            f"{param} has no key {', '.join(map(repr, unknown))} (known: {', '.join(keys)})"
+        )
+    return given
+
+
 def _parameter_names(message: str) -> str:
     """A settings error message with every settings key in it (``readout.kind``) replaced by
     the estimator parameter that sets it (``readout``)."""
@@ -331,17 +346,7 @@ class InvariantAttentionClustering(
             else:
                 parts[part][key] = value
         for param, (part, keys) in _OPTIONS.items():
-            given = getattr(self, param)
-            if given is None:
-                continue
-            if not isinstance(given, dict):
-                raise ValueError(f"{param} must be a dict, got {type(given).__name__}")
-            unknown = [k for k in given if k not in keys]
-            if unknown:
-                raise ValueError(
-                    f"{param} has no key {', '.join(map(repr, unknown))} (known: {', '.join(keys)})"
-                )
-            parts[part].update(given)
+            parts[part].update(_options(param, getattr(self, param), keys))
         for param, part in (("search", "search"), ("mean_settings", "mean")):
             value = getattr(self, param)
             if value is not None:
@@ -384,17 +389,16 @@ class InvariantAttentionClustering(
     def _mask(self) -> MaskSettings:
         """The :class:`~ia_stages.core.background.MaskSettings` of ``background='mask'``, from
         ``background_options`` (checked: a one-line error names the key)."""
-        options = self.background_options or {}
+        keys = tuple(f.name for f in fields(MaskSettings))
+        options = _options("background_options", self.background_options, keys)
         if options and self._background() != "mask":
             raise ValueError("background_options apply to background='mask' only")
-        fields = MaskSettings.__dataclass_fields__
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"background_options: unknown key {unknown[0]!r} (known: {', '.join(fields)})"
-            )
         mask = MaskSettings(**options)
-        mask.check()
+        try:
+            mask.check()
+        except ValueError as err:
+            named = re.sub(r"\bmask\.(\w+)", r"background_options['\1']", str(err))
+            raise ValueError(named) from None
         return mask
 
     # fitting ----------------------------------------------------------------------------
