@@ -11,16 +11,12 @@ from PIL import Image
 from scipy import ndimage
 
 from ia_stages import InvariantAttentionClustering, kappa_max
-from ia_stages.core.background import (
-    MaskSettings,
-    border_median,
-    subtract_background,
-    support_mask,
-)
+from ia_stages.core.background import border_median, subtract_background, support_mask
 from ia_stages.data.render import letter, render
 from ia_stages.data.user_images import load_images
 from ia_stages.pipeline.cluster_command import images_config
 from ia_stages.pipeline.config import ConfigError, validate_config
+from ia_stages.settings.images import MaskSettings
 
 
 def _letters(chars: str, copies: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -96,14 +92,12 @@ def test_the_estimator_masks_and_names_bad_options(letters):
     _, noisy, label = letters
     est = InvariantAttentionClustering(4, background="mask", random_state=0).fit(noisy)
     assert est.labels_.shape == label.shape
-    with pytest.raises(ValueError, match="background_options has no key 'thresh'"):
-        InvariantAttentionClustering(4, background="mask", background_options={"thresh": 3}).fit(
+    with pytest.raises(ValueError, match="mask has no key 'thresh'; did you mean 'threshold'"):
+        InvariantAttentionClustering(4, background="mask", config={"mask": {"thresh": 3}}).fit(
             noisy
         )
-    with pytest.raises(ValueError, match="apply to background='mask' only"):
-        InvariantAttentionClustering(4, background_options={"threshold": 3}).fit(noisy)
-    with pytest.raises(ValueError, match=r"background_options\['threshold'\] must be > 0"):
-        InvariantAttentionClustering(4, background="mask", background_options={"threshold": 0}).fit(
+    with pytest.raises(ValueError, match=r"^mask\.threshold must be > 0"):
+        InvariantAttentionClustering(4, background="mask", config={"mask": {"threshold": 0}}).fit(
             noisy
         )
 
@@ -128,17 +122,21 @@ def test_an_image_of_noise_alone_is_named_and_kept_whole(letters, tmp_path):
     assert loaded.shape == (8, 40, 40) and (loaded[5] != 0).mean() > 0.9  # whole
 
 
-def test_the_cluster_command_passes_the_mask_and_refuses_a_threshold_without_it(tmp_path):
-    cfg = images_config(tmp_path, background="mask", mask_threshold=3.0)
+def test_the_cluster_command_passes_the_mask_as_settings(tmp_path):
+    from ia_stages.pipeline.cli import build_parser
+    from ia_stages.pipeline.flags import settings_of_flags
+
+    args = build_parser().parse_args(
+        ["cluster", str(tmp_path), "--out", "o", "--background", "mask", "--mask-threshold", "3"]
+    )
+    cfg = images_config(tmp_path, settings_of_flags(args))
     (ds,) = cfg["datasets"].values()
-    assert ds["background"] == "mask" and ds["mask"] == {"threshold": 3.0}
-    with pytest.raises(ConfigError, match="--mask-threshold: applies to --background mask"):
-        images_config(tmp_path, mask_threshold=3.0)
+    assert ds["settings"] == {"background": "mask", "mask": {"threshold": 3.0}}
 
 
 def test_the_config_names_a_bad_mask_setting(tmp_path):
-    cfg = images_config(tmp_path, background="mask")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 12, 12)))
+    cfg = images_config(tmp_path / "x.npy", {"background": "mask", "mask": {"threshold": 0}})
     (name,) = cfg["datasets"]
-    cfg["datasets"][name]["mask"] = {"threshold": 0}
-    with pytest.raises(ConfigError, match=rf"datasets\.{name}\.mask\.threshold"):
+    with pytest.raises(ConfigError, match=rf"datasets\.{name}\.settings': mask\.threshold"):
         validate_config(cfg)

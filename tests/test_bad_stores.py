@@ -1,16 +1,22 @@
 """More bad input: infinite pixels, blocks of different datasets, features of another shape."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
 
 from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.config import STAGE_SETTINGS
 from ia_stages.pipeline.store import write_store
+from ia_stages.settings import Settings
 
-SETTINGS = (
-    '{"seed": 0, "backend": "numpy", "dataset": "x", "beta": 1.0, "normalization": "unit",'
-    ' "sigma": 0.0, "search": {"n_angles": 8, "max_shift": 2, "n_candidates": 1,'
-    ' "refine_iters": 2}}'
+TREE = Settings.from_dict(
+    {"beta": 1.0, "sigma": 0.0, "search": {"n_angles": 8, "max_shift": 2, "n_candidates": 1,
+                                           "refine_iters": 2}}
+)  # fmt: skip
+SETTINGS = json.dumps(
+    {"seed": 0, "backend": "numpy", "dataset": "x", "settings": TREE.subset(STAGE_SETTINGS["kmax"])}
 )
 
 
@@ -26,6 +32,7 @@ def kmax_block(src, out, block_size="8"):
     """Run the kmax-block stage on one diagonal block; returns the exit code."""
     return main(
         [
+            "stage",
             "kmax-block",
             "--features",
             str(src),
@@ -55,7 +62,7 @@ def test_non_finite_pixels_are_named(tmp_path, capsys, bad):
     code = kmax_block(src, out, "4")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and not out.exists()
-    assert err[-1].startswith("ia-stages kmax-block: error:")
+    assert err[-1].startswith("ia-stages stage kmax-block: error:")
     assert str(src) in err[-1] and "sample 1" in err[-1]
 
 
@@ -70,7 +77,8 @@ def test_gathering_blocks_of_different_datasets_fails(tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "gathered.zarr"
     code, err = run(
-        ["kmax-gather", "--blocks", *blocks, "--settings", SETTINGS, "--out", str(out)], capsys
+        ["stage", "kmax-gather", "--blocks", *blocks, "--settings", SETTINGS, "--out", str(out)],
+        capsys,
     )
     assert code == 2 and not out.exists()
     assert blocks[1] in err[-1] and "n=6" in err[-1]
@@ -83,13 +91,14 @@ def test_means_with_features_of_a_different_size_than_kmax(tmp_path, capsys):
     other = features(tmp_path / "g.zarr", n=5)
     capsys.readouterr()
     out = tmp_path / "m.zarr"
-    settings = (
-        '{"seed": 0, "backend": "numpy", "dataset": "x", "init": "kmax", "mean":'
-        ' {"steps": 1, "step_size": 1.0, "sigmas": [0.0], "preconditioner":'
-        ' "gauss-newton", "weight_floor": 0.0001}}'
-    )
+    tree = Settings.from_dict({"attention": {"kind": "dense"}, "mean": {"steps": 1}})
+    settings = json.dumps(
+        {"seed": 0, "backend": "numpy", "dataset": "x",
+         "settings": tree.subset(STAGE_SETTINGS["means"])}
+    )  # fmt: skip
     code, err = run(
         [
+            "stage",
             "means",
             "--features",
             str(other),

@@ -15,10 +15,10 @@ from ia_stages.benchmark.theory import (
 )
 from ia_stages.core.smoothing import normalize
 from ia_stages.data import datasets
-from ia_stages.ia.invariant_mean import MeanSettings
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.grid import GridSettings, group_kernel
 from ia_stages.readout.graph import spectral_affinity
+from ia_stages.settings.attention import MeanSettings
 
 SEARCH = SearchSettings(n_angles=24, refine_iters=10)
 GRID = GridSettings(n_angles=24, max_shift=6)

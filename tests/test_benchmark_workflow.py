@@ -17,8 +17,8 @@ import xarray as xr
 import yaml
 
 from ia_stages.benchmark.methods import METHODS
+from ia_stages.pipeline.benchmark_config import data_of
 from ia_stages.pipeline.cli import main
-from ia_stages.pipeline.config import data_of
 from ia_stages.pipeline.stages import bench_tables, run_method
 from ia_stages.pipeline.stages.bench_tables import NOT_RUN, REPORTED
 from ia_stages.pipeline.store import read_store, write_store
@@ -173,18 +173,18 @@ def test_cluster_on_a_store_without_labels_fails_in_one_line(bench_run, tmp_path
     ds = read_store(work / "results/data/mnist_rot.zarr")
     write_store(ds.drop_vars("label"), tmp_path / "nolabel.zarr")
     out = tmp_path / "out.zarr"
-    rc = main(["run-method", "--dataset", str(tmp_path / "nolabel.zarr"), "--settings",
+    rc = main(["stage", "run-method", "--dataset", str(tmp_path / "nolabel.zarr"), "--settings",
                _settings(work), "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists()
-    assert err[-1].startswith("ia-stages run-method: error:") and "nolabel.zarr" in err[-1]
+    assert err[-1].startswith("ia-stages stage run-method: error:") and "nolabel.zarr" in err[-1]
     assert "label" in err[-1]
 
 
 def test_a_batch_with_fewer_stores_than_settings_fails_in_one_line(bench_run, tmp_path, capsys):
     work, _ = bench_run
     out = tmp_path / "one.zarr"
-    rc = main(["run-method", "--dataset", str(work / "results/data/mnist_rot.zarr"),
+    rc = main(["stage", "run-method", "--dataset", str(work / "results/data/mnist_rot.zarr"),
                "--settings", _settings(work), _settings(work), "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists()
@@ -198,8 +198,8 @@ def test_cluster_with_more_clusters_than_samples_fails_in_one_line(bench_run, tm
     small["label"] = xr.DataArray(np.array([0, 1]), dims="sample")
     write_store(small, tmp_path / "two.zarr")
     settings = _settings(work).replace('"n_clusters": null', '"n_clusters": 5')
-    rc = main(["run-method", "--dataset", str(tmp_path / "two.zarr"), "--settings", settings,
-               "--out", str(tmp_path / "o.zarr")])  # fmt: skip
+    rc = main(["stage", "run-method", "--dataset", str(tmp_path / "two.zarr"),
+               "--settings", settings, "--out", str(tmp_path / "o.zarr")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and "n_clusters=5" in err[-1] and "two.zarr" in err[-1]
 

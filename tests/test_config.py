@@ -15,7 +15,9 @@ from PIL import Image
 
 from ia_stages.core.seeds import stage_seed
 from ia_stages.pipeline.config import (
+    KIND_SETTINGS,
     ConfigError,
+    dataset_settings,
     dataset_size,
     job_backend,
     job_threads,
@@ -25,6 +27,7 @@ from ia_stages.pipeline.config import (
     stage_settings_json,
     validate_config,
 )
+from ia_stages.settings import Settings
 
 
 def _png(path: Path) -> Path:
@@ -61,38 +64,24 @@ def test_default_config_is_valid_and_defaults_are_filled(
 ) -> None:
     cfg = validate_config(default_config, schema_path)
     schema = _schema(schema_path)
-    assert cfg["ia"]["search"]["n_angles"] == 48
-    assert "search" not in default_config["ia"]  # so all of ia.search comes from the schema
-    search_schema = schema["properties"]["ia"]["properties"]["search"]["properties"]
-    assert cfg["ia"]["search"] == _defaults(search_schema)
-    mean_keys = {
-        "steps", "step_size", "sigmas", "preconditioner", "weight_floor", "max_images",
-        "average_members",
-    }  # fmt: skip
-    assert set(cfg["ia"]["mean"]) == mean_keys
-    assert cfg["readout"]["linkage"] == "average"
-    # per-kind defaults come from the matching if/then branch; values in the file are kept
-    assert "kernel_sigma" not in default_config["datasets"]["blobs"]
-    assert "kernel_sigma" in cfg["datasets"]["blobs"]
     for name, given in default_config["datasets"].items():
         defaults = _kind_defaults(schema, given["kind"])
         # mnist kinds get rotation_deg from _check_semantics (its default depends on the kind)
         filled = {"rotation_deg"} if given["kind"] in ("mnist", "mnist_rot") else set()
-        own = {"iterations"} & set(given)  # a key without a default: kept where given
-        assert set(cfg["datasets"][name]) == {"kind", *defaults, *filled, *own}, name
+        assert set(cfg["datasets"][name]) == {"kind", "settings", *defaults, *filled}, name
         for key, default in defaults.items():
-            if key in ("attention", "group", "kmax"):  # sections: defaults filled inside
-                given_att = given.get(key, {})
-                assert cfg["datasets"][name][key].items() >= given_att.items(), name
-                continue
             assert cfg["datasets"][name][key] == given.get(key, default), (name, key)
+        # every dataset holds its whole settings tree
+        tree = dataset_settings(cfg, name)
+        assert cfg["datasets"][name]["settings"] == tree.to_dict()
+        assert tree.search == Settings().search  # the file sets no search key
+    assert dataset_settings(cfg, "mnist").mean.max_images == 24  # the top-level block's
 
 
 def test_validate_config_does_not_modify_its_input(default_config: dict, schema_path: Path) -> None:
     before = copy.deepcopy(default_config)
     validate_config(default_config, schema_path)
     assert default_config == before
-    assert "search" not in default_config["ia"]
 
 
 def test_minimal_config_gets_every_section(schema_path: Path) -> None:
@@ -108,21 +97,12 @@ def test_minimal_config_gets_every_section(schema_path: Path) -> None:
     schema = _schema(schema_path)
     for key in ("seed", "backend", "block_size"):
         assert cfg[key] == schema["properties"][key]["default"], key
-    for section in ("ia", "ka", "readout"):
-        props = schema["properties"][section]["properties"]
-        for key, default in _defaults(props).items():
-            if isinstance(default, dict):  # a nested section: its own defaults
-                default = _defaults(props[key]["properties"])
-            if key != "datasets":
-                assert cfg[section][key] == default, (section, key)
-    attention = _defaults(schema["$defs"]["attention"]["properties"])
     for name, kind in (("s", "shapes3"), ("m", "mnist3")):
-        expected = {"kind": kind, **_kind_defaults(schema, kind), "attention": attention}
-        expected["group"] = _defaults(schema["$defs"]["group"]["properties"])
-        kmax = schema["$defs"]["kmax"]["properties"]
-        features = _defaults(kmax["features"]["properties"])
-        expected["kmax"] = {**_defaults(kmax), "features": features}
-        expected["kmax"]["mode"] = "dense"  # 'auto' resolved: 6 and 10 images run dense
+        expected = {"kind": kind, **_kind_defaults(schema, kind)}
+        tree = Settings.from_dict(KIND_SETTINGS[kind])
+        expected["settings"] = tree.to_dict()
+        if name in cfg["ia"]["datasets"]:  # 'auto' resolved where IA runs: 6 images, dense
+            expected["settings"]["path"]["mode"] = "dense"
         assert cfg["datasets"][name] == expected
     assert cfg["figures"]["mean_trace"]["dataset"] == "m"
     assert "steps" in cfg["figures"]["mean_trace"] and "init" in cfg["figures"]["mean_trace"]
@@ -163,12 +143,22 @@ BAD = {
         _set("datasets", "shapes3", "n_per_class", "six"),
         ["datasets.shapes3.n_per_class"],
     ),
-    "ia.iterations 0": (_set("ia", "iterations", 0), ["ia.iterations"]),
-    "dataset iterations 0": (
-        _set("datasets", "shapes3", "iterations", 0),
-        ["datasets.shapes3.iterations"],
+    "iterations too many": (
+        _set("settings", "iterations", 51),
+        ["config key 'settings': iterations must be >= 0 and <= 50, got 51"],
     ),
-    "negative beta": (_set("datasets", "shapes3", "beta", -1), ["datasets.shapes3.beta"]),
+    "dataset iterations negative": (
+        _set("datasets", "shapes3", "settings", "iterations", -1),
+        ["config key 'datasets.shapes3.settings': iterations must be >= 0"],
+    ),
+    "negative beta": (
+        _set("datasets", "shapes3", "settings", "beta", -1),
+        ["datasets.shapes3.settings", "beta must be > 0"],
+    ),
+    "unknown settings key": (
+        _set("settings", "kernel_sigma", 1.0),
+        ["config key 'settings'", "no key 'kernel_sigma'"],
+    ),
     "block_size 0": (_set("block_size", 0), ["block_size"]),
     "unknown kind": (_set("datasets", "shapes3", "kind", "triangles"), ["datasets.shapes3.kind"]),
     "unknown top-level key": (_set("bogus_key", 1), ["bogus_key"]),
@@ -201,7 +191,10 @@ BAD = {
     ),
     "base image missing": (_missing_base_image, ["datasets.shapes3.base_images.0", "missing.png"]),
     "backend not in enum": (_set("backend", "gpu"), ["backend"]),
-    "search n_angles too small": (_set("ia", "search", {"n_angles": 2}), ["ia.search.n_angles"]),
+    "search n_angles too small": (
+        _set("settings", "search", {"n_angles": 2}),
+        ["config key 'settings': search.n_angles must be >= 4"],
+    ),
     "mean trace on points": (
         _set("figures", "mean_trace", {"dataset": "blobs"}),
         ["figures.mean_trace.dataset"],
@@ -291,90 +284,107 @@ def cfg(default_config: dict, schema_path: Path) -> dict:
     return validate_config(default_config, schema_path)
 
 
-def _settings_after(cfg: dict, schema_path: Path, edit, stage: str, dataset: str) -> str:
-    changed = copy.deepcopy(cfg)
+def _settings_after(raw: dict, schema_path: Path, edit, stage: str, dataset: str) -> str:
+    """A stage's settings after an edit of the config file (not of a validated config, whose
+    datasets hold their whole trees)."""
+    changed = copy.deepcopy(raw)
     edit(changed, None)
     return stage_settings_json(validate_config(changed, schema_path), stage, dataset)
 
 
+def _unchanged(cfg: dict, tmp_path: Path) -> None:
+    """No edit."""
+
+
 UNRELATED_TO_KMAX = {
     "ka.iterations": _set("ka", "iterations", 9),
-    "ia.iterations": _set("ia", "iterations", 3),
-    "the dataset's iterations": _set("datasets", "shapes3", "iterations", 3),
-    "readout.threshold": _set("readout", "threshold", 0.5),
-    "other dataset's beta": _set("datasets", "mnist3", "beta", 7.0),
+    "iterations": _set("settings", "iterations", 3),
+    "the dataset's iterations": _set("datasets", "shapes3", "settings", "iterations", 3),
+    "readout.threshold": _set("settings", "readout", {"threshold": 0.5}),
+    "other dataset's beta": _set("datasets", "mnist3", "settings", {"beta": 7.0}),
     "ka_beta": _set("datasets", "shapes3", "ka_beta", 5.0),
-    "mean steps": _set("ia", "mean", {"steps": 3}),
+    "mean steps": _set("settings", "mean", {"steps": 3}),
+    "attention": _set("settings", "attention", {"k": 5}),
     "figures": _set("figures", "mean_trace", {"dataset": "shapes3"}),
     "single_core_below": _set("single_core_below", 0),
     "threads": _set("threads", 1),
 }
 
 RELEVANT_TO_KMAX = {
-    "beta": _set("datasets", "shapes3", "beta", 21.0),
-    "kernel_sigma": _set("datasets", "shapes3", "kernel_sigma", 0.5),
-    "normalization": _set("datasets", "shapes3", "normalization", "none"),
-    "search": _set("ia", "search", {"n_angles": 36}),
+    "beta": _set("datasets", "shapes3", "settings", "beta", 21.0),
+    "sigma": _set("datasets", "shapes3", "settings", "sigma", 0.5),
+    "normalization": _set("datasets", "shapes3", "settings", "normalization", "none"),
+    "search": _set("settings", "search", {"n_angles": 36}),
+    "group": _set("settings", "group", {"scale": [0.5, 2.0]}),
     "seed": _set("seed", 1),
     "backend": _set("backend", "cupy"),
     "auto_gpu": _set("auto_gpu", "all"),
 }
 
 
-def test_a_dataset_s_own_iterations_override_ia_iterations(cfg: dict, schema_path: Path) -> None:
-    """``datasets.X.iterations`` sets IA's iterations of X alone (its metrics and its IA
-    settings), leaves its images' store and every other dataset as they were, and without it
-    X runs ``ia.iterations``."""
-    own = _set("datasets", "mnist", "iterations", 3)
-    metrics = json.loads(_settings_after(cfg, schema_path, own, "metrics", "mnist"))
-    assert metrics["ia_iterations"] == 3 and metrics["ia"]["iterations"] == 3
+def test_a_dataset_s_own_iterations_override_the_top_level_block(
+    default_config: dict, schema_path: Path
+) -> None:
+    """``datasets.X.settings.iterations`` sets IA's iterations of X alone, leaves its images'
+    store and every other dataset as they were, and without it X runs the top-level
+    block's."""
+    own = _set("datasets", "mnist", "settings", {"iterations": 3})
+    metrics = json.loads(_settings_after(default_config, schema_path, own, "metrics", "mnist"))
+    assert metrics["settings"]["iterations"] == 3
     for stage, dataset in (("dataset", "mnist"), ("metrics", "mnist_rot"), ("kmax", "mnist")):
-        before = stage_settings_json(cfg, stage, dataset)
-        assert _settings_after(cfg, schema_path, own, stage, dataset) == before
-    unset = copy.deepcopy(cfg)
-    unset["datasets"]["mnist"].pop("iterations", None)
-    unset["ia"]["iterations"] = 4
-    assert json.loads(stage_settings_json(unset, "metrics", "mnist"))["ia_iterations"] == 4
+        before = _settings_after(default_config, schema_path, _unchanged, stage, dataset)
+        assert _settings_after(default_config, schema_path, own, stage, dataset) == before
+    top = _set("settings", "iterations", 4)
+    metrics = json.loads(_settings_after(default_config, schema_path, top, "metrics", "mnist"))
+    assert metrics["settings"]["iterations"] == 4
 
 
 @pytest.mark.parametrize("key", list(UNRELATED_TO_KMAX))
-def test_kmax_settings_ignore_unrelated_edits(cfg: dict, schema_path: Path, key: str) -> None:
-    before = stage_settings_json(cfg, "kmax", "shapes3")
-    assert _settings_after(cfg, schema_path, UNRELATED_TO_KMAX[key], "kmax", "shapes3") == before
+def test_kmax_settings_ignore_unrelated_edits(
+    default_config: dict, schema_path: Path, key: str
+) -> None:
+    before = _settings_after(default_config, schema_path, _unchanged, "kmax", "shapes3")
+    after = _settings_after(default_config, schema_path, UNRELATED_TO_KMAX[key], "kmax", "shapes3")
+    assert after == before
 
 
 @pytest.mark.parametrize("key", list(RELEVANT_TO_KMAX))
-def test_kmax_settings_follow_relevant_edits(cfg: dict, schema_path: Path, key: str) -> None:
-    before = stage_settings_json(cfg, "kmax", "shapes3")
-    assert _settings_after(cfg, schema_path, RELEVANT_TO_KMAX[key], "kmax", "shapes3") != before
+def test_kmax_settings_follow_relevant_edits(
+    default_config: dict, schema_path: Path, key: str
+) -> None:
+    before = _settings_after(default_config, schema_path, _unchanged, "kmax", "shapes3")
+    after = _settings_after(default_config, schema_path, RELEVANT_TO_KMAX[key], "kmax", "shapes3")
+    assert after != before
 
 
 def test_kmax_settings_content(cfg: dict) -> None:
-    ds = cfg["datasets"]["shapes3"]
     s = stage_settings(cfg, "kmax", "shapes3")
+    tree = dataset_settings(cfg, "shapes3")
     assert s == {
         "seed": cfg["seed"],
         "backend": "numpy",  # backend auto: the dense path's jobs run on the CPU
         "dataset": "shapes3",
-        "beta": ds["beta"],
-        "normalization": ds["normalization"],
-        "sigma": ds["kernel_sigma"],
-        "search": cfg["ia"]["search"],
+        "settings": tree.subset(("beta", "normalization", "sigma", "group", "mirror", "search")),
     }
+    assert s["settings"]["beta"] == 30.0 and s["settings"]["sigma"] == 2.0  # its kind's
     assert json.loads(stage_settings_json(cfg, "kmax", "shapes3")) == s
 
 
-def test_dataset_settings_ignore_kernel_keys(cfg: dict, schema_path: Path) -> None:
-    before = stage_settings_json(cfg, "dataset", "shapes3")
-    for key, value in (("beta", 3.5), ("ka_beta", 1.25), ("kernel_sigma", 0.25)):
-        edit = _set("datasets", "shapes3", key, value)
-        assert _settings_after(cfg, schema_path, edit, "dataset", "shapes3") == before, key
-    n = cfg["datasets"]["shapes3"]["n_per_class"]
-    edit = _set("datasets", "shapes3", "n_per_class", n + 1)
-    assert _settings_after(cfg, schema_path, edit, "dataset", "shapes3") != before
+def test_dataset_settings_ignore_kernel_keys(default_config: dict, schema_path: Path) -> None:
+    def after(edit):
+        return _settings_after(default_config, schema_path, edit, "dataset", "shapes3")
+
+    before = after(_unchanged)
+    for key, value in (("beta", 3.5), ("sigma", 0.25), ("normalization", "none")):
+        assert after(_set("datasets", "shapes3", "settings", key, value)) == before, key
+    assert after(_set("datasets", "shapes3", "ka_beta", 1.25)) == before
+    assert after(_set("datasets", "shapes3", "settings", "background", "median")) != before
+    n = default_config["datasets"]["shapes3"]["n_per_class"]
+    assert after(_set("datasets", "shapes3", "n_per_class", n + 1)) != before
+    cfg = validate_config(default_config, schema_path)
     gen = stage_settings(cfg, "dataset", "shapes3")["dataset_config"]
     assert gen["kind"] == "shapes3" and gen["n_per_class"] == n
-    assert not {"beta", "ka_beta", "kernel_sigma", "normalization"} & set(gen)
+    assert not {"settings", "ka_beta", "rows_per_job"} & set(gen)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,8 +395,8 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_every_shipped_config_gives_each_generator_only_keys_it_takes(path: Path) -> None:
     """The dataset stage passes ``dataset_config`` to its kind's generator: every key of
-    every shipped config's datasets (presets and group variants included) must be one of
-    its parameters (config/groups.yaml's ``preset`` reached ``affnist()`` and failed)."""
+    every shipped config's datasets (group variants included) must be one of its
+    parameters."""
     import inspect
 
     from ia_stages.data import datasets
@@ -403,30 +413,30 @@ def test_every_shipped_config_gives_each_generator_only_keys_it_takes(path: Path
         assert set(gen) <= taken, (name, sorted(set(gen) - taken))
 
 
-def test_ka_settings_use_ka_beta_or_fall_back_to_beta(cfg: dict) -> None:
-    cfg = copy.deepcopy(cfg)
-    ds = cfg["datasets"]["shapes3"]
-    ds["beta"], ds["ka_beta"] = 25.0, 1.5
-    assert stage_settings(cfg, "ka", "shapes3")["beta"] == 1.5
-    assert stage_settings(cfg, "kmax", "shapes3")["beta"] == 25.0
-    ds["ka_beta"] = None
-    assert stage_settings(cfg, "ka", "shapes3")["beta"] == 25.0
+def test_ka_settings_use_ka_beta_or_fall_back_to_beta(
+    default_config: dict, schema_path: Path
+) -> None:
+    raw = copy.deepcopy(default_config)
+    raw["datasets"]["shapes3"]["settings"]["beta"] = 25.0
+    raw["datasets"]["shapes3"]["ka_beta"] = 1.5
+    cfg = validate_config(raw, schema_path)
+    assert stage_settings(cfg, "ka", "shapes3")["ka_beta"] == 1.5
+    assert stage_settings(cfg, "kmax", "shapes3")["settings"]["beta"] == 25.0
+    raw["datasets"]["shapes3"]["ka_beta"] = None
+    cfg = validate_config(raw, schema_path)
+    assert stage_settings(cfg, "ka", "shapes3")["ka_beta"] == 25.0
     assert stage_settings(cfg, "ka", "shapes3")["iterations"] == cfg["ka"]["iterations"]
 
 
-def test_metrics_settings_readout_threshold_override(cfg: dict) -> None:
-    cfg = copy.deepcopy(cfg)
-    cfg["readout"]["threshold"] = 0.25
-    cfg["datasets"]["shapes3"]["readout_threshold"] = None
-    cfg["datasets"]["blobs"]["readout_threshold"] = 1.75
-    assert stage_settings(cfg, "metrics", "shapes3")["readout"]["threshold"] == 0.25
-    assert stage_settings(cfg, "metrics", "blobs")["readout"]["threshold"] == 1.75
-    assert cfg["readout"]["threshold"] == 0.25  # the override does not leak into the config
-    assert "blobs" not in cfg["ia"]["datasets"] and "shapes3" in cfg["ia"]["datasets"]
-    assert stage_settings(cfg, "metrics", "blobs")["ia_iterations"] == 0
-    # shapes3 sets its own iterations (the paper's Figure 4), mnist takes ia.iterations
-    assert stage_settings(cfg, "metrics", "shapes3")["ia_iterations"] == 2
-    assert stage_settings(cfg, "metrics", "mnist")["ia_iterations"] == cfg["ia"]["iterations"]
+def test_metrics_settings_hold_the_whole_tree_and_what_runs(cfg: dict) -> None:
+    shapes = stage_settings(cfg, "metrics", "shapes3")
+    assert shapes["settings"] == dataset_settings(cfg, "shapes3").to_dict()
+    assert shapes["settings"]["readout"]["threshold"] == 0.3  # its kind's
+    blobs = stage_settings(cfg, "metrics", "blobs")
+    assert blobs["settings"]["readout"]["threshold"] == 1.0 and not blobs["ia"] and blobs["ka"]
+    # shapes3 sets its own iterations (the paper's Figure 4), mnist the top-level block's
+    assert shapes["settings"]["iterations"] == 2
+    assert stage_settings(cfg, "metrics", "mnist")["settings"]["iterations"] == 1
 
 
 def test_unknown_stage_is_rejected(cfg: dict) -> None:
@@ -483,8 +493,8 @@ def test_auto_backend_sends_only_the_knn_graph_to_a_gpu(cfg: dict, schema_path: 
     assert cfg["backend"] == "auto" and cfg["auto_gpu"] == "knn"
     knn = copy.deepcopy(cfg)
     del knn["datasets"]["affnist@affine"]
-    knn["datasets"]["big"] = {"kind": "mnist", "n": 100, "kmax": {"mode": "candidates"}}
-    knn["datasets"]["big"]["attention"] = {"kind": "knn"}
+    knn["datasets"]["big"] = {"kind": "mnist", "n": 100,
+                              "settings": {"path": {"mode": "candidates"}}}  # fmt: skip
     knn = validate_config(knn, schema_path)
     stages = ("kmax", "knn", "means", "cluster")
     assert [job_backend(knn, "big", s) for s in stages] == ["numpy", "auto", "numpy", "numpy"]
@@ -531,20 +541,20 @@ def test_cluster_settings_follow_only_what_each_method_reads(
     default_config: dict, schema_path: Path
 ) -> None:
     from ia_stages.benchmark.methods import METHODS
-    from ia_stages.pipeline.config import cluster_settings
+    from ia_stages.pipeline.benchmark_config import cluster_settings
+
+    def job(cfg, method, seed=0):
+        return cluster_settings(cfg, "mnist_rot", method, seed, "numpy")
 
     cfg = validate_config(default_config, schema_path)
     edited = copy.deepcopy(cfg)
     edited["benchmark"]["ablation"]["temperature"] = 0.5
     for method in METHODS:
-        a = cluster_settings(cfg, "mnist_rot", method, 0)
-        b = cluster_settings(edited, "mnist_rot", method, 0)
+        a, b = job(cfg, method), job(edited, method)
         assert (a != b) == (method == "ia_ksoft_k"), method
         assert a["seed_index"] == 0 and a["method"] == method
-    assert cluster_settings(cfg, "mnist_rot", "kmeans", 1) != cluster_settings(
-        cfg, "mnist_rot", "kmeans", 0
-    )
-    assert cluster_settings(cfg, "mnist_rot", "ia", 0)["n_clusters"] is None  # finds K
+    assert job(cfg, "kmeans", 1) != job(cfg, "kmeans", 0)
+    assert job(cfg, "ia")["n_clusters"] is None  # finds K
 
 
 def test_the_slurm_profile_sizes_every_heavy_rule_and_names_only_rules() -> None:

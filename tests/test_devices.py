@@ -113,7 +113,7 @@ def test_cluster_caps_gpu_jobs_at_the_visible_gpus(tmp_path, monkeypatch):
     monkeypatch.setattr(cluster_command, "gpu_count", lambda b: 3 if b == "cupy" else 0)
     monkeypatch.setattr(cluster_command, "snakemake", fake_snakemake)
     for backend, gpus in (("cupy", 3), ("numpy", 0)):
-        cfg = cluster_command.images_config(_digit_stack(tmp_path), backend=backend)
+        cfg = cluster_command.images_config(_digit_stack(tmp_path), {"backend": backend})
         with pytest.raises(Started) as started:
             cluster_command.run(cfg, tmp_path / backend)
         assert started.value.args == (gpus,)
@@ -124,7 +124,7 @@ def test_cluster_on_cupy_without_a_gpu_fails_before_writing(tmp_path, monkeypatc
     from ia_stages.pipeline import cluster_command
 
     monkeypatch.setattr(backend, "_cupy_usable", lambda: False)
-    cfg = cluster_command.images_config(_digit_stack(tmp_path), backend="cupy")
+    cfg = cluster_command.images_config(_digit_stack(tmp_path), {"backend": "cupy"})
     with pytest.raises(BackendError, match="backend 'cupy'"):
         cluster_command.run(cfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()

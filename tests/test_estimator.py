@@ -18,20 +18,26 @@ from ia_stages.benchmark.metrics import accuracy
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import warp
 from ia_stages.data.datasets import shapes3
-from ia_stages.ia.attention import invariant_attention
-from ia_stages.ia.estimator import DEFAULT_PRESET, PRESETS
-from ia_stages.ia.invariant_mean import MeanSettings
-from ia_stages.ia.settings import StopSettings
-from ia_stages.ia.weights import AttentionSettings
-from ia_stages.kmax import SearchSettings
+from ia_stages.ia.loop import invariant_attention
 from ia_stages.readout.graph import graph_partition
 from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.settings import (
+    DEFAULT_PRESET,
+    PRESETS,
+    AttentionSettings,
+    SearchSettings,
+    Settings,
+    StopSettings,
+)
 
 # Small, fast settings: a coarse search and one cheap invariant-mean step.
-FAST = {
-    "search": SearchSettings(n_angles=16, n_candidates=1, coarse_iters=0, refine_iters=10),
-    "mean_settings": MeanSettings(steps=2, sigmas=(0.0,)),
-}
+FAST_SEARCH = {"n_angles": 16, "n_candidates": 1, "coarse_iters": 0, "refine_iters": 10}
+FAST_TREE = {"search": FAST_SEARCH, "mean": {"steps": 2, "sigmas": [0.0]}}
+
+
+def fast(**settings) -> dict:
+    """The estimator's ``config``: the fast settings with ``settings`` laid over them."""
+    return {**FAST_TREE, **settings}
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +60,7 @@ def fitted(shapes):
     before = numba.get_num_threads()
     numba.set_num_threads(1)
     est = InvariantAttentionClustering(
-        n_clusters=3, preset="paper", iterations=1, sigma=1.0, **FAST
+        n_clusters=3, preset="paper", sigma=1.0, config=fast(iterations=1)
     )
     est.fit(shapes.data)
     numba.set_num_threads(before)
@@ -65,15 +71,16 @@ def fitted(shapes):
 
 
 def test_clone_get_params_set_params_roundtrip():
-    search = SearchSettings(n_angles=24)
-    est = InvariantAttentionClustering(n_clusters=4, beta=5.0, search=search, random_state=3)
+    config = Settings.from_dict({"search": {"n_angles": 24}})
+    est = InvariantAttentionClustering(n_clusters=4, beta=5.0, config=config, random_state=3)
     params = est.get_params()
-    assert params["beta"] == 5.0 and params["search"] is search and params["n_clusters"] == 4
-    assert params["iterations"] is None  # left to the preset, not replaced in __init__
+    assert params["beta"] == 5.0 and params["config"] is config and params["n_clusters"] == 4
+    assert params["sigma"] is None  # left to the config and preset, not replaced in __init__
+    assert len(params) <= 12
     copy = clone(est)
     assert copy is not est and copy.get_params() == params
-    copy.set_params(beta=7.0, iterations=0)
-    assert copy.get_params()["beta"] == 7.0 and copy.get_params()["iterations"] == 0
+    copy.set_params(beta=7.0, config={"iterations": 0})
+    assert copy.get_params()["beta"] == 7.0 and copy._settings().iterations == 0
     assert est.get_params()["beta"] == 5.0  # the original is untouched
     # a default-constructed estimator clones too (this raised TypeError before)
     assert clone(InvariantAttentionClustering()).get_params() == (
@@ -87,18 +94,21 @@ def test_clone_of_a_fitted_estimator_is_unfitted(fitted):
     assert copy.get_params() == fitted.get_params()
 
 
-def test_none_parameters_take_the_preset():
+def test_none_parameters_take_the_config_then_the_preset():
     est = InvariantAttentionClustering(beta=12.0)
-    s = est._resolved()
+    s = est._settings()
     assert s.beta == 12.0
     default = PRESETS[DEFAULT_PRESET]
     assert s == replace(default, beta=12.0)
-    for key in ("iterations", "sigma", "attention", "readout", "stop", "mean"):
-        assert getattr(s, key) == getattr(default, key)
-    assert s.iterations == 1  # one iteration: the second lost ACC (bench/iterations.py)
-    paper = InvariantAttentionClustering(preset="paper")._resolved()
+    assert s.iterations == 1
+    paper = InvariantAttentionClustering(preset="paper")._settings()
     assert paper.attention.kind == "dense" and paper.beta == 30.0 and paper.iterations == 2
     assert paper == PRESETS["paper"]
+    # a parameter given wins over the config, the config over the preset
+    est = InvariantAttentionClustering(
+        preset="paper", sigma=0.5, config={"sigma": 3.0, "beta": 4.0}
+    )
+    assert (est._settings().sigma, est._settings().beta) == (0.5, 4.0)
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -137,7 +147,7 @@ def _with(value, where=(1, 2, 3)):
 )  # fmt: skip
 def test_bad_images_give_one_line_naming_the_problem(X, needle):
     with pytest.raises(ValueError, match=needle) as err:
-        InvariantAttentionClustering(**FAST).fit(X)
+        InvariantAttentionClustering(config=fast()).fit(X)
     assert "\n" not in str(err.value)
     assert "X" in str(err.value)
 
@@ -145,53 +155,60 @@ def test_bad_images_give_one_line_naming_the_problem(X, needle):
 @pytest.mark.parametrize(
     ("params", "needle"),
     [
-        ({"beta": 0.0}, "beta must be > 0"),
-        ({"beta": -1.0}, "beta must be > 0"),
-        ({"beta": float("nan")}, "beta must be finite"),
-        ({"beta": "big"}, "beta must be a real number"),
-        ({"iterations": -1}, "iterations must be >= 0"),
-        ({"iterations": 1.5}, "iterations must be an integer"),
-        ({"threshold": -0.1}, "threshold must be >= 0"),
-        ({"sigma": float("inf")}, "sigma must be finite"),
-        ({"n_clusters": 0}, "n_clusters must be >= 1"),
-        ({"n_clusters": 5}, "n_clusters must be <= 4"),
-        ({"linkage": "ward"}, "linkage must be one of"),
-        ({"init": "random"}, "init must be one of"),
-        ({"normalization": "l1"}, "normalization must be one of"),
-        ({"readout": "magic"}, "readout must be one of"),
-        ({"readout": "spectral"}, "readout='spectral' needs n_clusters"),
-        ({"preset": "fastest"}, "preset must be one of"),
-        ({"verbose": -1}, "verbose must be >= 0"),
-        ({"search": {"n_angles": 8}}, "search must be a SearchSettings"),
-        ({"mean_settings": 3}, "mean_settings must be a MeanSettings"),
-        ({"attention_options": {"no_such_option": 1}}, "no_such_option"),
-        ({"attention": "sparse"}, "attention must be one of"),
-        ({"stop": "early"}, "stop must be one of"),
-        ({"n_neighbors": 0}, "n_neighbors must be >= 1"),
-        ({"n_neighbors": 4}, "n_neighbors must be < n_samples = 4"),
-        ({"n_neighbors": 2.5}, "n_neighbors must be an integer"),
-        ({"readout_neighbors": 0}, "readout_neighbors must be >= 1"),
-        ({"readout_neighbors": 9}, "readout_neighbors must be < n_samples = 4"),
-        ({"attention_options": {"symmetry": "both"}}, r"attention_options\['symmetry'\] must be"),
-        ({"attention_options": {"mean_steps": -1}}, r"attention_options\['mean_steps'\] must be"),
-        ({"attention_options": 3}, "attention_options must be a dict"),
-        ({"readout_options": {"with_k": "kmeans"}}, r"readout_options\['with_k'\] must be"),
-        ({"readout_options": {"resolution": 0.0}}, r"readout_options\['resolution'\] must be"),
-        ({"stop_options": {"n_seeds": 1}}, r"stop_options\['n_seeds'\] must be >= 2"),
-        ({"stop_options": {"patience": 2}}, "stop_options has no key 'patience'"),
+        ({"beta": 0.0}, "'beta' parameter .* must be None or a float in the range \\(0.0, inf\\)"),
+        ({"beta": -1.0}, "'beta' parameter"),
+        ({"beta": "big"}, "'beta' parameter"),
+        ({"sigma": -2.0}, "'sigma' parameter"),
+        ({"n_clusters": 0}, "'n_clusters' parameter"),
+        ({"n_clusters": 5}, "n_clusters must be <= the 4 samples"),
+        ({"n_clusters": (3, 2)}, "n_clusters must be a range"),
+        ({"preset": "fastest"}, "'preset' parameter"),
+        ({"verbose": -1}, "'verbose' parameter"),
+        ({"background": "grey"}, "'background' parameter"),
+        ({"group": "projective"}, "'group' parameter"),
+        ({"config": 3}, "'config' parameter"),
+        ({"config": {"iterations": -1}}, "^iterations must be >= 0"),
+        ({"config": {"iterations": 1.5}}, "^iterations must be an integer"),
+        ({"config": {"readout": {"threshold": -0.1}}}, r"^readout\.threshold must be > 0"),
+        ({"config": {"readout": {"linkage": "ward"}}}, r"^readout\.linkage must be one of"),
+        ({"config": {"init": "random"}}, "^init must be one of"),
+        ({"config": {"normalization": "l1"}}, "^normalization must be one of"),
+        ({"config": {"readout": {"kind": "magic"}}}, r"^readout\.kind must be one of"),
+        ({"config": {"readout": {"kind": "spectral"}}}, "readout.kind 'spectral' needs n_clusters"),
+        ({"config": {"search": {"n_angles": 2}}}, r"^search\.n_angles must be >= 4"),
+        ({"config": {"attention": {"no_such_option": 1}}}, "attention has no key 'no_such_option'"),
+        ({"config": {"attention": {"kind": "sparse"}}}, r"^attention\.kind must be one of"),
+        ({"config": {"stop": {"rule": "early"}}}, r"^stop\.rule must be one of"),
+        ({"config": {"attention": {"k": 0}}}, r"^attention\.k must be >= 1"),
+        ({"config": {"attention": {"k": 4}}}, r"attention\.k must satisfy 1 <= k < n \(n=4\)"),
+        ({"config": {"attention": {"k": 2.5}}}, r"^attention\.k must be an integer"),
+        ({"config": {"readout": {"k": 9}}}, r"readout\.k must satisfy 1 <= k < n \(n=4\)"),
+        ({"config": {"attention": {"symmetry": "both"}}}, r"^attention\.symmetry must be"),
+        ({"config": {"attention": {"mean_steps": -1}}}, r"^attention\.mean_steps must be"),
+        ({"config": {"attention": 3}}, "attention must be a mapping"),
+        ({"config": {"readout": {"with_k": "kmeans"}}}, r"^readout\.with_k must be"),
+        ({"config": {"readout": {"resolution": 0.0}}}, r"^readout\.resolution must be"),
+        ({"config": {"stop": {"n_seeds": 1}}}, r"^stop\.n_seeds must be >= 2"),
+        ({"config": {"stop": {"patience": 2}}}, "stop has no key 'patience'"),
+        ({"config": {"mask": {"threshold": 0}}}, r"^mask\.threshold must be > 0"),
         ({"image_shape": (3, 3)}, "image_shape"),
     ],
 )
-def test_bad_parameters_give_one_line_naming_the_parameter(params, needle):
+def test_bad_parameters_give_one_line_naming_the_setting(params, needle):
+    config = (
+        {**FAST_TREE, **params.pop("config", {})}
+        if isinstance(params.get("config", {}), dict)
+        else params.pop("config")
+    )
     with pytest.raises(ValueError, match=needle) as err:
-        InvariantAttentionClustering(**{**FAST, **params}).fit(GOOD)
+        InvariantAttentionClustering(config=config, **params).fit(GOOD)
     assert "\n" not in str(err.value)
 
 
 def test_uint8_lists_and_flattened_images_give_the_same_labels(shapes):
     X8 = np.round(shapes.data / shapes.data.max() * 255).astype(np.uint8)
     est = InvariantAttentionClustering(
-        n_clusters=3, preset="paper", iterations=0, sigma=1.0, **FAST
+        n_clusters=3, preset="paper", sigma=1.0, config=fast(iterations=0)
     )
     ref = est.fit(X8.astype(float)).labels_
     assert np.array_equal(est.fit(X8).labels_, ref)
@@ -254,7 +271,9 @@ def test_poses_align_every_image_onto_its_cluster_mean(shapes, fitted):
 def test_the_estimator_works_in_a_pipeline(shapes):
     pipe = make_pipeline(
         FunctionTransformer(lambda X: np.asarray(X) / 255.0),
-        InvariantAttentionClustering(n_clusters=3, preset="paper", iterations=0, sigma=1.0, **FAST),
+        InvariantAttentionClustering(
+            n_clusters=3, preset="paper", sigma=1.0, config=fast(iterations=0)
+        ),
     )
     labels = pipe.fit_predict(shapes.data * 255.0)
     assert accuracy(shapes.label, labels) == 1.0
@@ -263,12 +282,12 @@ def test_the_estimator_works_in_a_pipeline(shapes):
 # --- presets, attention, read-out, stopping rule ----------------------------------------
 
 # kNN attention and the read-out graph at a size that 12 images can carry
-SMALL_GRAPH = {"n_neighbors": 3, "readout_neighbors": 3}
+SMALL_GRAPH = {"attention": {"k": 3}, "readout": {"k": 3}}
 
 
 def test_default_preset_uses_knn_attention_and_the_graph_readout(shapes):
     est = InvariantAttentionClustering(
-        n_clusters=3, sigma=1.0, random_state=0, **SMALL_GRAPH, **FAST
+        n_clusters=3, sigma=1.0, random_state=0, config=fast(**SMALL_GRAPH)
     ).fit(shapes.data)
     s = est.settings_
     assert DEFAULT_PRESET == "images"
@@ -280,12 +299,12 @@ def test_default_preset_uses_knn_attention_and_the_graph_readout(shapes):
     assert ((step.weights > 0).sum(0) <= 3).all()
     assert np.allclose(step.weights.sum(0), 1.0)
     # the labels are ia13's graph read-out of the chosen iteration's kappa^max
-    ref = graph_partition(est.kmax_.sqdist, s.readout.graph(), 3, 0)  # random_state=0: seed 0
+    ref = graph_partition(est.kmax_.sqdist, s.readout, 3, 0)  # random_state=0: seed 0
     assert np.array_equal(est.labels_, ref)
     assert s.readout.k == 3 and s.readout.with_k == "leiden"
     assert accuracy(shapes.label, est.labels_) == 1.0
     # the preset leaves the neighbour counts to the sizing rule; given ones are kept
-    tiny = InvariantAttentionClustering()._resolved(6)
+    tiny = InvariantAttentionClustering()._settings()
     assert tiny.attention.k is None and tiny.readout.k is None
 
 
@@ -294,14 +313,18 @@ def test_preset_paper_reproduces_the_old_estimator(shapes):
     labels as the default preset with those settings given, and as the library's dense
     iterations followed by the linkage read-out of the last features' kappa^max."""
     X = shapes.data[::2]
-    paper = InvariantAttentionClustering(preset="paper", iterations=2, sigma=1.0, **FAST)
+    paper = InvariantAttentionClustering(preset="paper", sigma=1.0, config=fast(iterations=2))
     a = paper.fit_predict(X)
     explicit = InvariantAttentionClustering(
-        beta=30.0, iterations=2, threshold=0.3, linkage="average", sigma=1.0,
-        attention="dense", readout="linkage", stop="none", **FAST,
+        beta=30.0, sigma=1.0,
+        config=fast(iterations=2, readout={"kind": "linkage", "threshold": 0.3,
+                                          "linkage": "average"},
+                    attention={"kind": "dense"}, stop={"rule": "none"},
+                    path={"mode": "dense"}),
     ).fit_predict(X)  # fmt: skip
-    steps = invariant_attention(X, 30.0, iterations=2, sigma=1.0, **FAST)
-    km = kappa_max(steps[-1].features, beta=30.0, settings=FAST["search"], sigma=1.0)
+    steps = invariant_attention(X, fast(preset="paper", iterations=2), sigma=1.0)
+    km = kappa_max(steps[-1].features, beta=30.0, settings=SearchSettings(**FAST_SEARCH),
+                   sigma=1.0)  # fmt: skip
     ref = cluster_by_distance(km.sqdist, 0.3, "average")
     assert np.array_equal(a, explicit) and np.array_equal(a, ref)
     assert paper.n_iter_ == 2 and "rule 'none'" in paper.stop_reason_
@@ -322,7 +345,7 @@ def test_the_stopping_rule_chooses_and_records_the_iteration(shapes, stop, n_ite
     input's), 'stability' needs iteration 2 to see that the stability no longer rises, and
     'none' runs all three. The fitted attributes are those of the chosen iteration."""
     est = InvariantAttentionClustering(
-        n_clusters=3, iterations=3, stop=stop, sigma=1.0, **SMALL_GRAPH, **FAST
+        n_clusters=3, sigma=1.0, config=fast(iterations=3, stop={"rule": stop}, **SMALL_GRAPH)
     ).fit(shapes.data)
     assert (est.n_iter_, est.iterations_run_) == (n_iter, run)
     assert reason in est.stop_reason_ and "\n" not in est.stop_reason_
@@ -333,22 +356,21 @@ def test_the_stopping_rule_chooses_and_records_the_iteration(shapes, stop, n_ite
     assert accuracy(shapes.label, est.labels_) == 1.0
 
 
-def test_new_parameters_clone_and_round_trip():
-    est = InvariantAttentionClustering(
-        attention="knn", n_neighbors=7, attention_options={"symmetry": "union"},
-        readout="graph", readout_neighbors=12, readout_options={"resolution": 0.5},
-        stop="partition", stop_options={"min_ari": 0.8},
-    )  # fmt: skip
+def test_a_config_dict_clones_and_round_trips():
+    config = {
+        "attention": {"k": 7, "symmetry": "union"},
+        "readout": {"k": 12, "resolution": 0.5},
+        "stop": {"rule": "partition", "min_ari": 0.8},
+    }
+    est = InvariantAttentionClustering(config=config)
     params = est.get_params()
     copy = clone(est)
-    assert copy.get_params() == params and params["stop"] == "partition"
-    assert params["attention_options"] == {"symmetry": "union"}
-    s = copy.set_params(n_neighbors=5)._resolved(50)
-    # option dicts lay the given keys over the preset's (mean_steps 0 stays)
-    assert s.attention == AttentionSettings("knn", 5, "kth", "union", 0)
+    assert copy.get_params() == params and params["config"] == config
+    s = copy._settings()
+    # the dict's keys are laid over the preset's (mean_steps 0 stays)
+    assert s.attention == AttentionSettings("knn", 7, "kth", "union", 0)
     assert s.readout.resolution == 0.5 and s.readout.k == 12
     assert s.stop == StopSettings("partition", 5, 0.8)
-    assert est.get_params()["n_neighbors"] == 7
 
 
 # --- progress and randomness -----------------------------------------------------------
@@ -356,9 +378,9 @@ def test_new_parameters_clone_and_round_trip():
 
 def test_verbose_shows_a_progress_bar_and_quiet_shows_none(shapes, capsys):
     X = shapes.data[:6]
-    InvariantAttentionClustering(iterations=1, sigma=1.0, verbose=0, **FAST).fit(X)
+    InvariantAttentionClustering(sigma=1.0, verbose=0, config=fast(iterations=1)).fit(X)
     assert capsys.readouterr().err == ""
-    InvariantAttentionClustering(iterations=1, sigma=1.0, verbose=1, **FAST).fit(X)
+    InvariantAttentionClustering(sigma=1.0, verbose=1, config=fast(iterations=1)).fit(X)
     err = capsys.readouterr().err
     for stage in ("IA clustering", "iteration 1: kappa^max", "invariant means", "final"):
         assert stage in err
@@ -367,7 +389,10 @@ def test_verbose_shows_a_progress_bar_and_quiet_shows_none(shapes, capsys):
 
 def test_random_state_reproduces_the_spectral_readout(shapes):
     est = InvariantAttentionClustering(
-        n_clusters=3, iterations=0, sigma=1.0, readout="spectral", random_state=7, **FAST
+        n_clusters=3,
+        sigma=1.0,
+        random_state=7,
+        config=fast(iterations=0, readout={"kind": "spectral"}),
     )
     a = est.fit_predict(shapes.data)
     b = clone(est).fit_predict(shapes.data)
@@ -381,10 +406,12 @@ def test_random_state_reproduces_the_spectral_readout(shapes):
 def _check_instance() -> InvariantAttentionClustering:
     return InvariantAttentionClustering(
         image_shape=(1, -1),
-        iterations=1,
         sigma=0.0,
-        search=SearchSettings(n_angles=8, n_candidates=1, coarse_iters=0, refine_iters=5),
-        mean_settings=MeanSettings(steps=1, sigmas=(0.0,)),
+        config={
+            "iterations": 1,
+            "search": {"n_angles": 8, "n_candidates": 1, "coarse_iters": 0, "refine_iters": 5},
+            "mean": {"steps": 1, "sigmas": [0.0]},
+        },
     )
 
 

@@ -1,4 +1,4 @@
-"""The estimator's kNN path (``kmax_mode``): above ``dense_max`` images every kappa^max is each
+"""The estimator's kNN path (``path.mode``): above ``dense_max`` images every kappa^max is each
 image's nearest refined on candidates, and no n x n array is computed."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from ia_stages import InvariantAttentionClustering
 from ia_stages.data.render import letter, render
 from ia_stages.kmax import EXACT_SEARCH, KappaMaxResult, KnnResult
 from ia_stages.readout.graph import KnnDistances
+from ia_stages.settings import knn_width
+from ia_stages.settings.spec import to_dict
 
 N_PER = 10
 
@@ -28,9 +30,9 @@ def letters():
     return np.concatenate(images), np.array(labels)
 
 
-def _fit(X, **params):
-    est = InvariantAttentionClustering(3, search=EXACT_SEARCH, random_state=0, **params)
-    return est.fit(X)
+def _fit(X, **tree):
+    config = {"search": to_dict(EXACT_SEARCH), **tree}
+    return InvariantAttentionClustering(3, config=config, random_state=0).fit(X)
 
 
 @pytest.mark.slow
@@ -44,10 +46,10 @@ def test_auto_takes_the_knn_path_above_dense_max_and_equals_dense_with_every_can
     assert isinstance(dense.kmax_, KappaMaxResult)
     every_place = {"exact_width": n}
     options = {"dense_max": n - 1, "sample": n, "search": "ia", "sample_search": "exact"}
-    knn = _fit(X, kmax_options={**options, "features": every_place})
+    knn = _fit(X, path={**options, "features": every_place})
     assert isinstance(knn.result_.kmax[0], KnnDistances)
     lists = knn.kmax_
-    assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn.settings_.knn_width())
+    assert isinstance(lists, KnnResult) and lists.indices.shape == (n, knn_width(knn.settings_))
     sq = dense.kmax_.sqdist
     expect = np.sort(sq, axis=1)[:, : lists.k]
     # the kNN path's pairs keep the better of the screen's and the exact preset's optima
@@ -72,7 +74,7 @@ def test_the_knn_path_refines_candidate_pairs_only(letters):
     all n (n - 1) / 2, and the clusters are still the letters."""
     X, y = letters
     n = X.shape[0]
-    est = _fit(X, kmax_mode="candidates", kmax_options={"sample": 12, "features": {
+    est = _fit(X, path={"mode": "candidates", "sample": 12, "features": {
         "n_candidates": 6, "n_expand": 2}})  # fmt: skip
     assert est.kmax_.pairs_refined <= n * (6 + 2) < n * (n - 1) // 2
     kd = est.result_.kmax[0]
@@ -88,8 +90,8 @@ def test_the_screened_sample_keeps_near_pairs_and_the_clusters(letters):
     X, y = letters
     n = X.shape[0]
     options = {"dense_max": n - 1, "sample": n, "features": {"exact_width": n}}
-    exact = _fit(X, kmax_options={**options, "sample_search": "exact"})
-    screen = _fit(X, kmax_options=options)
+    exact = _fit(X, path={**options, "sample_search": "exact"})
+    screen = _fit(X, path=options)
     assert screen.settings_.path.sample_search == "screen"
     sq_e = exact.result_.kmax[0].sample_sqdist
     sq_s = screen.result_.kmax[0].sample_sqdist
@@ -103,21 +105,23 @@ def test_the_screened_sample_keeps_near_pairs_and_the_clusters(letters):
 @pytest.mark.parametrize(
     ("params", "needle"),
     [
-        ({"kmax_mode": "sparse"}, "kmax_mode must be one of"),
-        ({"kmax_mode": "candidates", "attention": "dense"}, "kmax_mode 'candidates'.*attention"),
-        ({"kmax_mode": "candidates", "readout": "linkage"}, "kmax_mode 'candidates'.*readout"),
-        ({"kmax_options": {"dense_max": 1}}, r"kmax_options\['dense_max'\] must be >= 2"),
-        ({"kmax_options": {"dense_max": 5, "k": 40}}, r"kmax_options\['k'\] must be in 2..n-1"),
-        ({"kmax_options": {"sample": 1}}, r"kmax_options\['sample'\] must be >= 2"),
-        ({"kmax_options": {"sample_search": "fast"}}, r"kmax_options\['sample_search'\] must be"),
-        ({"kmax_options": {"pool": 1}}, "kmax_options has no key 'pool'"),
-        ({"kmax_options": {"later_candidates": "x"}}, r"\['later_candidates'\] must be one"),
-        ({"kmax_options": {"features": {"n_dims": -1}}}, r"\['features'\]\['n_dims'\] must be"),
+        ({"path": {"mode": "sparse"}}, r"^path\.mode must be one of"),
+        ({"path": {"mode": "candidates"}, "attention": {"kind": "dense"}},
+         r"^path\.mode 'candidates'.*attention"),
+        ({"path": {"mode": "candidates"}, "readout": {"kind": "linkage"}},
+         r"^path\.mode 'candidates'.*readout"),
+        ({"path": {"dense_max": 1}}, r"^path\.dense_max must be >= 2"),
+        ({"path": {"dense_max": 5, "k": 40}}, r"path\.k must be in 2\.\.n-1"),
+        ({"path": {"sample": 1}}, r"^path\.sample must be >= 2"),
+        ({"path": {"sample_search": "fast"}}, r"^path\.sample_search must be"),
+        ({"path": {"pool": 1}}, "path has no key 'pool'"),
+        ({"path": {"later_candidates": "x"}}, r"^path\.later_candidates must be one"),
+        ({"path": {"features": {"n_dims": -1}}}, r"^path\.features\.n_dims must be"),
     ],
-)
-def test_bad_knn_path_parameters_give_one_line_naming_the_parameter(letters, params, needle):
+)  # fmt: skip
+def test_bad_knn_path_settings_give_one_line_naming_the_setting(letters, params, needle):
     with pytest.raises(ValueError, match=needle) as err:
-        InvariantAttentionClustering(3, **params).fit(letters[0])
+        InvariantAttentionClustering(3, config=params).fit(letters[0])
     assert "\n" not in str(err.value)
 
 
@@ -127,8 +131,8 @@ def test_the_knn_path_takes_the_similarity_group(letters):
     poses use it, and the letters are found."""
     X, y = letters
     est = InvariantAttentionClustering(
-        3, group="similarity", kmax_mode="candidates", random_state=0,
-        kmax_options={"sample": 12, "features": {"n_candidates": 8}},
+        3, group="similarity", random_state=0,
+        config={"path": {"mode": "candidates", "sample": 12, "features": {"n_candidates": 8}}},
     )  # fmt: skip
     est.fit(X)
     assert est.kmax_.params.shape[2] == 4 and est.poses_.shape == (X.shape[0], 4)
@@ -145,10 +149,9 @@ def test_the_knn_path_takes_mirror_images(letters):
     X, y = letters
     X = X.copy()
     X[::3] = X[::3, :, ::-1]
-    options = {"sample": 12, "features": {"n_candidates": 8}}
+    options = {"path": {"mode": "candidates", "sample": 12, "features": {"n_candidates": 8}}}
     est = InvariantAttentionClustering(
-        3, group=make_group("se2", mirror=True), kmax_mode="candidates", random_state=0,
-        kmax_options=options,
+        3, group=make_group("se2", mirror=True), random_state=0, config=options
     ).fit(X)  # fmt: skip
     assert est.kmax_.params.shape[2] == 4 and est.poses_.shape == (X.shape[0], 4)
     side = np.arange(X.shape[0]) % 3 == 0
@@ -159,7 +162,5 @@ def test_the_knn_path_takes_mirror_images(letters):
         flipped[same], (side[:, None] != side[est.kmax_.indices[:, 1:]])[same]
     )
     assert adjusted_rand_score(y, est.labels_) == 1.0
-    plain = InvariantAttentionClustering(
-        None, kmax_mode="candidates", random_state=0, kmax_options=options
-    ).fit(X)
+    plain = InvariantAttentionClustering(None, random_state=0, config=options).fit(X)
     assert adjusted_rand_score(y, plain.labels_) < 1.0

@@ -121,7 +121,7 @@ def test_gallery_aligns_members_by_the_datasets_group(tmp_path, captured):
             "size": (("cluster_id",), np.array([3])),
             "sample_name": (("sample",), np.array(["a.png", "b.png", "c.png"])),
         },
-        attrs={"settings": json.dumps({"group": {"name": "se2", "mirror": True}})},
+        attrs={"settings": json.dumps({"settings": {"group": {"name": "se2"}, "mirror": True}})},
     )
     inputs = [
         str(write_store(data, tmp_path / "d.zarr")),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sklearn.metrics import silhouette_score
 
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.attention import column_normalize, knn_attention_step, sparse_neighbours
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
-from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
+from ia_stages.ia.invariant_mean import invariant_mean
+from ia_stages.ia.weights import dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
 from ia_stages.readout.graph import (
@@ -22,6 +24,9 @@ from ia_stages.readout.graph import (
     prefetch_sweeps,
 )
 from ia_stages.readout.stopping import contraction_ratio, stop_iteration
+from ia_stages.settings.attention import AttentionSettings, MeanSettings
+from ia_stages.settings.readout import ReadoutSettings, StopSettings
+from ia_stages.settings.sizing import check_attention
 
 
 def _planted(n_per: int = 12, groups: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -123,11 +128,12 @@ def test_union_carries_the_inverted_alignment() -> None:
     np.testing.assert_allclose(knn.params[1, m], SE2().inverse(params[2, 1][None])[0])
 
 
-@pytest.mark.parametrize("bad", [{"k": 0}, {"k": 12}, {"kind": "sparse"}, {"symmetry": "x"}])
+@pytest.mark.parametrize("bad", [{"k": 0}, {"kind": "sparse"}, {"symmetry": "x"}])
 def test_bad_attention_settings_name_the_key(bad: dict) -> None:
-    att = AttentionSettings(**{"kind": "knn", "k": 3, **bad})
-    with pytest.raises(ValueError, match=r"attention\.(k|kind|symmetry)"):
-        att.check(12)
+    with pytest.raises(ValueError, match=r"^attention\.(k|kind|symmetry) must be"):
+        AttentionSettings(**{"kind": "knn", "k": 3, **bad})
+    with pytest.raises(ValueError, match=r"^attention\.k must satisfy 1 <= k < n \(n=12\)"):
+        check_attention(AttentionSettings(kind="knn", k=12), 12)
 
 
 def test_sparse_neighbours_rejects_k_not_below_n() -> None:
@@ -137,26 +143,29 @@ def test_sparse_neighbours_rejects_k_not_below_n() -> None:
         sparse_neighbours(km, AttentionSettings(kind="knn", k=6), 1.0)
 
 
-GRAPH = {
-    "k": 5,
-    "community": "leiden",
-    "resolution": 1.0,
-    "resolutions": [0.1, 0.5, 1.0],
-    "min_cluster_size": 5,
-}
+GRAPH = ReadoutSettings(
+    k=5,
+    community="leiden",
+    resolution=1.0,
+    resolutions=(0.1, 0.5, 1.0),
+    min_cluster_size=5,
+    silhouette_tolerance=0.0,
+    restarts=1,
+    with_k="spectral",
+)
 
 
 @pytest.mark.parametrize("with_k", ["spectral", "leiden"])
 def test_read_out_with_k_recovers_planted_groups(with_k: str) -> None:
     sq, y = _planted()
-    labels = graph_partition(sq, {**GRAPH, "with_k": with_k}, 4, seed=0)
+    labels = graph_partition(sq, replace(GRAPH, with_k=with_k), 4, seed=0)
     assert accuracy(y, labels) == 1.0
 
 
 @pytest.mark.parametrize("community", ["silhouette", "leiden", "hdbscan"])
 def test_read_out_without_k_recovers_planted_groups(community: str) -> None:
     sq, y = _planted()
-    labels = graph_partition(sq, {**GRAPH, "community": community}, None, seed=0)
+    labels = graph_partition(sq, replace(GRAPH, community=community), None, seed=0)
     assert accuracy(y, labels) == 1.0
     assert labels.max() + 1 == 4
 
@@ -169,15 +178,15 @@ def test_silhouette_read_out_keeps_large_classes_whole_where_modularity_splits_t
     P = np.concatenate([rng.normal(c, 1.0, (100, 2)) for c in centres])
     y = np.repeat(np.arange(3), 100)
     sq = ((P[:, None] - P[None]) ** 2).sum(-1)
-    graph = {**GRAPH, "k": 20, "resolutions": [0.1, 0.2, 0.5, 1.0, 1.5]}
+    graph = replace(GRAPH, k=20, resolutions=(0.1, 0.2, 0.5, 1.0, 1.5))
     fixed = graph_partition(sq, graph, None, seed=0)
-    chosen = graph_partition(sq, {**graph, "community": "silhouette"}, None, seed=0)
+    chosen = graph_partition(sq, replace(graph, community="silhouette"), None, seed=0)
     assert fixed.max() + 1 > 3
     assert chosen.max() + 1 == 3 and accuracy(y, chosen) == 1.0
     # the choice is the resolution with the highest silhouette among those tried
     D = np.sqrt(sq)
     scores = {}
-    for r in graph["resolutions"]:
+    for r in graph.resolutions:
         lab = leiden_knn(knn_from_dense(sq, 21), 0, r)
         if 2 <= lab.max() + 1 < len(y):
             scores[r] = silhouette_score(D, lab, metric="precomputed")
@@ -241,7 +250,7 @@ def test_prefetched_sweeps_serve_the_read_outs_without_k(monkeypatch: pytest.Mon
     import ia_stages.readout.graph as graph
 
     sqs = [_four_blobs(5), _four_blobs(6)]
-    g = {"k": 10, "community": "silhouette", "resolutions": [1.0, 0.3, 2.0]}
+    g = ReadoutSettings(k=10, resolutions=(1.0, 0.3, 2.0), silhouette_tolerance=0.0)
     monkeypatch.setattr(graph, "_SWEEPS", {})
     expected = [graph.graph_partition(sq, g, None, 4) for sq in sqs]
     monkeypatch.setattr(graph, "_SWEEPS", {})
@@ -269,7 +278,7 @@ def test_read_outs_with_k_in_worker_processes_are_this_processes(
     import ia_stages.readout.graph as graph
 
     sqs = [_four_blobs(5), _four_blobs(6)]
-    g = {"k": 10, "with_k": "leiden", "restarts": 3}
+    g = ReadoutSettings(k=10, with_k="leiden", restarts=3)
     here = [graph.graph_partition(sq, g, 3, 4) for sq in sqs]
     assert not np.array_equal(here[0], here[1]) and all(p.max() + 1 == 3 for p in here)
     assert graph.partitions_with_k(sqs, g, 3, 4) is None  # 200 nodes: not worth a worker
@@ -343,8 +352,8 @@ def test_igraph_leiden_is_seeded_and_leaves_the_global_generator_alone() -> None
 
 def test_read_out_rejects_k_not_below_n() -> None:
     sq, _ = _planted(n_per=2, groups=2)
-    with pytest.raises(ValueError, match=r"readout\.graph\.k"):
-        graph_partition(sq, {**GRAPH, "k": 4}, None, 0)
+    with pytest.raises(ValueError, match=r"^readout\.k must satisfy"):
+        graph_partition(sq, replace(GRAPH, k=4), None, 0)
 
 
 def test_contraction_ratio_falls_when_groups_tighten() -> None:
@@ -358,7 +367,7 @@ def test_contraction_ratio_falls_when_groups_tighten() -> None:
 def test_stopping_rule_stops_on_a_fixed_point(rule: str) -> None:
     sq, y = _planted()
     parts = [y.copy() for _ in range(4)]
-    stop = {"rule": rule, "min_ari": 0.9, "n_seeds": 3}
+    stop = StopSettings(rule=rule, min_ari=0.9, n_seeds=3)
     t, reason = stop_iteration(parts, [sq] * 4, stop, GRAPH)
     assert t == 1, reason  # nothing changes after the first iteration
 
@@ -367,7 +376,7 @@ def test_partition_rule_waits_until_the_partition_settles() -> None:
     sq, y = _planted()
     rng = np.random.default_rng(0)
     parts = [rng.integers(0, 4, y.size), rng.integers(0, 4, y.size), y, y]
-    t, _ = stop_iteration(parts, [sq] * 4, {"rule": "partition", "min_ari": 0.9})
+    t, _ = stop_iteration(parts, [sq] * 4, StopSettings(rule="partition", min_ari=0.9))
     assert t == 3
 
 
@@ -375,9 +384,9 @@ def test_contraction_rule_stops_before_the_ratio_rises() -> None:
     sq, y = _planted()
     same = y[:, None] == y[None, :]
     sqs = [sq, np.where(same, 0.5 * sq, sq), np.where(same, 0.25 * sq, sq), sq]
-    t, reason = stop_iteration([y] * 4, sqs, {"rule": "contraction", "min_ari": 0.9})
+    t, reason = stop_iteration([y] * 4, sqs, StopSettings(rule="contraction", min_ari=0.9))
     assert t == 2, reason
-    assert stop_iteration([y] * 4, sqs, {"rule": "none", "min_ari": 0.9})[0] == 3
+    assert stop_iteration([y] * 4, sqs, StopSettings(rule="none", min_ari=0.9))[0] == 3
 
 
 def test_community_stability_is_one_on_separated_groups_and_lower_on_noise() -> None:
@@ -396,7 +405,7 @@ def test_stability_rule_stops_before_the_graph_blurs() -> None:
     rng = np.random.default_rng(0)
     P = rng.normal(size=(sq.shape[0], 5))
     noise = ((P[:, None] - P[None]) ** 2).sum(-1)
-    stop = {"rule": "stability", "n_seeds": 4}
+    stop = StopSettings(rule="stability", n_seeds=4)
     t, reason = stop_iteration([y] * 4, [noise, sq, noise, sq], stop, GRAPH)
     assert t == 1, reason
     assert stop_iteration([y] * 3, [sq] * 3, stop, GRAPH)[0] == 1  # a fixed point
@@ -406,7 +415,8 @@ def test_stability_rule_with_one_iteration_runs_no_leiden() -> None:
     """With iterations 0 and 1 only, the rule keeps 1 whatever the statistic, so it must not
     spend Leiden runs on it: distances it cannot read (None) do not reach community_stability."""
     _, y = _planted()
-    t, reason = stop_iteration([y, y], [None, None], {"rule": "stability", "n_seeds": 5}, GRAPH)
+    stop = StopSettings(rule="stability", n_seeds=5)
+    t, reason = stop_iteration([y, y], [None, None], stop, GRAPH)
     assert t == 1 and "one iteration" in reason
 
 

@@ -1,4 +1,4 @@
-"""Issue 21's tables: the groups of ``benchmark.groups`` as dataset variants (config), their
+"""The group tables: the groups of ``benchmark.groups`` as dataset variants (config), their
 rows in Tables 1-3 (bench_tables), the theory stage's group checks on rendered data, the
 one-line error for a method that cannot use the dataset's group. The group rows end to end:
 tests/test_benchmark_workflow.py (its tiny config runs affnist under se2 and affine)."""
@@ -23,14 +23,8 @@ from ia_stages.benchmark.theory import (
     rendered_invariance_error,
 )
 from ia_stages.core.groups import SE2, make_group
-from ia_stages.pipeline.config import (
-    ConfigError,
-    cluster_settings,
-    data_of,
-    group_variants,
-    stage_settings,
-    validate_config,
-)
+from ia_stages.pipeline.benchmark_config import cluster_settings, data_of, group_variants
+from ia_stages.pipeline.config import ConfigError, stage_settings, validate_config
 from ia_stages.pipeline.stages import bench_tables
 from ia_stages.pipeline.store import write_store
 
@@ -48,6 +42,11 @@ def _cfg(**benchmark) -> dict:
 # ---------------------------------------------------------------- config
 
 
+def _group(cfg: dict, name: str) -> dict:
+    """A validated dataset's group settings."""
+    return cfg["datasets"][name]["settings"]["group"]
+
+
 def test_each_listed_group_other_than_its_own_is_a_variant_of_the_dataset() -> None:
     cfg = validate_config(_cfg())
     assert group_variants(cfg) == {
@@ -56,12 +55,15 @@ def test_each_listed_group_other_than_its_own_is_a_variant_of_the_dataset() -> N
     for name, base in group_variants(cfg).items():
         variant, own = cfg["datasets"][name], cfg["datasets"][base]
         assert data_of(name) == base
-        # the base's entry with the group's name: bounds and refinement settings kept
-        assert variant["group"] == {**own["group"], "name": name.split("@")[1]}
-        assert {k: v for k, v in variant.items() if k != "group"} == {
-            k: v for k, v in own.items() if k != "group"
+        # the base's tree with the group's name: bounds and refinement settings kept
+        assert _group(cfg, name) == {**_group(cfg, base), "name": name.split("@")[1]}
+        strip = {**variant["settings"], "group": None}
+        assert {**variant, "settings": strip} == {
+            **own,
+            "settings": {**own["settings"], "group": None},
         }
-        assert stage_settings(cfg, "kmax", name)["group"]["name"] == name.split("@")[1]
+        kmax = stage_settings(cfg, "kmax", name)["settings"]
+        assert kmax["group"]["name"] == name.split("@")[1]
     assert validate_config(cfg) == cfg  # a validated config validates to itself
 
 
@@ -72,16 +74,17 @@ def test_without_groups_the_config_has_no_variants_and_the_jobs_keep_their_setti
     assert not any("@" in name for name in plain["datasets"])
     for d in ("mnist_rot", "affnist"):
         for m in BENCH_GROUPS["benchmark"]["methods"]:
-            s = cluster_settings(grouped, d, m, 0)
-            assert s == cluster_settings(plain, d, m, 0)
-            assert "group" not in s and "data" not in s  # plain SE(2): hash unchanged
+            s = cluster_settings(grouped, d, m, 0, "numpy")
+            assert s == cluster_settings(plain, d, m, 0, "numpy")
+            assert "data" not in s
 
 
 def test_a_variant_job_labels_its_base_dataset_and_records_its_group() -> None:
     cfg = validate_config(_cfg())
-    s = cluster_settings(cfg, "affnist@affine", "ia_k", 0)
-    assert s["data"] == "affnist" and s["group"]["name"] == "affine"
-    assert s["group"]["shear"] == BENCH_GROUPS["datasets"]["affnist"]["group"]["shear"]
+    s = cluster_settings(cfg, "affnist@affine", "ia_k", 0, "numpy")
+    assert s["data"] == "affnist" and s["settings"]["group"]["name"] == "affine"
+    given = BENCH_GROUPS["datasets"]["affnist"]["settings"]["group"]["shear"]
+    assert s["settings"]["group"]["shear"] == given
 
 
 def test_a_dataset_name_with_the_variant_separator_is_refused_in_one_line() -> None:
@@ -99,13 +102,14 @@ def test_a_dataset_name_with_the_variant_separator_is_refused_in_one_line() -> N
 @pytest.mark.parametrize("method", [m for m, meth in METHODS.items() if meth.transforms == "se2"])
 def test_a_method_that_cannot_use_the_datasets_group_is_a_one_line_config_error(method) -> None:
     cfg = _cfg(methods=["kmeans", method])
-    cfg["datasets"]["affnist"]["group"]["name"] = "affine"
+    cfg["datasets"]["affnist"]["settings"]["group"]["name"] = "affine"
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     msg = str(err.value)
     assert msg.startswith("config key 'benchmark.methods.1': ") and "\n" not in msg
-    assert "'affine'" in msg and "datasets.affnist.group" in msg
-    cfg["datasets"]["affnist"]["group"] = {"name": "se2", "mirror": True}
+    assert "'affine'" in msg and "datasets.affnist.settings.group" in msg
+    cfg["datasets"]["affnist"]["settings"]["group"] = {"name": "se2"}
+    cfg["datasets"]["affnist"]["settings"]["mirror"] = True
     with pytest.raises(ConfigError, match="'se2\\+mirror'"):
         validate_config(cfg)
 
@@ -113,10 +117,12 @@ def test_a_method_that_cannot_use_the_datasets_group_is_a_one_line_config_error(
 def test_pixel_and_group_methods_run_on_a_dataset_with_any_group() -> None:
     usable = [m for m, meth in METHODS.items() if meth.transforms != "se2"]
     cfg = _cfg(methods=usable, groups=[])
-    cfg["datasets"]["affnist"]["group"]["name"] = "affine"
+    cfg["datasets"]["affnist"]["settings"]["group"]["name"] = "affine"
     out = validate_config(cfg)
-    assert cluster_settings(out, "affnist", "ia_k", 0)["group"]["name"] == "affine"
-    assert "group" not in cluster_settings(out, "affnist", "kmeans", 0)
+    assert cluster_settings(out, "affnist", "ia_k", 0, "numpy")["settings"]["group"]["name"] == (
+        "affine"
+    )
+    assert cluster_settings(out, "affnist", "kmeans", 0, "numpy")["settings"] == {}
 
 
 def test_a_group_name_outside_the_schema_is_refused_naming_the_key() -> None:
@@ -130,7 +136,7 @@ def test_a_mapping_of_groups_makes_variants_of_the_named_datasets_only() -> None
     cfg = validate_config(_cfg(groups={"affnist": ["affine"]}))
     assert group_variants(cfg) == {"affnist@affine": "affnist"}
     assert "mnist_rot@affine" not in cfg["datasets"]
-    assert cfg["datasets"]["affnist@affine"]["group"]["name"] == "affine"
+    assert _group(cfg, "affnist@affine")["name"] == "affine"
     assert validate_config(cfg) == cfg
     with pytest.raises(ConfigError, match=r"^config key 'benchmark.groups.mnist': ") as err:
         validate_config(_cfg(groups={"mnist": ["affine"]}))  # not a benchmark dataset
@@ -156,7 +162,7 @@ def test_table1_puts_the_variants_rows_on_their_base_dataset_with_their_group(tm
     for g, name in (("se2", "affnist"), ("affine", "affnist@affine")):
         s = {"dataset": name, "method": "spectral_kmax"}
         if g != "se2":
-            s |= {"data": "affnist", "group": {"name": g}}
+            s |= {"data": "affnist", "settings": {"group": {"name": g}}}
         attrs = {"settings": s, "n_clusters": 3, "wall_seconds": 1.0}
         runs.append(_store(tmp_path / f"{g}.zarr", attrs, pred=preds[g]))
     s = {"dataset": "affnist", "method": "kmeans"}
@@ -177,7 +183,7 @@ def test_table3_gives_cpu_per_pair_per_group_and_its_ratio_to_se2(tmp_path) -> N
     stores = []
     for g, cpu in (("se2", 2.0), ("similarity", 5.0), ("affine", 7.0)):
         name = "affnist" if g == "se2" else f"affnist@{g}"
-        s = {"dataset": name} | ({} if g == "se2" else {"group": {"name": g}})
+        s = {"dataset": name} | ({} if g == "se2" else {"settings": {"group": {"name": g}}})
         for b, pairs in enumerate((300, 100)):
             path = tmp_path / name / "iter0" / f"{b}.zarr"
             path.parent.mkdir(parents=True, exist_ok=True)

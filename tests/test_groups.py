@@ -2,20 +2,20 @@
 bounds."""
 
 import copy
-import inspect
 import re
 
 import numpy as np
 import pytest
-import yaml
 
-from ia_stages.core.groups import SE2, AffineFamily, GroupBounds, make_group
+from ia_stages.core.groups import SE2, AffineFamily, GroupBounds, group_of, make_group
 from ia_stages.pipeline.config import (
     ConfigError,
     stage_settings,
     stage_settings_json,
     validate_config,
 )
+from ia_stages.pipeline.stages.common import job_tree
+from ia_stages.settings import GroupSettings
 
 GROUPS = [
     make_group("similarity"),
@@ -129,10 +129,12 @@ def test_make_group_and_settings():
     assert isinstance(g, AffineFamily)
     assert g.param_names == ("theta", "b0", "b1", "log_scale", "mirror")
     assert g.settings() == {
-        "group": "similarity", "mirror": True, "scale": [0.9, 1.1], "anisotropy": 1.5,
-        "shear": 0.25, "group_iters": 2, "group_tol": 1e-9, "group_lam0": 1e-3,
-        "group_half_iters": 6, "group_floor": 1e-3,
+        "name": "similarity", "mirror": True, "scale": [0.9, 1.1], "anisotropy": 1.5,
+        "shear": 0.25, "iters": 2, "half_iters": 6, "tol": 1e-9, "lam0": 1e-3, "floor": 1e-3,
     }  # fmt: skip
+    # the object's settings are the tree's: they build the same group again
+    settings = dict(g.settings())
+    assert make_group(settings, mirror=settings.pop("mirror")) == g
     with pytest.raises(ValueError, match="a mirror image"):
         make_group("affine").from_matrix(np.diag([1.0, -1.0]), np.zeros(2))
 
@@ -140,20 +142,21 @@ def test_make_group_and_settings():
 @pytest.mark.parametrize(
     "kwargs, key",
     [
-        ({"name": "projective"}, "^group: unknown"),
-        ({"scale": (0.0, 1.2)}, "^scale: "),
-        ({"scale": (-1.0, 1.2)}, "^scale: "),
-        ({"scale": (1.2, 0.8)}, "^scale: inverted"),
-        ({"shear": 1.0}, "^shear: "),
-        ({"shear": -0.1}, "^shear: "),
-        ({"anisotropy": 0.5}, "^anisotropy: "),
-        ({"mirror": "yes"}, "^mirror: "),
+        ({"name": "projective"}, r"^group\.name must be one of"),
+        ({"scale": (0.0, 1.2)}, r"^group\.scale must be > 0"),
+        ({"scale": (-1.0, 1.2)}, r"^group\.scale must be > 0"),
+        ({"scale": (1.2, 0.8)}, r"^group\.scale is an inverted range"),
+        ({"shear": 1.0}, r"^group\.shear must be >= 0 and < 1"),
+        ({"shear": -0.1}, r"^group\.shear must be >= 0 and < 1"),
+        ({"anisotropy": 0.5}, r"^group\.anisotropy must be >= 1"),
     ],
 )
 def test_bad_bounds_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key) as info:
-        make_group(**{"name": "affine", **kwargs})
+        make_group(**{"group": "affine", **kwargs})
     assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"^mirror must be true or false"):
+        make_group("affine", mirror="yes")
 
 
 def test_bounds_limits():
@@ -166,30 +169,19 @@ def test_bounds_limits():
                       ((h + np.sqrt(h * h + 4)) / 2) ** 2)  # fmt: skip
 
 
-def _config_with_group(default_config: dict, group: dict) -> dict:
+def _config_with_group(default_config: dict, group: dict, mirror: bool = False) -> dict:
     cfg = copy.deepcopy(default_config)
     name = next(n for n, d in cfg["datasets"].items() if d["kind"] == "mnist3")
-    cfg["datasets"][name]["group"] = group
+    own = cfg["datasets"][name].setdefault("settings", {})
+    own["group"] = group
+    own["mirror"] = mirror
     return cfg, name
 
 
-def test_schema_group_defaults_equal_make_group_defaults(schema_path):
-    schema = yaml.safe_load(schema_path.read_text())
-    props = schema["$defs"]["group"]["properties"]
-    defaults = {k: v["default"] for k, v in props.items()}
-    signature = inspect.signature(make_group).parameters
-    assert set(defaults) == set(signature)
-    for key, value in defaults.items():
-        want = signature[key].default
-        assert (list(want) if isinstance(want, tuple) else want) == value, key
+def test_the_group_defaults_are_the_settings_tree_s():
     g = make_group("affine")
-    assert g.settings() == {
-        "group": "affine", "mirror": False, "scale": defaults["scale"],
-        "anisotropy": defaults["anisotropy"], "shear": defaults["shear"],
-        "group_iters": defaults["iters"], "group_tol": defaults["tol"],
-        "group_lam0": defaults["lam0"], "group_half_iters": defaults["half_iters"],
-        "group_floor": defaults["floor"],
-    }  # fmt: skip
+    assert g.settings() == {**GroupSettings(name="affine").__dict__, "mirror": False,
+                            "scale": list(GroupSettings().scale)}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -205,32 +197,31 @@ def test_schema_group_defaults_equal_make_group_defaults(schema_path):
 )
 def test_bad_group_config_names_the_key(default_config, group, key):
     cfg, name = _config_with_group(default_config, group)
-    with pytest.raises(ConfigError, match=re.escape(f"'datasets.{name}.{key}")) as info:
+    with pytest.raises(ConfigError, match=re.escape(f"'datasets.{name}.settings': {key}")) as info:
         validate_config(cfg)
     assert "\n" not in str(info.value)
 
 
 def test_group_enters_the_stage_settings_and_the_hash(default_config):
-    cfg, name = _config_with_group(default_config, {"name": "affine", "mirror": True})
+    cfg, name = _config_with_group(default_config, {"name": "affine"}, mirror=True)
     cfg = validate_config(cfg)
     plain = validate_config(copy.deepcopy(default_config))
     for stage in ("kmax", "means", "classes"):
-        s = stage_settings(cfg, stage, name)
-        assert s["group"]["name"] == "affine" and s["group"]["mirror"] is True
+        s = stage_settings(cfg, stage, name)["settings"]
+        assert s["group"]["name"] == "affine" and s["mirror"] is True
         assert stage_settings_json(cfg, stage, name) != stage_settings_json(plain, stage, name)
-    assert "group" not in stage_settings(plain, "kmax", name)  # SE(2): the stores' hash stays
-    assert plain["datasets"][name]["group"] == {
-        "name": "se2", "mirror": False, "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
-        "iters": 2, "tol": 1e-9, "lam0": 1e-3, "half_iters": 6, "floor": 1e-3,
+    assert plain["datasets"][name]["settings"]["group"] == {
+        "name": "se2", "scale": [0.8, 1.25], "anisotropy": 1.5, "shear": 0.25,
+        "iters": 2, "half_iters": 6, "tol": 1e-9, "lam0": 1e-3, "floor": 1e-3,
     }  # fmt: skip
     # the kmax stage builds the group from its settings
-    assert make_group(**stage_settings(cfg, "kmax", name)["group"]).n_params == 7
+    assert group_of(job_tree(stage_settings(cfg, "kmax", name))).n_params == 7
 
 
 def test_cluster_command_config_carries_the_group(tmp_path):
     from ia_stages.pipeline.cluster_command import images_config
 
     np.save(tmp_path / "x.npy", np.zeros((3, 8, 8)))
-    cfg = images_config(tmp_path / "x.npy", group="similarity", mirror=True)
+    cfg = images_config(tmp_path / "x.npy", {"group": "similarity", "mirror": True})
     ds = next(iter(cfg["datasets"].values()))
-    assert ds["group"] == {"name": "similarity", "mirror": True}
+    assert ds["settings"] == {"group": "similarity", "mirror": True}

@@ -19,6 +19,7 @@ from ia_stages.core.warp import warp
 from ia_stages.data.render import letter, render
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.group_refine import refine_pairs
+from ia_stages.settings import Settings
 
 SHAPE = (32, 32)
 
@@ -70,7 +71,7 @@ def test_the_floor_leaves_out_only_what_neither_image_reaches():
         every = make_group("affine", iters=0, half_iters=0, floor=0.0)
         _, direct = refine_pairs(U, U, ii, jj, q_f, every, "bspline")
         assert np.abs(d_f - direct).max() < floor**2
-    with pytest.raises(ValueError, match=r"^group_floor: "):
+    with pytest.raises(ValueError, match=r"^group\.floor must be >= 0 and < 1"):
         make_group("affine", floor=1.0)
 
 
@@ -150,8 +151,8 @@ def test_half_resolution_evaluations_first_find_the_affine_copy_for_fewer_full_o
     assert half.sqdist[0, 1] < 0.25 * se2.sqdist[0, 1]
     assert half.sqdist[0, 1] <= 1.01 * plain.sqdist[0, 1]
     np.testing.assert_array_equal(g.clip(half.params[0, 1]), half.params[0, 1])
-    assert g.settings()["group_half_iters"] == 6
-    with pytest.raises(ValueError, match=r"^group_half_iters: "):
+    assert g.settings()["half_iters"] == 6
+    with pytest.raises(ValueError, match=r"^group\.half_iters must be >= 0"):
         make_group("affine", half_iters=-1)
 
 
@@ -227,12 +228,8 @@ def test_the_joint_mirror_search_keeps_the_better_of_the_plain_and_the_mirror_se
     from dataclasses import replace
 
     from ia_stages.core.smoothing import smooth_normalize
-    from ia_stages.kmax.search import (
-        SearchSettings,
-        _images_per_block,
-        kappa_max_all_pairs,
-        kappa_max_with_mirrors,
-    )
+    from ia_stages.kmax.search import _images_per_block, kappa_max_all_pairs, kappa_max_with_mirrors
+    from ia_stages.settings.search import SearchSettings
 
     X = _letters_and_mirrors(10)
     plain = kappa_max_all_pairs(X, beta=2.0, sigma=2.0)
@@ -283,7 +280,7 @@ def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set
     """The candidate kNN mode takes a group: its SE(2) lists (on 12 renders, c is sized to
     n - 1, so every pair) are refined over the group and re-ranked as the exact mode's are."""
     from ia_stages.kmax import EXACT_SEARCH
-    from ia_stages.kmax.features import FeatureSettings
+    from ia_stages.settings.features import FeatureSettings
 
     g = make_group("affine")
     rng = np.random.default_rng(0)
@@ -346,7 +343,8 @@ def test_mirror_invariant_features_are_equal_for_an_image_and_its_mirror_image(w
     and rings about the centroid) of an image and of its mirror image are equal, on an even
     and an odd frame; the plain features tell them apart."""
     from ia_stages.core.smoothing import smooth_normalize
-    from ia_stages.kmax.features import FeatureSettings, invariant_features
+    from ia_stages.kmax.features import invariant_features
+    from ia_stages.settings.features import FeatureSettings
 
     X = smooth_normalize(_letters_and_mirrors(6)[:, :, :width], 2.0, "unit")
     fs = FeatureSettings(n_dims=0)
@@ -365,8 +363,8 @@ def test_the_candidate_mode_searches_mirror_images():
     reproduce the target. The same group over similarity refines those lists further."""
     from ia_stages.core.smoothing import smooth_normalize
     from ia_stages.kmax import EXACT_SEARCH
-    from ia_stages.kmax.features import FeatureSettings
     from ia_stages.kmax.neighbours import knn_from_dense
+    from ia_stages.settings.features import FeatureSettings
 
     rng = np.random.default_rng(2)
     n = 36
@@ -494,9 +492,10 @@ def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
     """Affinely rendered copies of one letter: started from kappa^max's alignments onto the
     first, the affine group's invariant mean fits them far better than SE(2)'s, keeps its
     parameters within the bounds, and its class average sits close to every copy."""
+
     from ia_stages.ia.class_averages import class_averages
-    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
-    from ia_stages.ia.settings import ia_settings
+    from ia_stages.ia.invariant_mean import invariant_mean
+    from ia_stages.settings.attention import MeanSettings
 
     rng = np.random.default_rng(3)
     g = make_group("affine")
@@ -520,7 +519,8 @@ def test_invariant_mean_under_the_affine_group_aligns_affine_copies():
         if name == "affine":
             clipped = group.clip(res.params)
             np.testing.assert_allclose(res.params, clipped)
-            ia = ia_settings(beta=2.0, sigma=2.0, mean=settings, group=group)
+            tree = {"beta": 2.0, "sigma": 2.0, "mean": settings, "group": group}
+            ia = Settings.from_dict(tree)  # the estimator's tree with this group
             ca = class_averages(X, np.zeros(n, int), km, ia)
             assert ca.distance.max() < 0.15
     assert finals["affine"] < 0.3 * finals["se2"]
@@ -540,8 +540,10 @@ def test_estimator_takes_the_group():
     est = InvariantAttentionClustering(2, group=g, random_state=0).fit(X)
     assert est.poses_.shape == (12, 4)  # (theta, b0, b1, log_scale)
     assert est.kmax_.params.shape[-1] == 4
-    with pytest.raises(ValueError, match=r"^group: unknown"):
+    with pytest.raises(ValueError, match="'group' parameter of InvariantAttentionClustering"):
         InvariantAttentionClustering(2, group="projective").fit(X)
+    with pytest.raises(ValueError, match=r"^group\.name must be one of"):
+        InvariantAttentionClustering(2, group={"name": "projective"}).fit(X)
 
 
 def test_the_mirror_images_scan_spectra_are_the_conjugate_rings_about_mirrored_centres():
@@ -550,7 +552,8 @@ def test_the_mirror_images_scan_spectra_are_the_conjugate_rings_about_mirrored_c
     the same spectra and centroids as a scan of the images and their mirror images, on an
     odd, non-square frame and on the exact search's 49-centre lattice."""
     from ia_stages.core.smoothing import smooth_normalize
-    from ia_stages.kmax.search import EXACT_SEARCH, PolarScan, SearchSettings
+    from ia_stages.kmax.search import PolarScan
+    from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
 
     X = smooth_normalize(_letters_and_mirrors(6)[:, 1:, 2:], 2.0, "unit")
     for settings in (SearchSettings(), EXACT_SEARCH):
@@ -569,7 +572,8 @@ def test_the_mirror_images_layout_is_the_images_layout_reversed():
     reversed: the same pixels (to float32 rounding) and norms as laying out the mirrored
     images themselves."""
     from ia_stages.core.smoothing import smooth_normalize
-    from ia_stages.kmax.search import EXACT_SEARCH, _pair_layout
+    from ia_stages.kmax.search import _pair_layout
+    from ia_stages.settings.search import EXACT_SEARCH
 
     Un = smooth_normalize(_letters_and_mirrors(5), 1.0, "unit")
     V = Un[1:]

@@ -1,5 +1,5 @@
 """The package's layout: every module imports on its own, no import cycle, and imports point
-downwards only (pipeline -> benchmark -> ia -> readout -> kmax -> data -> core)."""
+downwards only (pipeline -> benchmark -> ia -> readout -> kmax -> data -> core -> settings)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import ia_stages
 
 PACKAGE = Path(ia_stages.__file__).parent
-LAYERS = ("core", "data", "kmax", "readout", "ia", "benchmark", "pipeline")
+LAYERS = ("settings", "core", "data", "kmax", "readout", "ia", "benchmark", "pipeline")
 
 
 def _modules() -> dict[str, Path]:
@@ -45,9 +45,9 @@ def _layer(name: str) -> int | None:
     return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 
 
-def test_top_level_holds_at_most_eight_entries() -> None:
+def test_top_level_holds_the_layers_and_the_package_init_only() -> None:
     entries = [p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"]
-    assert len(entries) <= 8, entries
+    assert sorted(entries) == sorted([*LAYERS, "__init__.py"]), entries
     assert set(LAYERS) <= set(entries)
 
 

@@ -19,9 +19,10 @@ from ia_stages.core.warp import warp
 from ia_stages.data.datasets import DatasetError
 from ia_stages.data.user_images import fit_canvas, load_images, probe
 from ia_stages.ia.class_averages import class_averages
-from ia_stages.ia.settings import ia_settings
+from ia_stages.ia.distances import kmax
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.config import ConfigError, validate_config
+from ia_stages.settings import Settings
 
 
 def _stack(n: int = 6, size: int = 12, seed: int = 0) -> np.ndarray:
@@ -131,8 +132,8 @@ def test_class_averages_recover_the_base_image_and_the_poses():
         [rng.uniform(-1.2, 1.2, 8), rng.uniform(-3, 3, 8), rng.uniform(-3, 3, 8)]
     )
     V = warp(bases[label], params)
-    settings = ia_settings(beta=10.0, sigma=1.0)
-    km = settings.kmax(V)
+    settings = Settings.from_dict(dict(beta=10.0, sigma=1.0))
+    km = kmax(V, settings)
     res = class_averages(V, label, km, settings)
     assert res.sizes.tolist() == [4, 4]
     assert res.distance.max() < 0.15  # aligned members sit on their class average
@@ -151,12 +152,12 @@ def test_aligning_onto_own_means_equals_the_full_rectangle():
     from ia_stages.ia.class_averages import align_to
 
     X = digit_copies(copies=1, n_digits=30, seed=3).data.astype(float)
-    settings = ia_settings(beta=2.0, sigma=1.0)
+    settings = Settings.from_dict(dict(beta=2.0, sigma=1.0))
     means = X[[0, 1, 2]]
     labels = np.arange(30) % 3
     calls = []
     _, params, distance = align_to(means, X, settings, labels, progress=calls.append)
-    full = settings.kmax(X, U=means)
+    full = kmax(X, settings, U=means)
     cols = np.arange(30)
     np.testing.assert_array_equal(params, full.params[labels, cols])
     np.testing.assert_array_equal(distance, np.sqrt(np.maximum(full.sqdist[labels, cols], 0)))
@@ -178,8 +179,8 @@ def test_a_class_average_aligns_at_most_average_members_nearest_its_medoid():
 
     data = digit_copies(copies=6, n_digits=2, seed=3)  # two digits, six copies each
     X, labels = data.data.astype(float), np.asarray(data.label)
-    base = ia_settings(beta=2.0, sigma=1.0)
-    K = base.kmax(X)
+    base = Settings.from_dict(dict(beta=2.0, sigma=1.0))
+    K = kmax(X, base)
     capped = replace(base, mean=replace(base.mean, average_members=3))
     got = class_averages(X, labels, K, capped)
     med = medoids(K.sqdist, labels)
@@ -233,7 +234,7 @@ def _bad_case(tmp_path: Path, case: str) -> tuple[list[str], str]:
         return [str(root), "--cores", "0"], "--cores"
     if case == "NaN beta":
         _png_folder(root, _stack(3), classes=())
-        return [str(root), "--beta", "nan"], "datasets.images.beta"
+        return [str(root), "--beta", "nan"], "datasets.images.settings.beta"
     raise AssertionError(case)
 
 
@@ -292,11 +293,11 @@ def test_a_stack_larger_than_memory_fails_in_one_line(tmp_path, capsys, monkeypa
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (("datasets", "shapes3", "beta"), math.nan),
-        (("datasets", "shapes3", "beta"), math.inf),
-        (("readout", "threshold"), math.nan),
-        (("ia", "mean", "step_size"), -math.inf),
-        (("ia", "mean", "sigmas", 1), math.nan),
+        (("datasets", "shapes3", "settings", "beta"), math.nan),
+        (("datasets", "shapes3", "settings", "beta"), math.inf),
+        (("settings", "readout", "threshold"), math.nan),
+        (("settings", "mean", "step_size"), -math.inf),
+        (("settings", "mean", "sigmas", 1), math.nan),
         (("benchmark", "theory", "tolerance"), math.inf),
     ],
 )
@@ -305,7 +306,8 @@ def test_nan_or_inf_anywhere_in_the_config_is_refused(default_config, schema_pat
     for key in path[:-1]:
         node = node.setdefault(key, {})
     if path[-2] == "sigmas":
-        node = default_config["ia"].setdefault("mean", {}).setdefault("sigmas", [3.0, 1.5, 0.0])
+        mean = default_config["settings"].setdefault("mean", {})
+        node = mean.setdefault("sigmas", [3.0, 1.5, 0.0])
     node[path[-1]] = value
     with pytest.raises(ConfigError) as err:
         validate_config(default_config, schema_path)
@@ -314,12 +316,13 @@ def test_nan_or_inf_anywhere_in_the_config_is_refused(default_config, schema_pat
 
 
 def test_nan_in_a_config_file_fails_check_config(tmp_path, default_config, schema_path, capsys):
+    default_config["datasets"]["shapes3"]["settings"]["beta"] = 30.0
     text = yaml.safe_dump(default_config).replace("beta: 30.0", "beta: .nan")
     assert ".nan" in text
     (tmp_path / "c.yaml").write_text(text)
     rc = main(["check-config", str(tmp_path / "c.yaml"), "--schema", str(schema_path)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "datasets.shapes3.beta" in err[0]
+    assert rc == 2 and len(err) == 1 and "datasets.shapes3.settings.beta" in err[0]
 
 
 def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path):
@@ -333,7 +336,8 @@ def test_images_dataset_in_the_config_is_checked_and_sized(tmp_path, schema_path
     from ia_stages.pipeline.config import dataset_size
 
     valid = validate_config(cfg, schema_path)
-    assert dataset_size(valid, "mine") == 3 and valid["datasets"]["mine"]["beta"] == 20.0
+    assert dataset_size(valid, "mine") == 3
+    assert valid["datasets"]["mine"]["settings"]["beta"] == 20.0
     cfg["datasets"]["mine"]["max_images"] = 9
     with pytest.raises(ConfigError, match=r"datasets\.mine.*max_images=9"):
         validate_config(cfg, schema_path)

@@ -8,7 +8,6 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-import yaml
 
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.taps import _PAD, taps
@@ -23,7 +22,8 @@ from ia_stages.kmax.refine import (
     _workspace,
     pair_images,
 )
-from ia_stages.pipeline.config import stage_settings, stage_settings_json, validate_config
+from ia_stages.pipeline.config import full_schema, stage_settings, validate_config
+from ia_stages.pipeline.stages.common import job_tree
 from ia_stages.pipeline.store import config_hash
 
 # the refinement's tolerances, each with a value that moves kappa^max on a few digit pairs
@@ -43,58 +43,48 @@ CHANGED = {
 }
 
 
-def _search_schema(schema_path) -> dict:
-    schema = yaml.safe_load(schema_path.read_text())
-    return schema["properties"]["ia"]["properties"]["search"]["properties"]
+def _search_schema() -> dict:
+    return full_schema()["$defs"]["settings"]["properties"]["search"]["properties"]
 
 
-def test_every_search_setting_is_a_config_key_with_the_same_default(schema_path):
-    props = _search_schema(schema_path)
+def test_every_search_setting_is_a_config_key_with_the_same_default():
+    props = _search_schema()
     defaults = SearchSettings()
     for f in fields(SearchSettings):
-        if f.name == "pair_chunk":  # the grid scan's batch size: memory, not results
-            continue
         assert f.name in props, f.name
         assert props[f.name]["default"] == getattr(defaults, f.name), f.name
-        assert props[f.name].get("description") or f.name in {"n_angles", "n_candidates",
-                                                               "refine_iters"}  # fmt: skip
+        assert props[f.name]["description"], f.name
 
 
 TOLERANCES = sorted({k for v in CHANGED.values() for k in v} - {"interpolation"} | {"abandon"})
+
+
+def _kmax_settings(default_config, schema_path, **search) -> dict:
+    changed = copy.deepcopy(default_config)
+    changed["settings"].setdefault("search", {}).update(search)
+    return stage_settings(validate_config(changed, schema_path), "kmax", "shapes3")
 
 
 @pytest.mark.parametrize("key", TOLERANCES)
 def test_a_changed_tolerance_changes_the_config_hash_and_the_settings(
     default_config, schema_path, key
 ):
-    cfg = validate_config(copy.deepcopy(default_config), schema_path)
-    dataset = next(iter(cfg["datasets"]))
-    before = stage_settings(cfg, "kmax", dataset)
-    changed = copy.deepcopy(default_config)
-    value = 2.0 * _search_schema(schema_path)[key]["default"]
-    changed.setdefault("ia", {}).setdefault("search", {})[key] = value
-    changed = validate_config(changed, schema_path)
-    after = stage_settings(changed, "kmax", dataset)
+    before = _kmax_settings(default_config, schema_path)
+    value = 2.0 * getattr(SearchSettings(), key)
+    after = _kmax_settings(default_config, schema_path, **{key: value})
     assert config_hash(after) != config_hash(before)
-    assert stage_settings_json(changed, "kmax", dataset) != stage_settings_json(
-        cfg, "kmax", dataset
-    )
-    # the stages build their settings from exactly this mapping
-    assert getattr(SearchSettings(**after["search"]), key) == value
+    # the stages build their tree from exactly this mapping
+    assert getattr(job_tree(after).search, key) == value
 
 
 @pytest.mark.parametrize("key, value", [("centre_rings", 4), ("peaks", "joint")])
 def test_the_scan_lattice_and_peak_rule_are_config_keys_that_change_the_config_hash(
     default_config, schema_path, key, value
 ):
-    cfg = validate_config(copy.deepcopy(default_config), schema_path)
-    dataset = next(iter(cfg["datasets"]))
-    before = stage_settings(cfg, "kmax", dataset)
-    changed = copy.deepcopy(default_config)
-    changed.setdefault("ia", {}).setdefault("search", {})[key] = value
-    after = stage_settings(validate_config(changed, schema_path), "kmax", dataset)
+    before = _kmax_settings(default_config, schema_path)
+    after = _kmax_settings(default_config, schema_path, **{key: value})
     assert config_hash(after) != config_hash(before)
-    assert getattr(SearchSettings(**after["search"]), key) == value
+    assert getattr(job_tree(after).search, key) == value
 
 
 def test_an_unknown_peak_rule_is_refused_naming_the_setting():
@@ -112,15 +102,11 @@ def digits():
 def test_the_interpolation_is_a_config_key_that_changes_the_config_hash(
     default_config, schema_path
 ):
-    cfg = validate_config(copy.deepcopy(default_config), schema_path)
-    dataset = next(iter(cfg["datasets"]))
-    before = stage_settings(cfg, "kmax", dataset)
-    changed = copy.deepcopy(default_config)
-    changed.setdefault("ia", {}).setdefault("search", {})["interpolation"] = "keys"
-    after = stage_settings(validate_config(changed, schema_path), "kmax", dataset)
-    assert before["search"]["interpolation"] == "bspline"
+    before = _kmax_settings(default_config, schema_path)
+    after = _kmax_settings(default_config, schema_path, interpolation="keys")
+    assert job_tree(before).search.interpolation == "bspline"
     assert config_hash(after) != config_hash(before)
-    assert SearchSettings(**after["search"]).interpolation == "keys"
+    assert job_tree(after).search.interpolation == "keys"
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ lists, and the config key ``kmax`` (the workflow itself: tests/test_workflow_knn
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,23 +14,23 @@ import yaml
 from ia_stages.ia.attention import sparse_neighbours
 from ia_stages.ia.class_averages import knn_medoids
 from ia_stages.ia.loop import read_out
-from ia_stages.ia.settings import PathSettings, ReadoutSettings
-from ia_stages.ia.weights import AttentionSettings
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.kmax.features import FeatureSettings
 from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.pipeline.config import (
-    SCHEMA,
     ConfigError,
     column_blocks,
     knn_row_blocks,
     knn_rows_per_job,
-    knn_width,
+    knn_settings,
     stage_settings_json,
     validate_config,
 )
+from ia_stages.pipeline.stages.common import job_tree
 from ia_stages.readout.graph import KnnDistances, graph_partition
 from ia_stages.readout.stopping import community_stability, contraction_ratio
+from ia_stages.settings import Settings
+from ia_stages.settings.attention import AttentionSettings
+from ia_stages.settings.readout import ReadoutSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 KNN_TINY = yaml.safe_load((ROOT / ".test" / "config" / "knn_tiny.yaml").read_text())
@@ -43,8 +43,8 @@ def _three_groups(seed: int = 0, n: int = 36) -> np.ndarray:
     return ((P[:, None] - P[None]) ** 2).sum(-1)
 
 
-GRAPH = {"k": 5, "community": "silhouette", "resolutions": [0.2, 0.5, 1.0, 2.0, 4.0],
-         "resolution": 1.0, "with_k": "spectral"}  # fmt: skip
+GRAPH = ReadoutSettings(k=5, community="silhouette", resolutions=(0.2, 0.5, 1.0, 2.0, 4.0),
+                        resolution=1.0, with_k="spectral", silhouette_tolerance=0.0)  # fmt: skip
 
 
 def test_knn_read_out_with_everyone_sampled_is_the_dense_one():
@@ -56,9 +56,7 @@ def test_knn_read_out_with_everyone_sampled_is_the_dense_one():
         assert np.array_equal(graph_partition(kd, GRAPH, K, seed=1), dense)
     labels = graph_partition(sq, GRAPH, None, seed=1)
     assert np.unique(labels).size == 3
-    assert community_stability(kd, GRAPH | {"resolution": 1.0}, 3) == community_stability(
-        sq, GRAPH | {"resolution": 1.0}, 3
-    )
+    assert community_stability(kd, GRAPH, 3) == community_stability(sq, GRAPH, 3)
     assert contraction_ratio(kd, labels) == contraction_ratio(sq, labels)
 
 
@@ -69,12 +67,12 @@ def test_knn_read_out_on_a_sample_and_its_errors():
     labels = graph_partition(kd, GRAPH, None, seed=0)
     truth = np.repeat(np.arange(3), 20)
     assert all(np.unique(labels[truth == c]).size == 1 for c in range(3))
-    with pytest.raises(ValueError, match=r"readout.graph.k: .* needs 10 .* holds 8"):
-        graph_partition(kd, GRAPH | {"k": 9}, None, seed=0)
+    with pytest.raises(ValueError, match=r"readout\.k: .* needs 10 .* hold 8"):
+        graph_partition(kd, replace(GRAPH, k=9), None, seed=0)
     with pytest.raises(ValueError, match=r"readout.kind: 'linkage' needs the dense"):
         read_out(kd, ReadoutSettings(kind="linkage", k=5))
     with pytest.raises(ValueError, match="'hdbscan' needs the dense"):
-        graph_partition(kd, GRAPH | {"community": "hdbscan"}, None, seed=0)
+        graph_partition(kd, replace(GRAPH, community="hdbscan"), None, seed=0)
 
 
 def test_attention_on_knn_lists_equals_attention_on_the_dense_result():
@@ -105,66 +103,64 @@ def test_knn_medoid_is_the_member_with_most_members_listed():
     assert knn_medoids(knn, mixed)[1] != meds[0]
 
 
-def test_kmax_schema_defaults_equal_the_path_and_feature_settings():
-    """The config's ``kmax`` block and the estimator's ``PathSettings`` share their defaults
-    (``rows_per_job`` is the pipeline's sharding only)."""
-    schema = yaml.safe_load(SCHEMA.read_text())
-    kmax = schema["$defs"]["kmax"]["properties"]
-    props = kmax["features"]["properties"]
-    assert {k: v["default"] for k, v in props.items()} == asdict(FeatureSettings())
-    path = {k: v["default"] for k, v in kmax.items() if k not in ("features", "rows_per_job")}
-    defaults = asdict(PathSettings())
-    defaults.pop("features")
-    assert path == defaults
+def _knn_tiny(**features) -> dict:
+    cfg = copy.deepcopy(KNN_TINY)
+    cfg["datasets"]["mnist_rot"]["settings"]["path"]["features"].update(features)
+    return cfg
 
 
 def test_knn_config_sizes_and_blocks():
     cfg = validate_config(KNN_TINY)
     assert knn_row_blocks(cfg, "mnist_rot") == [0, 1]  # 30 rows, 15 per job
     assert column_blocks(cfg, "mnist_rot") == [0, 1]  # the means jobs take as many columns
-    assert knn_width(cfg, "mnist_rot") == 5  # read-out graph k_ia 4 + itself > attention k 4
+    assert knn_settings(cfg, "mnist_rot")[0] == 5  # read-out graph k 4 + itself > attention k 4
     other = copy.deepcopy(KNN_TINY)
-    other["datasets"]["mnist_rot"]["kmax"]["rows_per_job"] = 7  # sharding: same settings
+    other["datasets"]["mnist_rot"]["rows_per_job"] = 7  # sharding: same settings
     assert stage_settings_json(validate_config(other), "knn", "mnist_rot") == (
         stage_settings_json(cfg, "knn", "mnist_rot")
     )
 
 
 def test_dense_datasets_keep_their_settings(default_config):
-    """A dense dataset's stage settings (hence its stores) do not change with kmax: dense."""
+    """A dense dataset's stage settings (hence its stores) do not change with path.mode
+    'dense' given (auto resolves to it)."""
     cfg = validate_config(default_config)
     marked = copy.deepcopy(default_config)
     for ds in marked["datasets"].values():
         if ds["kind"] != "blobs":
-            ds["kmax"] = {"mode": "dense"}
+            ds.setdefault("settings", {})["path"] = {"mode": "dense"}
     cfg2 = validate_config(marked)
     for name in cfg["ia"]["datasets"]:
         for stage in ("dataset", "kmax", "means", "classes", "metrics"):
             assert stage_settings_json(cfg, stage, name) == stage_settings_json(cfg2, stage, name)
 
 
+KEY = "config key 'datasets.mnist_rot.settings'"
+
+
 @pytest.mark.parametrize(
-    ("change", "key"),
+    ("change", "needle"),
     [
-        (lambda d: d["attention"].update(kind="dense"), "datasets.mnist_rot.kmax.mode"),
-        (lambda d: d["kmax"]["features"].update(n_candidates=30),
-         "datasets.mnist_rot.kmax.features.n_candidates"),
-        (lambda d: d["kmax"]["features"].update(n_candidates=3),
-         "datasets.mnist_rot.kmax.features.n_candidates"),
-        (lambda d: d["kmax"].update(k=30), "datasets.mnist_rot.kmax.k"),
-        (lambda d: d["kmax"].update(mode="sparse"), "datasets.mnist_rot.kmax.mode"),
-        (lambda d: d["kmax"].update(sample=1), "datasets.mnist_rot.kmax.sample"),
-        (lambda d: d["kmax"].update(sample_search="fast"),
-         "datasets.mnist_rot.kmax.sample_search"),
+        (lambda s: s["attention"].update(kind="dense"),
+         r"path\.mode 'candidates': the kNN path needs attention\.kind 'knn'"),
+        (lambda s: s["path"]["features"].update(n_candidates=30),
+         r"path\.features\.n_candidates must be >= the list width k=5 and < n=30"),
+        (lambda s: s["path"]["features"].update(n_candidates=3),
+         r"path\.features\.n_candidates must be >= the list width k=5"),
+        (lambda s: s["path"].update(k=30), r"path\.k must be in 2\.\.n-1"),
+        (lambda s: s["path"].update(mode="sparse"), r"path\.mode must be one of"),
+        (lambda s: s["path"].update(sample=1), r"path\.sample must be >= 2"),
+        (lambda s: s["path"].update(sample_search="fast"), r"path\.sample_search must be"),
         # 'auto' above dense_max with dense attention: the line says 'auto' chose the path
-        (lambda d: (d["kmax"].update(mode="auto", dense_max=10),
-                    d["attention"].update(kind="dense")), r"datasets.mnist_rot.kmax.mode'.*auto"),
+        (lambda s: (s["path"].update(mode="auto", dense_max=10),
+                    s["attention"].update(kind="dense")),
+         r"path\.mode 'auto' with n=30 > path\.dense_max=10: the kNN path needs"),
     ],
 )  # fmt: skip
-def test_bad_knn_config_names_the_key(change, key):
+def test_bad_knn_config_names_the_setting(change, needle):
     cfg = copy.deepcopy(KNN_TINY)
-    change(cfg["datasets"]["mnist_rot"])
-    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+    change(cfg["datasets"]["mnist_rot"]["settings"])
+    with pytest.raises(ConfigError, match=f"^{KEY}: {needle}"):
         validate_config(cfg)
 
 
@@ -179,11 +175,12 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
 
     from ia_stages.core.groups import make_group
     from ia_stages.data.render import letter, render
+    from ia_stages.ia.distances import knn_sample_search
     from ia_stages.kmax import kappa_max
-    from ia_stages.kmax.search import SearchSettings
     from ia_stages.pipeline.config import stage_settings
     from ia_stages.pipeline.stages import knn
     from ia_stages.pipeline.store import write_store
+    from ia_stages.settings.search import SearchSettings
 
     g = make_group("similarity", mirror=mirror)
     rng = np.random.default_rng(4)
@@ -195,13 +192,16 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     ).astype(float)  # fmt: skip
     if mirror:
         X[::4] = X[::4, :, ::-1]
-    cfg = copy.deepcopy(KNN_TINY)
+    cfg = _knn_tiny(n_candidates=6, n_expand=3, n_dims=8)
     ds = cfg["datasets"]["mnist_rot"]
-    ds.update(n=12, group={"name": "similarity", "mirror": mirror})
-    ds["kmax"].update(rows_per_job=6, sample=8)
-    ds["kmax"]["features"].update(n_candidates=6, n_expand=3, n_dims=8)
-    settings = stage_settings(validate_config(cfg), "knn", "mnist_rot")
-    assert settings["group"]["name"] == "similarity"
+    ds.update(n=12, rows_per_job=6)
+    ds["settings"].update(group={"name": "similarity"}, mirror=mirror)
+    ds["settings"]["path"].update(sample=8)
+    valid = validate_config(cfg)
+    settings = stage_settings(valid, "knn", "mnist_rot")
+    t = job_tree(settings)
+    k, features = knn_settings(valid, "mnist_rot")
+    assert t.group.name == "similarity"
     images = tmp_path / "images.zarr"
     write_store(xr.Dataset({"features": (("sample", "y", "x"), X)}), images)
     feats = knn.features(images, tmp_path / "f.zarr", settings)
@@ -218,9 +218,8 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
     for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
         np.testing.assert_array_equal(whole[name].values, store[name].values, err_msg=name)
     lib = kappa_max(
-        X, beta=settings["beta"], normalization=settings["normalization"], group=g,
-        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
-        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
+        X, beta=t.beta, normalization=t.normalization, group=g, settings=t.search,
+        sigma=t.sigma, k=k, mode="candidates", features=features,
     )  # fmt: skip
     np.testing.assert_array_equal(store["indices"].values, lib.indices)
     np.testing.assert_allclose(store["sqdist"].values, lib.sqdist, rtol=1e-12, atol=1e-12)
@@ -230,18 +229,15 @@ def test_the_knn_stages_refine_over_the_datasets_group_as_the_library_does(tmp_p
         flipped = store["params"].values[:, 1:, -1] == 1
         side = np.arange(12) % 4 == 0
         assert np.array_equal(flipped, side[:, None] != side[store["indices"].values[:, 1:]])
-    se2 = kappa_max(X, beta=settings["beta"], normalization=settings["normalization"],
-                    settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
-                    k=settings["k"], mode="candidates",
-                    features=FeatureSettings(**settings["features"]))  # fmt: skip
+    se2 = kappa_max(X, beta=t.beta, normalization=t.normalization, settings=t.search,
+                    sigma=t.sigma, k=k, mode="candidates", features=features)  # fmt: skip
     # the scale freedom brings every image's listed neighbours nearer than SE(2) alone
     assert store["sqdist"].values[:, 1:].sum() < se2.sqdist[:, 1:].sum()
     sample = feats["sample_index"].values
     # the sample's pairs: by the settings' sample search (the screen by default)
-    assert SearchSettings(**settings["sample_search"]) == SearchSettings()
-    ref = kappa_max(X[sample], beta=settings["beta"], normalization=settings["normalization"],
-                    group=g, settings=SearchSettings(**settings["sample_search"]),
-                    sigma=settings["sigma"])  # fmt: skip
+    assert knn_sample_search(t) == SearchSettings()
+    ref = kappa_max(X[sample], beta=t.beta, normalization=t.normalization, group=g,
+                    settings=knn_sample_search(t), sigma=t.sigma)  # fmt: skip
     np.testing.assert_allclose(store["sample_sqdist"].values, ref.sqdist, atol=1e-12)
 
 
@@ -249,12 +245,11 @@ def test_aligning_onto_class_averages_in_chunks_equals_one_scan(monkeypatch):
     """align_to scans the images in chunks (memory): the poses and distances are those of one
     scan of all images (at 20,000 images one scan overran the polar scan's memory budget)."""
     from ia_stages.ia import class_averages
-    from ia_stages.ia.settings import ia_settings
 
     rng = np.random.default_rng(0)
     V = rng.random((11, 20, 20))
     means = V[[0, 5]]
-    settings = ia_settings()
+    settings = Settings()
     whole = class_averages.align_to(means, V, settings)
     monkeypatch.setattr(class_averages, "ALIGN_CHUNK", 4)
     chunked = class_averages.align_to(means, V, settings)
@@ -293,8 +288,8 @@ def test_the_silhouette_read_out_keeps_the_best_partition_of_all_resolutions(see
     (100_000, None, 100_000, 1), (5_000, None, 5_000, 1), (100_000, 7_000, 7_000, 15),
 ])  # fmt: skip
 def test_knn_jobs_take_every_row_unless_the_config_sets_their_rows(n, given, rows, blocks):
-    """kmax.rows_per_job null: one job per pass (each job prepares nearly all images, so more
+    """rows_per_job null: one job per pass (each job prepares nearly all images, so more
     jobs on one machine repeat that set-up); a given count wins."""
-    cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": n, "kmax": {"rows_per_job": given}}}}
+    cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": n, "rows_per_job": given}}}
     assert knn_rows_per_job(cfg, "d") == rows
     assert len(knn_row_blocks(cfg, "d")) == blocks

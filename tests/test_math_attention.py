@@ -18,7 +18,7 @@ def small_shapes():
 
 @pytest.fixture(scope="module")
 def ia_fit(small_shapes):
-    est = InvariantAttentionClustering(preset="paper", beta=30.0, iterations=2)
+    est = InvariantAttentionClustering(preset="paper", beta=30.0, config={"iterations": 2})
     return est.fit(small_shapes.data)
 
 
@@ -80,7 +80,9 @@ def test_ka_step_is_the_weighted_mean():
 
 @pytest.mark.slow
 def test_estimator_with_given_number_of_clusters(small_shapes, ia_fit):
-    est = InvariantAttentionClustering(preset="paper", beta=30.0, iterations=0, n_clusters=2)
+    est = InvariantAttentionClustering(
+        preset="paper", beta=30.0, config={"iterations": 0}, n_clusters=2
+    )
     labels = est.fit_predict(small_shapes.data[:8])
     assert len(np.unique(labels)) == 2
     with pytest.raises(ValueError, match="images"):

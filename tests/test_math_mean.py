@@ -7,8 +7,9 @@ from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import warp, warp_with_jacobian
 from ia_stages.data.base_shapes import draw_base_shapes
-from ia_stages.ia.invariant_mean import MeanSettings, _direction, _objective, invariant_mean
+from ia_stages.ia.invariant_mean import _direction, _objective, invariant_mean
 from ia_stages.kmax import kappa_max
+from ia_stages.settings.attention import MeanSettings
 
 G = SE2()
 
@@ -97,7 +98,8 @@ def test_objective_helper_is_the_weighted_squared_distance():
 
 
 def test_max_images_keeps_the_heaviest_and_reports_the_rest():
-    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+    from ia_stages.ia.invariant_mean import invariant_mean
+    from ia_stages.settings.attention import MeanSettings
 
     rng = np.random.default_rng(0)
     V = rng.random((6, 12, 12))

@@ -6,7 +6,6 @@ from scipy.ndimage import gaussian_filter
 
 from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.warp import (
-    INTERPOLATIONS,
     _poly_taps,
     interpolate,
     keys_kernel,
@@ -17,6 +16,7 @@ from ia_stages.core.warp import (
     warp,
     warp_with_jacobian,
 )
+from ia_stages.settings.search import INTERPOLATIONS
 
 G = SE2()
 

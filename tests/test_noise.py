@@ -46,9 +46,10 @@ def test_bad_settings_are_named():
 def test_auto_sigma_follows_the_noise_within_its_bounds(digits):
     """sigma='auto': clean images keep min_sigma, noisier images get more, never above
     max_sigma or what the image size allows; a number given is kept."""
-    from ia_stages.ia.settings import ia_settings, with_sigma
+    from ia_stages.ia.prepare import resolve_sigma as with_sigma
+    from ia_stages.settings import Settings
 
-    s = ia_settings(sigma="auto")
+    s = Settings.from_dict(dict(sigma="auto"))
     assert with_sigma(s, digits).sigma == s.noise.min_sigma
     rng = np.random.default_rng(3)
     noisy = digits + rng.normal(0, 0.3, digits.shape)
@@ -58,32 +59,28 @@ def test_auto_sigma_follows_the_noise_within_its_bounds(digits):
     assert with_sigma(s, mostly_noise).sigma == s.noise.max_sigma
     small = mostly_noise[:, 16:24, 16:24]  # 8 px: at most sigma 3.5 leaves a shape
     assert with_sigma(s, small).sigma == 3.5
-    assert with_sigma(ia_settings(sigma=2.0), noisy).sigma == 2.0
+    assert with_sigma(Settings.from_dict(dict(sigma=2.0)), noisy).sigma == 2.0
     with pytest.raises(ValueError, match=r"noise\.max_sigma"):
-        ia_settings(noise={"max_sigma": 0.5})
-    with pytest.raises(ValueError, match="sigma must be a number >= 0 or 'auto'"):
-        ia_settings(sigma="fine")
+        Settings.from_dict(dict(noise={"max_sigma": 0.5}))
+    with pytest.raises(ValueError, match="sigma must be a number or 'auto'"):
+        Settings.from_dict(dict(sigma="fine"))
 
 
 def test_the_estimator_and_the_cluster_command_choose_sigma_from_noisy_pixels(digits, tmp_path):
     from PIL import Image
 
     from ia_stages import InvariantAttentionClustering
-    from ia_stages.pipeline.cluster_command import _auto_sigma, check_images, images_config
+    from ia_stages.pipeline.cluster_command import check_images, images_config
     from ia_stages.pipeline.config import validate_config
 
     rng = np.random.default_rng(4)
     noisy = np.clip(digits[:12] + rng.normal(0, 0.3, (12, 40, 40)), -1, 2)
-    est = InvariantAttentionClustering(n_clusters=2, iterations=0, sigma="auto").fit(noisy)
-    assert est.settings_.sigma == pytest.approx(choose_sigma(noisy))
+    est = InvariantAttentionClustering(n_clusters=2, sigma="auto", config={"iterations": 0})
+    assert est.fit(noisy).settings_.sigma == pytest.approx(choose_sigma(noisy))
     for i, im in enumerate(noisy):
         Image.fromarray(((im + 1) / 3 * 255).astype(np.uint8)).save(tmp_path / f"{i}.png")
-    cfg = images_config(tmp_path, kernel_sigma="auto")
-    auto = _auto_sigma(cfg)
-    cfg = validate_config(cfg)
-    check_images(cfg, auto)
-    sigma = next(iter(cfg["datasets"].values()))["kernel_sigma"]
+    chosen = check_images(validate_config(images_config(tmp_path, {"sigma": "auto"})))
+    sigma = chosen["images"]
     assert 1.5 < sigma < 4.0  # from the PNGs' pixels (8-bit), near the arrays' choice
     assert sigma == pytest.approx(choose_sigma(noisy), rel=0.1)
-    cfg = images_config(tmp_path, kernel_sigma=1.5)
-    assert _auto_sigma(cfg) == {} and cfg["datasets"]["images"]["kernel_sigma"] == 1.5
+    assert check_images(validate_config(images_config(tmp_path, {"sigma": 1.5}))) == {}

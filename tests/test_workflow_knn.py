@@ -1,4 +1,4 @@
-"""End to end: the kNN path of the workflow (kmax: {mode: candidates}) on a tiny config."""
+"""End to end: the kNN path of the workflow (path.mode: candidates) on a tiny config."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import pytest
 import yaml
 
 from ia_stages.benchmark.metrics import accuracy
+from ia_stages.ia.distances import knn_search
 from ia_stages.ia.loop import run_ia
-from ia_stages.ia.settings import ia_config, ia_settings
 from ia_stages.kmax import kappa_max
-from ia_stages.kmax.features import FeatureSettings
-from ia_stages.kmax.search import SearchSettings
 from ia_stages.pipeline.cluster_command import snakemake
-from ia_stages.pipeline.config import stage_settings, validate_config
+from ia_stages.pipeline.config import dataset_settings, stage_settings, validate_config
 from ia_stages.pipeline.stages import knn
+from ia_stages.pipeline.stages.common import job_tree
 from ia_stages.pipeline.store import read_store
 from ia_stages.readout.graph import KnnDistances
+from ia_stages.settings import knn_features, knn_width
 
-from .test_ia_settings import assert_stability_matches_the_read_out
+from .test_settings import assert_stability_matches_the_read_out
 
 pytestmark = pytest.mark.slow  # runs the workflow end to end
 
@@ -56,7 +56,7 @@ def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
     assert sharded.attrs["blocks"] == 4  # 2 row blocks and their 2 expansion blocks
     settings = json.loads(sharded.attrs["settings"])  # exactly what the jobs used
     images = knn_run / "results/data/mnist_rot.zarr"
-    assert settings["features"]["n_expand"] > 0  # the expansion pass is sharded too
+    assert job_tree(settings).path.features.n_expand > 0  # the expansion pass is sharded too
     feats = it0 / "knn_features.zarr"
     one = knn.block(images, feats, tmp_path / "b.zarr", 0, N, settings)
     assert one.attrs["rows"] == [0, N]
@@ -68,7 +68,8 @@ def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
                         settings)  # fmt: skip
     for name in ("indices", "sqdist", "params", "value", "sample_sqdist"):
         np.testing.assert_array_equal(sharded[name].values, single[name].values, err_msg=name)
-    lib = library_lists(read_store(images)["features"].values, settings)
+    X = read_store(images)["features"].values
+    lib = library_lists(X, settings)
     np.testing.assert_array_equal(sharded["indices"].values, lib.indices)
     np.testing.assert_array_equal(sharded["sqdist"].values, lib.sqdist)
 
@@ -76,10 +77,10 @@ def test_sharded_store_equals_one_job_and_the_library(knn_run, tmp_path):
 def library_lists(X: np.ndarray, settings: dict):
     """The library's ``kappa_max(X, k, mode='candidates')`` with a kNN store's settings (the
     pipeline's stage settings of the kNN path), SE(2)."""
+    t, n = job_tree(settings), len(X)
     return kappa_max(
-        X, beta=settings["beta"], normalization=settings["normalization"],
-        settings=SearchSettings(**settings["search"]), sigma=settings["sigma"],
-        k=settings["k"], mode="candidates", features=FeatureSettings(**settings["features"]),
+        X, beta=t.beta, normalization=t.normalization, settings=knn_search(t), sigma=t.sigma,
+        k=knn_width(t, n), mode="candidates", features=knn_features(t, n),
     )  # fmt: skip
 
 
@@ -136,11 +137,11 @@ def test_the_estimator_on_the_knn_path_gives_the_pipelines_clusters(knn_run):
     """run_ia with the dataset's settings (the kNN path, as the estimator runs it) and the
     same seed: the clusters of clusters.csv and the kept iteration's lists of its kNN store."""
     cfg = validate_config(yaml.safe_load(CONFIG.read_text()))
-    s = ia_settings(**ia_config(cfg, "mnist_rot"))
+    s = dataset_settings(cfg, "mnist_rot")
     assert s.path.mode == "candidates"
     res = knn_run / "results/mnist_rot"
     X = read_store(knn_run / "results/data/mnist_rot.zarr")["features"].values
-    out = run_ia(X, s, None, cfg["seed"])
+    out = run_ia(X, s, cfg["seed"])
     assert isinstance(out.kmax[0], KnnDistances)
     table = pd.read_csv(res / "clusters.csv")
     np.testing.assert_array_equal(table["cluster"].values, out.labels)

@@ -30,8 +30,9 @@ def beside_the_search() -> None:
     """The kernels no dense search calls, each run once on small inputs."""
     from ia_stages.core.groups import make_group
     from ia_stages.data.render import letter, render
-    from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+    from ia_stages.ia.invariant_mean import invariant_mean
     from ia_stages.kmax.group_refine import refine_pairs
+    from ia_stages.settings.attention import MeanSettings
 
     X = _shapes()
     pairs = np.arange(3, dtype=np.int64)
@@ -72,9 +73,10 @@ def main() -> None:
     if beside.wait() != 0:
         raise RuntimeError("tests.warm_numba --beside failed")
     kappa_max(X, k=3)  # the kNN mode's selection
-    small = {"iterations": 1, "random_state": 0}
+    small = {"config": {"iterations": 1}, "random_state": 0}
     InvariantAttentionClustering(3, **small).fit(X)  # means, class averages
-    InvariantAttentionClustering(3, kmax_mode="candidates", **small).fit(X)
+    knn = {"iterations": 1, "path": {"mode": "candidates"}}
+    InvariantAttentionClustering(3, config=knn, random_state=0).fit(X)
     for group in ("similarity", "affine"):
         InvariantAttentionClustering(3, group=group, **small).fit(X)
     beside_the_search()  # loads what the other process compiled

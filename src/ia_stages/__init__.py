@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "SE2": "ia_stages.core.groups",
     "warp": "ia_stages.core.warp",
-    "invariant_attention": "ia_stages.ia.attention",
+    "invariant_attention": "ia_stages.ia.loop",
     "kernel_attention": "ia_stages.ia.attention",
     "InvariantAttentionClustering": "ia_stages.ia.estimator",
     "invariant_mean": "ia_stages.ia.invariant_mean",
@@ -36,9 +36,10 @@ __all__ = [
 if TYPE_CHECKING:
     from ia_stages.core.groups import SE2
     from ia_stages.core.warp import warp
-    from ia_stages.ia.attention import invariant_attention, kernel_attention
+    from ia_stages.ia.attention import kernel_attention
     from ia_stages.ia.estimator import InvariantAttentionClustering
     from ia_stages.ia.invariant_mean import invariant_mean
+    from ia_stages.ia.loop import invariant_attention
     from ia_stages.kmax import kappa_max
 
 

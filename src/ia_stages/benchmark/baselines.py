@@ -19,8 +19,9 @@ import numpy as np
 
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import SE2
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.settings.attention import MeanSettings
 
 
 def kmeans_pixels(X: np.ndarray, n_clusters: int, seed: int, n_init: int = 10) -> np.ndarray:

@@ -16,10 +16,12 @@ Snakefile does) stays cheap.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from ia_stages.settings.tree import Settings
 
 NEEDS = ("none", "kmax0", "kmax_all")
 TRANSFORMS = ("group", "se2", "none")
@@ -33,7 +35,7 @@ class Job:
     X : ``(n, ...)`` the dataset's features as floats
     images : ``(n, H, W)`` or None (point sets)
     n_clusters : K (the configured one, else the number of classes)
-    settings : the job's settings (:func:`~ia_stages.pipeline.config.cluster_settings`)
+    settings : the job's settings (:func:`~ia_stages.pipeline.benchmark_config.cluster_settings`)
     kmax : kappa^max results (:class:`~ia_stages.kmax.KappaMaxResult`) of the stores read:
         ``[iteration 0]`` for 'kmax0', ``[iteration 0, ..., T]`` for 'kmax_all'
     rng : the job's generator; seed : an int seed for scikit-learn
@@ -58,7 +60,8 @@ class Method:
     """label : name in the tables; randomized : runs once per seed (else once);
     needs : 'none' | 'kmax0' | 'kmax_all'; k_given : takes the number of clusters K;
     heavy : searches kappa^max or computes invariant means (threads, a GPU);
-    settings : (config, dataset) -> the settings it reads besides the common ones;
+    settings : (dataset's tree, config, dataset) -> the settings it reads besides the common
+        ones;
     predict : Job -> (labels ``(n,)``, extra arrays to store: name -> (dims, values), and
         under :data:`ATTRS` a dict of store attributes);
     transforms : what it factors out (:data:`TRANSFORMS`): 'group' the dataset's group (it
@@ -71,77 +74,64 @@ class Method:
     needs: str
     k_given: bool
     heavy: bool
-    settings: Callable[[dict, str], dict]
+    settings: Callable[[Settings, dict, str], dict]
     predict: Callable[[Job], Prediction]
     transforms: str = "group"
 
 
 # --- settings each method reads -------------------------------------------------------------
+# Each takes the dataset's settings tree, the validated config and the dataset's name, and
+# returns the job's settings: the part of the tree the method reads (under ``settings``, its
+# job's tree: :func:`job_tree`) and the benchmark's own keys.
+
+READOUT = ("readout.threshold", "readout.linkage")
+KERNEL = ("beta", "normalization", "sigma")
 
 
-def _readout(cfg: dict, dataset: str) -> dict:
-    """The linkage read-out's settings (the graph read-outs' are separate keys)."""
-    readout = {k: cfg["readout"][k] for k in ("threshold", "linkage")}
-    ds = cfg["datasets"][dataset]
-    if ds.get("readout_threshold") is not None:
-        readout["threshold"] = ds["readout_threshold"]
-    return readout
+def job_tree(job: Job) -> Settings:
+    """The job's settings tree: the part its method reads, every other setting unset."""
+    return Settings.from_dict(job.settings["settings"], partial=True)
 
 
-def _kernel(cfg: dict, dataset: str) -> dict:
-    ds = cfg["datasets"][dataset]
-    return {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
+def _none(tree: Settings, cfg: dict, dataset: str) -> dict:
+    return {"settings": {}}
 
 
-def _mean(cfg: dict) -> dict:
-    return {"mean": cfg["ia"]["mean"], "init": cfg["ia"]["init"]}
-
-
-def _none(cfg: dict, dataset: str) -> dict:
-    return {}
-
-
-def _ka_settings(cfg: dict, dataset: str) -> dict:
+def _ka_settings(tree: Settings, cfg: dict, dataset: str) -> dict:
     ds = cfg["datasets"][dataset]
     return {
-        "ka_beta": ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"],
-        "normalization": ds["normalization"],
+        "settings": tree.subset(("normalization", *READOUT)),
+        "ka_beta": tree.beta if ds.get("ka_beta") is None else ds["ka_beta"],
         "ka_iterations": cfg["ka"]["iterations"],
-        "readout": _readout(cfg, dataset),
     }
 
 
-def _readout_settings(cfg: dict, dataset: str) -> dict:
-    return {"readout": _readout(cfg, dataset)}
+def _readout_settings(tree: Settings, cfg: dict, dataset: str) -> dict:
+    return {"settings": tree.subset(READOUT)}
 
 
-def _graph_settings(cfg: dict, dataset: str) -> dict:
-    # k_ia is IA's read-out graph (ia_config), not the input graph baselines'
-    ia_only = ("k_ia", "merge")
-    return {"graph": {k: v for k, v in cfg["readout"]["graph"].items() if k not in ia_only}}
+def _graph_settings(tree: Settings, cfg: dict, dataset: str) -> dict:
+    # the input graph's k is the baselines' own (IA's read-out graph is readout.k)
+    return {"settings": tree.subset(("readout",)), "graph_k": cfg["benchmark"]["graph_k"]}
 
 
-def _ia_settings(cfg: dict, dataset: str) -> dict:
-    from ia_stages.ia.settings import ia_config
-
-    return {"ia": ia_config(cfg, dataset)}
+def _ia_settings(tree: Settings, cfg: dict, dataset: str) -> dict:
+    return {"settings": tree.to_dict()}
 
 
-def _ti_settings(cfg: dict, dataset: str) -> dict:
+def _ti_settings(tree: Settings, cfg: dict, dataset: str) -> dict:
     return {
-        **_kernel(cfg, dataset),
-        **_mean(cfg),
-        "search": cfg["ia"]["search"],
+        "settings": tree.subset((*KERNEL, "mean", "init", "search")),
         "ti_kmeans": cfg["benchmark"]["ti_kmeans"],
     }
 
 
-def _ablation_settings(pooling: str) -> Callable[[dict, str], dict]:
-    def settings(cfg: dict, dataset: str) -> dict:
+def _ablation_settings(pooling: str) -> Callable[[Settings, dict, str], dict]:
+    def settings(tree: Settings, cfg: dict, dataset: str) -> dict:
         ablation = dict(cfg["benchmark"]["ablation"])
         if pooling == "avg":  # the average has no temperature
             ablation.pop("temperature")
-        return {**_ia_settings(cfg, dataset), "ablation": ablation}
+        return {**_ia_settings(tree, cfg, dataset), "ablation": ablation}
 
     return settings
 
@@ -167,14 +157,13 @@ def _ka(k_given: bool) -> Callable[[Job], Prediction]:
         from ia_stages.ia.attention import kernel_attention
         from ia_stages.readout.linkage import cluster_by_distance
 
-        s = job.settings
-        feats = kernel_attention(job.X, s["ka_beta"], s["normalization"], s["ka_iterations"])[0]
-        Xn = normalize(feats[-1], s["normalization"])
+        s, t = job.settings, job_tree(job)
+        feats = kernel_attention(job.X, s["ka_beta"], t.normalization, s["ka_iterations"])[0]
+        Xn = normalize(feats[-1], t.normalization)
         sq = sq_distances(Xn, Xn)
-        ro = s["readout"]
         if k_given:
-            return cluster_by_distance(sq, 0.0, ro["linkage"], n_clusters=job.n_clusters), {}
-        return cluster_by_distance(sq, ro["threshold"], ro["linkage"]), {}
+            return cluster_by_distance(sq, 0.0, t.readout.linkage, n_clusters=job.n_clusters), {}
+        return cluster_by_distance(sq, t.readout.threshold, t.readout.linkage), {}
 
     return predict
 
@@ -199,11 +188,11 @@ def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
     def predict(job: Job) -> Prediction:
         from ia_stages.readout.graph import graph_partition
 
-        g = dict(job.settings["graph"])
+        readout = replace(job_tree(job).readout, k=job.settings["graph_k"])
         K = None if with_k is None else job.n_clusters
         if with_k is not None:
-            g["with_k"] = with_k
-        return graph_partition(job.kmax[0].sqdist, g, K, job.seed), {}
+            readout = replace(readout, with_k=with_k)
+        return graph_partition(job.kmax[0].sqdist, readout, K, job.seed), {}
 
     return predict
 
@@ -212,17 +201,14 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.core.groups import make_group
         from ia_stages.ia.loop import read_iterations
-        from ia_stages.ia.settings import ia_settings, sized
+        from ia_stages.settings.sizing import sized
 
         K = job.n_clusters if k_given else None
         n = job.kmax[0].sqdist.shape[0]
-        group = job.settings.get("group")  # the kappa^max stores' group (absent: SE(2))
-        group = None if group is None else make_group(**group)
-        s = sized(ia_settings(**job.settings["ia"], group=group), n, K)
+        s = sized(replace(job_tree(job), n_clusters=K), n)
         parts, chosen, reason = read_iterations(
-            [km.sqdist for km in job.kmax], s, K, job.seed, [km.value for km in job.kmax]
+            [km.sqdist for km in job.kmax], s, job.seed, [km.value for km in job.kmax]
         )
         labels = parts[chosen]
         if K is None and s.readout.merge > 0:  # as clusters.csv: join sub-styles
@@ -241,22 +227,18 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
 
 def _ti_kmeans(job: Job) -> Prediction:
     from ia_stages.benchmark.baselines import ti_kmeans
-    from ia_stages.ia.invariant_mean import MeanSettings
-    from ia_stages.kmax import SearchSettings
 
-    s = job.settings
-    mean = dict(s["mean"])
-    mean["sigmas"] = tuple(mean["sigmas"])
-    mean["max_images"] = None  # a prototype is the mean of all its members: no top-k cap
+    s, t = job.settings, job_tree(job)
+    mean = replace(t.mean, max_images=None)  # a prototype is the mean of all its members
     res = ti_kmeans(
         job.to_backend(job.images),
         job.n_clusters,
         job.rng,
-        s["beta"],
-        s["normalization"],
-        s["sigma"],
-        SearchSettings(**s["search"]),
-        MeanSettings(**mean),
+        t.beta,
+        t.normalization,
+        t.sigma,
+        t.search,
+        mean,
         s["ti_kmeans"]["iterations"],
         s["ti_kmeans"]["n_init"],
         kmax0=job.kmax[0],
@@ -274,7 +256,6 @@ def _ablation(pooling: str) -> Callable[[Job], Prediction]:
 
     def predict(job: Job) -> Prediction:
         from ia_stages.ia.loop import run_ia
-        from ia_stages.ia.settings import IASettings, ia_settings
         from ia_stages.kmax import KappaMaxResult
         from ia_stages.kmax.grid import GridSettings, group_kernel
 
@@ -283,14 +264,14 @@ def _ablation(pooling: str) -> Callable[[Job], Prediction]:
             n_angles=abl["n_angles"], max_shift=abl["max_shift"], shift_step=abl["shift_step"]
         )
 
-        def kernel(V: Any, s: IASettings) -> KappaMaxResult:
+        def kernel(V: Any, s: Settings) -> KappaMaxResult:
             return group_kernel(
                 V, beta=s.beta, pooling=pooling, temperature=abl.get("temperature", 1.0),
                 normalization=s.normalization, sigma=s.sigma, grid=grid,
             )  # fmt: skip
 
-        s = ia_settings(**job.settings["ia"])
-        res = run_ia(job.to_backend(job.images), s, job.n_clusters, job.seed, kernel=kernel)
+        s = replace(job_tree(job), n_clusters=job.n_clusters)
+        res = run_ia(job.to_backend(job.images), s, job.seed, kernel=kernel)
         return res.labels, {ATTRS: {"stopped_at": res.n_iter, "stop_reason": res.stop_reason}}
 
     return predict

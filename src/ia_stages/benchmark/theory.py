@@ -22,8 +22,9 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult
+from ia_stages.settings.attention import MeanSettings
 
 Kernel = Callable[[Any], KappaMaxResult]  # images (m, H, W) -> all-pairs result
 

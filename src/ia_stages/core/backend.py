@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-BACKENDS = ("auto", "numpy", "cupy")
+from ia_stages.settings.tree import check_setting
 
 
 class BackendError(RuntimeError):
@@ -43,8 +43,7 @@ def resolve_backend(name: str) -> str:
     ``auto`` picks cupy when it imports and sees a GPU, numpy otherwise; ``cupy`` without a
     usable GPU raises :class:`BackendError`.
     """
-    if name not in BACKENDS:
-        raise BackendError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_setting("backend", name)
     if name == "numpy":
         return "numpy"
     usable = _cupy_usable()

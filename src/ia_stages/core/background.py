@@ -19,7 +19,6 @@ kappa^max compares whole frames. Two things in the background distort it:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,34 +26,9 @@ import numpy as np
 from ia_stages.core.backend import array_module, ndimage_module
 from ia_stages.core.noise import image_noise
 from ia_stages.core.smoothing import smooth
-from ia_stages.core.validation import border_median, check_choice, check_number
-
-BACKGROUNDS = ("none", "median", "mask")
-
-
-@dataclass(frozen=True)
-class MaskSettings:
-    """How ``background='mask'`` finds each image's support (:func:`support_mask`).
-
-    threshold : noise standard deviations of the smoothed image (> 0) that a pixel of it must
-        exceed in |value| to belong to the object
-    sigma : Gaussian smoothing (px, > 0) of the image the support is read from
-    dilation : px (>= 0) the support is grown by (a square of side 2 dilation + 1): the
-        object's faint rim, below the threshold, is kept
-    border : width (px, >= 1) of each image's frame that its noise is read from
-    """
-
-    threshold: float = 4.0
-    sigma: float = 2.0
-    dilation: int = 1
-    border: int = 3
-
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the field when a setting is out of range."""
-        check_number(self.threshold, "mask.threshold", low=0.0, low_open=True)
-        check_number(self.sigma, "mask.sigma", low=0.0, low_open=True)
-        check_number(self.dilation, "mask.dilation", integer=True, low=0)
-        check_number(self.border, "mask.border", integer=True, low=1)
+from ia_stages.core.validation import border_median
+from ia_stages.settings.images import MaskSettings
+from ia_stages.settings.tree import check_setting
 
 
 def support_mask(X: Any, settings: MaskSettings = MaskSettings()) -> Any:
@@ -79,7 +53,6 @@ def support_mask(X: Any, settings: MaskSettings = MaskSettings()) -> Any:
     >>> bool(m[0, 15:25, 15:25].all()), bool(m[0, :8].any())
     (True, False)
     """
-    settings.check()
     xp = array_module(X)
     noise = image_noise(X, settings.border)
     level = settings.threshold * noise / (2.0 * np.sqrt(np.pi) * settings.sigma)
@@ -124,7 +97,7 @@ def subtract_background(
     >>> float(subtract_background(X, "median")[0, 0, 0])
     0.0
     """
-    check_choice(background, "background", BACKGROUNDS)
+    check_setting("background", background)
     if background == "none":
         return X
     X = X - border_median(X)[:, None, None]

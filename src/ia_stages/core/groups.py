@@ -1,6 +1,6 @@
 """Transformation groups acting on pixel coordinates.
 
-Convention (see README): with centred coordinates c = ((H-1)/2, (W-1)/2), a transform with
+Convention (docs: the method): with centred coordinates c = ((H-1)/2, (W-1)/2), a transform with
 matrix A and translation b maps an output pixel p to the sampling point
 tau(p) = A (p - c) + c + b, and (v o tau)[p] = v[tau(p)]. Composition follows function
 composition of the sampling maps: (v o tau1) o tau2 = v o (tau1 . tau2) with
@@ -14,6 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from ia_stages.settings.group import GroupSettings
+from ia_stages.settings.spec import from_dict
+from ia_stages.settings.tree import Settings, check_setting
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,9 @@ class SE2:
     param_names: tuple[str, ...] = ("theta", "b0", "b1")
 
     def settings(self) -> dict:
-        """The group's settings, as the config hash and the stores' attrs record them."""
-        return {"group": "se2", "mirror": False}
+        """The group's settings as the tree names them (``group`` and ``mirror``), as the
+        stores' attrs record them."""
+        return {"name": "se2", "mirror": False}
 
     def scale(self, params: Any) -> Any:
         """sqrt|det A| = 1, shape ``(...,)``."""
@@ -177,19 +182,8 @@ class GroupBounds:
     anisotropy: float = 1.5
     shear: float = 0.25
 
-    def __post_init__(self) -> None:
-        low, high = (float(x) for x in self.scale)
-        if not (math.isfinite(low) and math.isfinite(high)) or low <= 0.0 or high <= 0.0:
-            raise ValueError(f"scale: the bounds must be > 0, got {tuple(self.scale)}")
-        if low > high:
-            raise ValueError(f"scale: inverted range {tuple(self.scale)} (low > high)")
-        if not low <= 1.0 <= high:
-            raise ValueError(f"scale: the range {tuple(self.scale)} must contain 1")
-        if not (math.isfinite(self.anisotropy) and self.anisotropy >= 1.0):
-            raise ValueError(f"anisotropy: must be >= 1 (an axis ratio), got {self.anisotropy}")
-        if not (0.0 <= self.shear < 1.0):
-            raise ValueError(f"shear: must lie in [0, 1), got {self.shear}")
-        object.__setattr__(self, "scale", (low, high))
+    def __post_init__(self) -> None:  # the ranges are GroupSettings' (make_group checks them)
+        object.__setattr__(self, "scale", tuple(float(x) for x in self.scale))
 
     def axis_ratio(self) -> float:
         """The largest axis ratio (the larger singular value of A over the smaller) of a map
@@ -273,20 +267,6 @@ class AffineFamily:
     half_iters: int = 6
     floor: float = 1e-3
 
-    def __post_init__(self) -> None:
-        if self.name not in GROUP_NAMES:
-            raise ValueError(f"group: unknown group {self.name!r}; choose one of {GROUP_NAMES}")
-        if int(self.iters) < 0:
-            raise ValueError(f"group_iters: must be >= 0, got {self.iters}")
-        if int(self.half_iters) < 0:
-            raise ValueError(f"group_half_iters: must be >= 0, got {self.half_iters}")
-        if not self.tol >= 0.0:
-            raise ValueError(f"group_tol: must be >= 0, got {self.tol}")
-        if not self.lam0 > 0.0:
-            raise ValueError(f"group_lam0: must be > 0, got {self.lam0}")
-        if not 0.0 <= self.floor < 1.0:
-            raise ValueError(f"group_floor: must be in [0, 1), got {self.floor}")
-
     @property
     def n_extra(self) -> int:
         """Continuous parameters beyond SE(2)'s: 0, 1 (similarity) or 3 (affine)."""
@@ -307,18 +287,19 @@ class AffineFamily:
         return names + (("mirror",) if self.mirror else ())
 
     def settings(self) -> dict:
-        """The group's settings, as the config hash and the stores' attrs record them."""
+        """The group's settings as the tree names them (:class:`~ia_stages.settings.
+        GroupSettings`' keys and ``mirror``), as the stores' attrs record them."""
         return {
-            "group": self.name,
+            "name": self.name,
             "mirror": bool(self.mirror),
             "scale": list(self.bounds.scale),
             "anisotropy": float(self.bounds.anisotropy),
             "shear": float(self.bounds.shear),
-            "group_iters": int(self.iters),
-            "group_half_iters": int(self.half_iters),
-            "group_tol": float(self.tol),
-            "group_lam0": float(self.lam0),
-            "group_floor": float(self.floor),
+            "iters": int(self.iters),
+            "half_iters": int(self.half_iters),
+            "tol": float(self.tol),
+            "lam0": float(self.lam0),
+            "floor": float(self.floor),
         }
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
@@ -484,9 +465,6 @@ class AffineFamily:
         return self.from_matrix(A_inv, -np.einsum("...ij,...j->...i", A_inv, self.translation(p)))
 
 
-GROUP_NAMES = ("se2", "similarity", "affine")
-
-
 def has_mirror(group: SE2 | AffineFamily) -> bool:
     """Whether ``group`` holds mirror images (its parameters then end in the mirror flag).
 
@@ -531,45 +509,39 @@ def check_lists_group(group: SE2 | AffineFamily, what: str) -> None:
 
 
 def make_group(
-    name: str = "se2",
-    mirror: bool = False,
-    scale: tuple[float, float] = (0.8, 1.25),
-    anisotropy: float = 1.5,
-    shear: float = 0.25,
-    iters: int = 2,
-    tol: float = 1e-9,
-    lam0: float = 1e-3,
-    half_iters: int = 6,
-    floor: float = 1e-3,
+    group: str | GroupSettings | dict = "se2", mirror: bool = False, **given: Any
 ) -> SE2 | AffineFamily:
-    """The group called ``name`` ('se2', 'similarity' or 'affine'), optionally with mirrors.
+    """The group of the settings ``group`` (its name, a :class:`~ia_stages.settings.
+    GroupSettings` or a dict of its keys, with the keys ``given`` laid over), with mirror
+    images when ``mirror``.
 
-    ``se2`` without mirror gives :class:`SE2` (today's search, unchanged); every other choice an
-    :class:`AffineFamily` whose extra parameters are refined within the bounds ``scale``
-    (range of sqrt(det A), default (0.8, 1.25)), ``anisotropy`` (axis ratio, default 1.5) and
-    ``shear`` (|h|, default 0.25), which together bound every map's axis ratio
-    (:meth:`GroupBounds.axis_ratio`): ``half_iters`` evaluations per pair on 2 x 2
-    block means (default 6; 0: none), then at most ``iters`` at full resolution (default 2),
-    stopping at a drop below ``tol`` (default 1e-9), from the damping ``lam0`` (default 1e-3),
-    summing over the pixels where either image can reach ``floor`` of its largest |value|
-    (default 1e-3; 0: all).
-    Bad values raise a one-line ValueError
-    naming the key.
+    ``se2`` without mirror gives :class:`SE2`; every other choice an :class:`AffineFamily`
+    whose extra parameters are refined within the bounds (scale, anisotropy, shear) by the
+    refinement's settings (iters, half_iters, tol, lam0, floor). Bad values raise a one-line
+    :class:`~ia_stages.settings.SettingError` naming the key (``group.scale``).
 
     Example
     -------
     >>> make_group("similarity", scale=(0.9, 1.1)).param_names
     ('theta', 'b0', 'b1', 'log_scale')
     """
-    if name not in GROUP_NAMES:
-        raise ValueError(f"group: unknown group {name!r}; choose one of {GROUP_NAMES}")
-    if not isinstance(mirror, bool):
-        raise ValueError(f"mirror: must be true or false, got {mirror!r}")
-    bounds = GroupBounds(tuple(scale), float(anisotropy), float(shear))
-    if name == "se2" and not mirror:
-        AffineFamily(name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters),
-                     float(floor))  # fmt: skip
+    base = from_dict(GroupSettings, group) if not isinstance(group, GroupSettings) else group
+    gs = from_dict(GroupSettings, given, base) if given else base
+    check_setting("mirror", mirror)
+    if gs.name == "se2" and not mirror:
         return SE2()
-    return AffineFamily(
-        name, mirror, bounds, int(iters), float(tol), float(lam0), int(half_iters), float(floor)
-    )
+    bounds = GroupBounds(gs.scale, gs.anisotropy, gs.shear)
+    return AffineFamily(gs.name, mirror, bounds, gs.iters, gs.tol, gs.lam0, gs.half_iters,
+                        gs.floor)  # fmt: skip
+
+
+def group_of(s: Settings) -> SE2 | AffineFamily:
+    """The group object of the settings tree ``s``: its ``group`` with its ``mirror``.
+
+    Example
+    -------
+    >>> from ia_stages.settings import Settings
+    >>> group_of(Settings.from_dict({"group": "affine", "mirror": True})).n_params
+    7
+    """
+    return make_group(s.group, s.mirror)

@@ -11,48 +11,29 @@ sigma = noise / (2 sqrt(pi) residual signal), and never below ``min_sigma``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ia_stages.core.backend import array_module
-from ia_stages.core.validation import check_number
+from ia_stages.settings.images import NoiseSettings
 
 
-@dataclass(frozen=True)
-class NoiseSettings:
-    """How ``sigma='auto'`` chooses the smoothing from the images (:func:`choose_sigma`).
+def noise_sigma(X: Any, settings: NoiseSettings) -> float:
+    """The smoothing sigma (px) that ``settings`` choose for the images ``X`` ``(n, H, W)``
+    (``sigma='auto'``): :func:`choose_sigma`, at most ``max_sigma`` and at most what the image
+    size allows (:func:`~ia_stages.core.validation.min_side`), never below ``min_sigma``.
 
-    border : width (px) of the frame whose pixels estimate the noise (>= 1)
-    residual : noise left after smoothing, as a fraction of the signal's standard deviation
-        (> 0)
-    min_sigma : the sigma of clean images (>= 0)
-    max_sigma : the most smoothing chosen (>= min_sigma): images that are mostly noise would
-        otherwise be smoothed into blobs
+    Example
+    -------
+    >>> noise_sigma(np.zeros((2, 16, 16)), NoiseSettings())
+    1.0
     """
-
-    border: int = 3
-    residual: float = 0.1
-    min_sigma: float = 1.0
-    max_sigma: float = 4.0
-
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the field when a setting is out of range."""
-        check_number(self.border, "noise.border", integer=True, low=1)
-        check_number(self.residual, "noise.residual", low=0.0, low_open=True)
-        check_number(self.min_sigma, "noise.min_sigma", low=0.0)
-        check_number(self.max_sigma, "noise.max_sigma", low=self.min_sigma)
-
-    def sigma(self, X: Any) -> float:
-        """The smoothing sigma (px) these settings choose for the images ``X`` ``(n, H, W)``:
-        :func:`choose_sigma`, at most ``max_sigma`` and at most what the image size allows
-        (:func:`~ia_stages.core.validation.min_side`), never below ``min_sigma``."""
-        side = min(X.shape[1:])
-        border = min(self.border, max(1, (side - 1) // 2))  # the frame must fit the image
-        chosen = choose_sigma(X, border, self.residual, self.min_sigma)
-        fits = (side - 1) / 2.0  # the largest sigma min_side allows
-        return max(self.min_sigma, min(chosen, self.max_sigma, fits))
+    side = min(X.shape[1:])
+    border = min(settings.border, max(1, (side - 1) // 2))  # the frame must fit the image
+    chosen = choose_sigma(X, border, settings.residual, settings.min_sigma)
+    fits = (side - 1) / 2.0  # the largest sigma min_side allows
+    return max(settings.min_sigma, min(chosen, settings.max_sigma, fits))
 
 
 def estimate_noise(X: Any, border: int = 3) -> float:

@@ -8,8 +8,7 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, ndimage_module
 from ia_stages.core.threads import on_ranges
-
-NORMALIZATIONS = ("unit", "none")
+from ia_stages.settings.tree import check_setting
 
 
 def smooth(images: Any, sigma: float) -> Any:
@@ -46,8 +45,7 @@ def normalize(images: Any, mode: str = "unit", inplace: bool = False) -> Any:
     """
     if mode == "none":
         return images
-    if mode != "unit":
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {mode!r}")
+    check_setting("normalization", mode)
     xp = array_module(images)
     shape = (-1,) + (1,) * (images.ndim - 1)
     # Scale each sample by a power of two (exact in floating point) so that its largest value

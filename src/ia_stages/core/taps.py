@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-INTERPOLATIONS = ("keys", "bspline")
+from ia_stages.settings.tree import check_setting
 
 # Both interpolations weigh the 4 x 4 pixels around a point by taps at floor - 1 .. floor + 2,
 # each tap a cubic polynomial in the fractional part f: TAPS[name][k] are the coefficients of
@@ -45,7 +45,7 @@ _PAD = 4
 def tap_polynomials(interpolation: str) -> np.ndarray:
     """``(4, 4)`` coefficients of f^0..f^3 of the taps at floor - 1 .. floor + 2 (:data:`TAPS`)."""
     if interpolation not in TAPS:
-        raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
+        check_setting("search.interpolation", interpolation)
     return TAPS[interpolation]
 
 

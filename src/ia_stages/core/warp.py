@@ -14,7 +14,6 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, ndimage_module
 from ia_stages.core.groups import SE2
-from ia_stages.core.taps import INTERPOLATIONS as INTERPOLATIONS  # re-exported: the one table
 from ia_stages.core.taps import TAPS as TAPS
 from ia_stages.core.taps import tap_polynomials, warp_with_jacobian_se2
 from ia_stages.core.threads import on_ranges

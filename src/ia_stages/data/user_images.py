@@ -19,9 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ia_stages.core.background import MaskSettings, subtract_background
+from ia_stages.core.background import subtract_background
 from ia_stages.core.validation import constant_images, min_side
 from ia_stages.data.datasets import Dataset, DatasetError
+from ia_stages.settings.images import MaskSettings
+from ia_stages.settings.spec import from_dict
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff", ".jpg", ".jpeg")
 STACK_SUFFIXES = (".npy", ".npz", ".zarr", ".nc", ".tif", ".tiff", ".mrc", ".mrcs")
@@ -396,7 +398,7 @@ def _check_content(data: np.ndarray, names: list[str], path: Path, sigma: float)
     H, W = data.shape[1:]
     if min(H, W) < min_side(sigma):
         raise DatasetError(
-            f"{path}: images of {H} x {W} px are too small for kernel_sigma {sigma:g} (at least "
+            f"{path}: images of {H} x {W} px are too small for sigma {sigma:g} (at least "
             f"{min_side(sigma)} px a side)"
         )
 
@@ -480,7 +482,7 @@ def load_images(
     rng: np.random.Generator | None = None,
     background: str = "none",
     sigma: float = 0.0,
-    mask: dict | None = None,
+    mask: MaskSettings | dict | None = None,
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
@@ -500,8 +502,9 @@ def load_images(
         (then also set every pixel away from the object to 0: noisy images;
         :func:`ia_stages.core.background.subtract_background`)
     sigma : the smoothing kappa^max will apply: images too small for it are refused
-    mask : the :class:`~ia_stages.core.background.MaskSettings` of 'mask', as a dict (None:
-        the defaults); an image without a pixel above the noise is kept whole, with a warning
+    mask : the :class:`~ia_stages.settings.MaskSettings` of 'mask' (or a dict of its keys;
+        None: the defaults); an image without a pixel above the noise is kept whole, with a
+        warning
 
     Returns
     -------
@@ -517,7 +520,7 @@ def load_images(
         constant (no shape to compare), too small for ``sigma``.
     """
     path = Path(path)
-    mask_settings = MaskSettings(**(mask or {}))
+    mask_settings = mask if isinstance(mask, MaskSettings) else from_dict(MaskSettings, mask)
     rng = rng or np.random.default_rng(0)
     p = probe(path)
     n_out = check(path, canvas, downsample, labels, max_images, p)

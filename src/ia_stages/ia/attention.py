@@ -15,14 +15,15 @@ import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
-from ia_stages.core.smoothing import NORMALIZATIONS, normalize, rbf_kernel
-from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
-from ia_stages.ia.invariant_mean import InvariantMeanResult, MeanSettings, _invariant_mean
-from ia_stages.ia.weights import AttentionSettings, dense_weights, knn_weights
-from ia_stages.kmax import KappaMaxResult, SearchSettings, kappa_max
+from ia_stages.core.smoothing import normalize, rbf_kernel
+from ia_stages.core.validation import check_images, check_number
+from ia_stages.ia.invariant_mean import InvariantMeanResult, _invariant_mean
+from ia_stages.ia.weights import dense_weights, knn_weights
+from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense, symmetrize
-
-INITS = ("kmax", "identity")
+from ia_stages.settings.attention import AttentionSettings, MeanSettings
+from ia_stages.settings.sizing import check_attention
+from ia_stages.settings.tree import check_setting
 
 
 def column_normalize(gamma: Any) -> Any:
@@ -55,9 +56,9 @@ def kernel_attention(
     features : ``(iterations + 1, n, ...)`` features before and after every step
     weights : ``(iterations, n, n)`` the W used in every step
     """
-    check_number(beta, "beta", low=0.0, low_open=True)
+    check_setting("beta", beta)
     check_number(iterations, "iterations", integer=True, low=0)
-    check_choice(normalization, "normalization", NORMALIZATIONS)
+    check_setting("normalization", normalization)
     X = check_images(X, "X") if getattr(X, "ndim", 3) == 3 else X
     xp = array_module(X)
     feats, weights = [X], []
@@ -112,8 +113,7 @@ def invariant_attention_step(
     -------
     InvariantAttentionStep with ``features`` of shape ``(len(columns), H, W)``.
     """
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    check_setting("init", init)
     xp = array_module(V)
     W = column_normalize(kmax.value)
     cols = range(V.shape[0]) if columns is None else columns
@@ -153,8 +153,7 @@ def knn_attention_step(
     One :class:`InvariantMeanResult` per column; its ``params`` ``(m, n_params)`` are those
     of the column's m listed samples, in list order.
     """
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    check_setting("init", init)
     if init == "kmax" and knn.params is None:
         raise ValueError("init='kmax' needs the kNN list's params (kappa^max alignments)")
     cols = range(knn.n) if columns is None else columns
@@ -179,7 +178,7 @@ def sparse_neighbours(
     kNN path (:class:`~ia_stages.kmax.KnnResult`, at least ``attention.k`` wide: its first
     ``attention.k`` entries, the same lists when they are exact)."""
     if isinstance(kmax, KnnResult):
-        attention.check(kmax.n)
+        check_attention(attention, kmax.n)
         if attention.k > kmax.k:
             raise ValueError(
                 f"attention.k: {attention.k} neighbours per column, the kNN lists hold {kmax.k}"
@@ -187,50 +186,10 @@ def sparse_neighbours(
         knn = kmax.head(attention.k)
         knn = KnnResult(knn.indices, knn.sqdist, knn.params)
     else:
-        attention.check(int(kmax.value.shape[0]))
+        check_attention(attention, int(kmax.value.shape[0]))
         knn = knn_from_dense(to_numpy(kmax.sqdist), attention.k, to_numpy(kmax.params))
     knn = symmetrize(knn, attention.symmetry)
     return knn, knn_weights(knn, attention, beta)
-
-
-def invariant_attention(
-    V: Any,
-    beta: float,
-    iterations: int = 1,
-    normalization: str = "unit",
-    init: str = "kmax",
-    search: SearchSettings = SearchSettings(),
-    mean_settings: MeanSettings = MeanSettings(),
-    group: SE2 = SE2(),
-    sigma: float = 2.0,
-    attention: AttentionSettings = AttentionSettings(),  # noqa: B008 (frozen dataclass)
-    progress: Callable[[int], None] | None = None,
-) -> list[InvariantAttentionStep]:
-    """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
-
-    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`);
-    ``attention`` chooses W: 'dense' (the paper's) or 'knn' (each column's invariant mean
-    aligns only its k nearest samples under kappa^max, :mod:`ia_stages.readout.graph`).
-    ``progress`` is called with the number of columns finished.
-
-    Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
-    final features. The kappa^max of the final features is not computed here.
-    """
-    check_number(beta, "beta", low=0.0, low_open=True)
-    check_number(iterations, "iterations", integer=True, low=0)
-    check_number(sigma, "sigma", low=0.0)
-    check_choice(init, "init", INITS)
-    V = check_images(V, "V")
-    check_image_content(V, "V", sigma)
-    attention.check(int(V.shape[0]))
-    steps = []
-    for _ in range(iterations):
-        km = kappa_max(
-            V, beta=beta, normalization=normalization, group=group, settings=search, sigma=sigma
-        )
-        steps.append(attention_step(V, km, attention, beta, init, mean_settings, group, progress))
-        V = steps[-1].features
-    return steps
 
 
 def attention_step(
@@ -280,7 +239,7 @@ def attention_step(
         return invariant_attention_step(
             V, kmax, init, mean_settings, group, columns=columns, progress=progress
         )
-    attention.check(int(V.shape[0]))
+    check_attention(attention, int(V.shape[0]))
     if attention.mean_steps is not None:
         mean_settings = replace(mean_settings, steps=attention.mean_steps)
     knn, w = sparse_neighbours(kmax, attention, beta)

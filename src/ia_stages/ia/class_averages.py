@@ -12,16 +12,19 @@ kappa^max measures (smoothed, unit-norm; 0..2, the read-out's units). The estima
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.core.groups import group_of
+from ia_stages.ia.distances import kmax as kmax_of
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult, KnnResult
-
-if TYPE_CHECKING:
-    from ia_stages.ia.settings import IASettings
+from ia_stages.settings.sizing import fixed_k
+from ia_stages.settings.tree import Settings
 
 
 @dataclass
@@ -81,7 +84,7 @@ def knn_medoids(knn: KnnResult, labels: np.ndarray) -> np.ndarray:
 ALIGN_CHUNK = 2048  # images aligned onto the class averages at once (memory, not results)
 
 
-def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None = None,
+def align_to(means: Any, V: Any, settings: Settings, labels: np.ndarray | None = None,
              progress: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Every image's pose onto ``means[labels]`` (the nearest mean when ``labels`` is None).
 
@@ -97,7 +100,7 @@ def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None
     """
     if labels is None:
         parts = [
-            settings.kmax(V[c0 : c0 + ALIGN_CHUNK], U=means, progress=progress)
+            kmax_of(V[c0 : c0 + ALIGN_CHUNK], settings, U=means, progress=progress)
             for c0 in range(0, V.shape[0], ALIGN_CHUNK)
         ]
         sq = np.concatenate([to_numpy(km.sqdist) for km in parts], 1)  # (K, n)
@@ -107,13 +110,15 @@ def align_to(means: Any, V: Any, settings: IASettings, labels: np.ndarray | None
         return labels, params, np.sqrt(np.maximum(sq[labels, cols], 0.0))
     labels = np.asarray(labels, dtype=np.int64)
     xp = array_module(V)
-    params = np.empty((V.shape[0], settings.group.n_params))
+    params = np.empty((V.shape[0], group_of(settings).n_params))
     sq = np.empty(V.shape[0])
     for k in np.unique(labels):
         members = np.flatnonzero(labels == k)
         for c0 in range(0, members.size, ALIGN_CHUNK):
             idx = members[c0 : c0 + ALIGN_CHUNK]
-            km = settings.kmax(V[xp.asarray(idx)], U=means[int(k) : int(k) + 1], progress=progress)
+            km = kmax_of(
+                V[xp.asarray(idx)], settings, U=means[int(k) : int(k) + 1], progress=progress
+            )
             params[idx], sq[idx] = to_numpy(km.params)[0], to_numpy(km.sqdist)[0]
     return labels, params, np.sqrt(np.maximum(sq, 0.0))
 
@@ -122,7 +127,7 @@ def class_averages(
     V: Any,
     labels: np.ndarray,
     kmax: KappaMaxResult,
-    settings: IASettings,
+    settings: Settings,
     progress: Any = None,
 ) -> ClassAverages:
     """Invariant mean of every cluster of ``V`` and every member's pose and distance.
@@ -135,7 +140,7 @@ def class_averages(
         picks each cluster's medoid. On the kNN path a
         :class:`~ia_stages.readout.graph.KnnDistances`: :func:`knn_medoids` picks the medoids
         and one kappa^max of each medoid against its members gives the starts
-    settings : :class:`~ia_stages.ia.settings.IASettings`: Algorithm 1's ``mean`` (its
+    settings : :class:`~ia_stages.settings.Settings`: Algorithm 1's ``mean`` (its
         ``max_images`` is ignored: members count equally, at most ``average_members`` of
         them, those nearest the medoid) and the kappa^max of the poses
     progress : called with the number of (average, member) pairs aligned (n in all)
@@ -146,7 +151,7 @@ def class_averages(
 
     Example
     -------
-    >>> avg = class_averages(V, labels, settings.kmax(V), settings)  # doctest: +SKIP
+    >>> avg = class_averages(V, labels, kmax_of(V, settings), settings)  # doctest: +SKIP
     """
     labels = np.asarray(labels)
     n = V.shape[0]
@@ -166,10 +171,11 @@ def class_averages(
         if lists is None:
             start, d2 = kmax.params[int(med)][idx], kmax.sqdist[int(med)][idx]
         else:  # v_i onto the medoid, for the members only
-            onto = settings.kmax(V[idx], U=V[int(med) : int(med) + 1])
+            onto = kmax_of(V[idx], settings, U=V[int(med) : int(med) + 1])
             start, d2 = onto.params[0], onto.sqdist[0]
         keep = xp.asarray(nearest_members(to_numpy(d2), mean.average_members))
-        res = invariant_mean(V[idx[keep]], xp.ones(keep.size), start[keep], mean, settings.group)
+        group = group_of(settings)
+        res = invariant_mean(V[idx[keep]], xp.ones(keep.size), start[keep], mean, group)
         means.append(res.mean)
     means = xp.stack(means)
     _, params, distance = align_to(means, V, settings, labels, progress)
@@ -191,7 +197,7 @@ def nearest_members(sqdist: np.ndarray, limit: int | None) -> np.ndarray:
     return np.sort(np.argsort(sqdist, kind="stable")[:limit])
 
 
-def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASettings) -> np.ndarray:
+def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: Settings) -> np.ndarray:
     """Join clusters that are sub-styles of one class, judged on their class averages.
 
     Clusters a and b are joined when each one's class average is the other's nearest and
@@ -205,7 +211,7 @@ def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASett
     ----------
     labels : ``(n,)`` clusters 0..K-1
     averages : their :class:`ClassAverages` (from :func:`class_averages`)
-    settings : :class:`~ia_stages.ia.settings.IASettings`
+    settings : :class:`~ia_stages.settings.Settings`
 
     Returns
     -------
@@ -215,14 +221,11 @@ def merge_clusters(labels: np.ndarray, averages: ClassAverages, settings: IASett
     -------
     >>> merged = merge_clusters(labels, class_averages(V, labels, km, s), s)  # doctest: +SKIP
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     ratio = float(settings.readout.merge)
     K = int(labels.max()) + 1
     if ratio <= 0 or K < 2:
         return np.asarray(labels, dtype=np.int64)
-    km = settings.kmax(averages.means)
+    km = kmax_of(averages.means, settings)
     d = np.sqrt(np.maximum(to_numpy(km.sqdist), 0.0))
     d = 0.5 * (d + d.T)
     spread = np.bincount(labels, averages.distance, K) / np.bincount(labels, minlength=K)
@@ -242,18 +245,17 @@ def cluster_averages(
     V: Any,
     labels: np.ndarray,
     kmax: KappaMaxResult,
-    settings: IASettings,
-    n_clusters: int | None = None,
+    settings: Settings,
     progress: Any = None,
 ) -> tuple[np.ndarray, ClassAverages]:
-    """The final clusters and their class averages: :func:`class_averages`, then, without K,
-    :func:`merge_clusters` and the class averages of the joined clusters. The estimator and
-    the pipeline's ``classes`` stage both call this.
+    """The final clusters and their class averages: :func:`class_averages`, then, without a
+    fixed K (``settings.n_clusters``), :func:`merge_clusters` and the class averages of the
+    joined clusters. The estimator and the pipeline's ``classes`` stage both call this.
 
     Returns ``(labels (n,), ClassAverages)``.
     """
     averages = class_averages(V, labels, kmax, settings, progress)
-    if n_clusters is not None or settings.readout.merge <= 0:
+    if fixed_k(settings) is not None or settings.readout.merge <= 0:
         return np.asarray(labels, dtype=np.int64), averages
     merged = merge_clusters(labels, averages, settings)
     if int(merged.max()) == int(labels.max()):

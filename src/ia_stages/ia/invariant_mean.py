@@ -21,39 +21,7 @@ from ia_stages.core.groups import SE2, AffineFamily
 from ia_stages.core.smoothing import smooth
 from ia_stages.core.validation import check_image_content, check_images
 from ia_stages.core.warp import warp_norm_preserving_with_jacobian
-
-PRECONDITIONERS = ("gauss-newton", "none")
-
-
-@dataclass(frozen=True)
-class MeanSettings:
-    """Settings of Algorithm 1.
-
-    steps : number of gradient steps N
-    step_size : learning rate t
-    sigmas : smoothing levels tried greedily at every step (px); 0 = no smoothing
-    preconditioner : 'gauss-newton' scales each tau_i's gradient by the inverse of its 3x3
-        Gauss-Newton matrix (rotation and shift steps in comparable units; t = 1 is a full
-        Gauss-Newton step); 'none' is the paper's plain gradient step
-    weight_floor : images with w_i below weight_floor * max(w) are left out (their share of
-        mu is negligible); 0 keeps every image
-    max_images : None, or keep only the images with the largest weights, at most this many
-        (the cost of a mean is linear in the images it aligns; the weight left out is
-        reported as ``dropped_weight``)
-    average_members : class averages only: None, or at most this many members of a cluster
-        enter its invariant mean, those nearest its medoid by kappa^max (every member is still
-        aligned onto the average and gets its pose and distance). The cost of an average is
-        linear in the members it aligns, and a few hundred aligned members make it as sharp
-        as thousands
-    """
-
-    steps: int = 20
-    step_size: float = 1.0
-    sigmas: tuple[float, ...] = (3.0, 1.5, 0.0)
-    preconditioner: str = "gauss-newton"
-    weight_floor: float = 1e-4
-    max_images: int | None = None
-    average_members: int | None = 256
+from ia_stages.settings.attention import MeanSettings
 
 
 @dataclass
@@ -121,8 +89,6 @@ def _invariant_mean(
             f"weights has shape {xp.asarray(weights).shape}, expected ({V.shape[0]},): one "
             "weight per image of V"
         )
-    if settings.preconditioner not in PRECONDITIONERS:
-        raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}")
     n = V.shape[0]
     w_all = xp.asarray(weights, dtype=float)
     if not bool(xp.isfinite(w_all).all()) or float(w_all.sum()) <= 0 or bool(xp.any(w_all < 0)):

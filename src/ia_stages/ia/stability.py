@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.ia.settings import ReadoutSettings
 from ia_stages.readout.graph import (
     KnnDistances,
     hdbscan_distances,
@@ -26,6 +25,7 @@ from ia_stages.readout.graph import (
     silhouette_sweep,
 )
 from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.settings.readout import ReadoutSettings
 
 FACTORS = np.union1d(np.geomspace(0.25, 2.0, 15), [1.0])
 """Multiples of a fixed setting (threshold, resolution, smallest cluster) the curve tries."""

@@ -20,13 +20,12 @@ Modules (imports point from the top of this list downwards):
 
 from ia_stages.kmax.kappa import kappa_max
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.search import (
+from ia_stages.kmax.search import KappaMaxResult, MemoryBudgetError
+from ia_stages.settings.search import (
     DENSE_REFERENCE,
     EXACT_SEARCH,
     PEAK_RULES,
     SEARCH_METHODS,
-    KappaMaxResult,
-    MemoryBudgetError,
     SearchSettings,
 )
 

@@ -39,12 +39,7 @@ from ia_stages.core.groups import SE2, AffineFamily, check_lists_group, has_mirr
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
-from ia_stages.kmax.features import (
-    DEFAULT_FEATURES,
-    FeatureSettings,
-    feature_neighbours,
-    invariant_features,
-)
+from ia_stages.kmax.features import feature_neighbours, invariant_features
 from ia_stages.kmax.knn import _check_k, _Lists
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.polar import (
@@ -56,10 +51,8 @@ from ia_stages.kmax.polar import (
 from ia_stages.kmax.refine import sumsq_rows
 from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks, pair_peaks
 from ia_stages.kmax.search import (
-    EXACT_SEARCH,
     FLOATS,
     REFINE_BATCH,
-    SearchSettings,
     _pair_layout,
     _refine_candidates,
     centre_offsets,
@@ -67,6 +60,9 @@ from ia_stages.kmax.search import (
     mirrored_centroids,
     mirrored_lattice,
 )
+from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
+from ia_stages.settings.path import first_pass_search
+from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
 
 COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's
 # lattice: 0.57 MB per 40 x 40 image; per-pair results do not depend on it)
@@ -215,25 +211,6 @@ def listed_candidates(knn: KnnResult) -> np.ndarray:
     [[1], [0], [1]]
     """
     return np.asarray(knn.indices)[:, 1:]
-
-
-def first_pass_search(
-    settings: SearchSettings = EXACT_SEARCH, features: FeatureSettings = DEFAULT_FEATURES
-) -> SearchSettings:
-    """The per-pair search of the first pass over the candidate pairs: with
-    ``features.screen`` the default search (the screen, with ``settings.memory_mb``), else
-    ``settings`` itself.
-
-    Example
-    -------
-    >>> first_pass_search(EXACT_SEARCH) == SearchSettings(memory_mb=EXACT_SEARCH.memory_mb)
-    True
-    >>> first_pass_search(EXACT_SEARCH, FeatureSettings(screen=False)) == EXACT_SEARCH
-    True
-    """
-    if not features.screen:
-        return settings
-    return SearchSettings(memory_mb=settings.memory_mb)
 
 
 def has_second_pass(settings: SearchSettings, features: FeatureSettings, k: int) -> bool:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ia_stages.core.groups import SE2, AffineFamily
-from ia_stages.kmax.search import SearchSettings
+from ia_stages.settings.search import SearchSettings
 
 log = logging.getLogger("ia_stages")
 

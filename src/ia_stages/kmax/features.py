@@ -25,7 +25,6 @@ the same source runs on numpy and cupy arrays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,139 +33,7 @@ from ia_stages.core.backend import array_module, fft_module
 from ia_stages.core.noise import estimate_noise
 from ia_stages.kmax.polar import centroids, polar_spectra
 from ia_stages.kmax.selection import nearest_of_block
-
-FEATURE_ROUTES = ("spectrum", "centroid", "both")
-
-
-@dataclass(frozen=True)
-class FeatureSettings:
-    """Settings of the invariant features and of the candidate search in their space.
-
-    route : 'spectrum', 'centroid' or 'both' (see the module docstring)
-    n_angles : samples per ring
-    n_freqs : angular frequencies kept per ring (0 .. n_freqs - 1)
-    n_dims : PCA dimensions kept; 0 keeps the raw invariants
-    pca_rows : rows the PCA is fitted on (a random subset, seeded)
-    n_candidates : c, nearest in feature space per image (itself not counted); must be >= the
-        list length k. None (the default) sizes it to n (:meth:`sized`): recall at fixed c
-        falls with n, as more look-alikes compete for the same c places
-    min_candidates : c for n up to (min_candidates / candidates_per_root_n)^2 images, when
-        ``n_candidates`` is None
-    candidates_per_root_n : beyond that, c = candidates_per_root_n * sqrt(n) (48 at 5,000
-        images, 96 at 20,000, 215 at 100,000 with the defaults; ``bench/scale.py``)
-    n_refine : r; of each image's c candidates, the r of lowest coarse d2 in the polar scan
-        about the centroids (a few hundred flops per pair) are refined exactly; 0 refines all
-        c. Must be 0 or in [k, c]
-    n_expand : x; after the candidates are refined, each image's x best neighbours of its
-        neighbours (not yet in its list, ranked by the triangle bound) are refined too and the
-        lists merged again; 0: no such pass
-    screen : True: the candidate pairs (and the expansion's) are first refined with the
-        default search (``SearchSettings()``, the ``memory_mb`` of the exact one), a fraction
-        of the exact preset's cost per pair; only each image's k nearest by it, and the
-        expansion's pairs that would enter them, are refined again with the exact preset, and
-        each pair keeps the better of its two optima. A pair the screen left out of both its
-        images' lists has k pairs below it on either side, so it cannot enter the lists.
-        False: every candidate pair with the exact preset
-    exact_width : with ``screen``: the second pass refines with the exact preset only what
-        reaches the first ``exact_width`` places of a list (the image itself included): those
-        listed pairs, and the expansion's pairs whose screened d2 would enter them; the later
-        places keep the screen's optimum (an achieved value of the same objective, never below
-        the exact one). None (the default): every place of the k. IA's kNN path sets it to the
-        attention's k (:meth:`ia_stages.ia.settings.IASettings.knn_features`): the read-out
-        graph's further places are 0/1 links, which need who is near, not the exact d2
-    centroid_noise : the 'centroid' family's rings are taken about the centroid of
-        max(|u| - centroid_noise * s, 0), s the white-noise standard deviation of the images
-        (smoothed and normalised) estimated from their borders
-        (:func:`ia_stages.core.noise.estimate_noise`, on the PCA's rows); on clean images s
-        is 0 and this is the centroid of |u|. 0: always the centroid of |u| (the scan's)
-    noise_border : width (px) of the frame whose pixels estimate s (narrower where the
-        images are too small for it)
-    batch : images whose features are computed at once, and rows per block of the candidate
-        search (bounds memory)
-    seed : seed of the PCA's subset
-    """
-
-    route: str = "both"
-    n_angles: int = 32
-    n_freqs: int = 12
-    n_dims: int = 128
-    pca_rows: int = 20_000
-    n_candidates: int | None = None
-    min_candidates: int = 48
-    candidates_per_root_n: float = 0.68
-    n_refine: int = 0
-    n_expand: int = 32
-    screen: bool = True
-    exact_width: int | None = None
-    centroid_noise: float = 3.0
-    noise_border: int = 3
-    batch: int = 2048
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.route not in FEATURE_ROUTES:
-            raise ValueError(f"features.route must be one of {FEATURE_ROUTES}, got {self.route!r}")
-        for name in ("n_angles", "n_freqs", "pca_rows", "min_candidates", "batch", "noise_border"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"features.{name} must be >= 1, got {getattr(self, name)}")
-        if self.n_candidates is not None and int(self.n_candidates) < 1:
-            raise ValueError(f"features.n_candidates must be >= 1, got {self.n_candidates}")
-        if not self.candidates_per_root_n >= 0:
-            raise ValueError(
-                f"features.candidates_per_root_n must be >= 0, got {self.candidates_per_root_n}"
-            )
-        if self.n_freqs > self.n_angles // 2 + 1:
-            raise ValueError(
-                f"features.n_freqs must be <= n_angles // 2 + 1 = {self.n_angles // 2 + 1}, "
-                f"got {self.n_freqs}"
-            )
-        top = self.n_candidates if self.n_candidates is not None else np.inf
-        if not (self.n_refine == 0 or 1 <= self.n_refine <= top):
-            raise ValueError(
-                f"features.n_refine must be 0 or in [1, n_candidates = {self.n_candidates}], "
-                f"got {self.n_refine}"
-            )
-        if self.n_expand < 0:
-            raise ValueError(f"features.n_expand must be >= 0, got {self.n_expand}")
-        if self.exact_width is not None and int(self.exact_width) < 2:
-            raise ValueError(f"features.exact_width must be >= 2 or null, got {self.exact_width}")
-        if self.n_dims < 0:
-            raise ValueError(f"features.n_dims must be >= 0, got {self.n_dims}")
-        if not self.centroid_noise >= 0:
-            raise ValueError(f"features.centroid_noise must be >= 0, got {self.centroid_noise}")
-
-    def sized(self, n: int, k: int = 1) -> FeatureSettings:
-        """These settings with c set for ``n`` images when ``n_candidates`` is None.
-
-        c = max(min_candidates, round(candidates_per_root_n * sqrt(n))), at least ``k`` (the
-        list length) and at most n - 1 (every other image). A c given explicitly is kept
-        as it is (and checked against k and n where the images are).
-
-        Example
-        -------
-        >>> FeatureSettings().sized(20_000).n_candidates
-        96
-        >>> FeatureSettings().sized(30, k=5).n_candidates
-        29
-        """
-        if self.n_candidates is not None:
-            return self
-        c = max(self.min_candidates, round(self.candidates_per_root_n * np.sqrt(n)))
-        return replace(self, n_candidates=int(min(max(c, k), n - 1)))
-
-    def exact_places(self, k: int) -> int:
-        """How many places of a k-long list the second pass refines exactly:
-        ``exact_width``, or k when None, at most k.
-
-        Example
-        -------
-        >>> FeatureSettings().exact_places(21), FeatureSettings(exact_width=10).exact_places(21)
-        (21, 10)
-        """
-        return int(k) if self.exact_width is None else min(int(self.exact_width), int(k))
-
-
-DEFAULT_FEATURES = FeatureSettings()
+from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
 
 
 def ring_invariants(F: Any, mirror: bool = False) -> Any:

@@ -18,10 +18,10 @@ from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import (
     FLOATS,
     KappaMaxResult,
-    SearchSettings,
     kappa_max_all_pairs,
     kappa_max_with_mirrors,
 )
+from ia_stages.settings.search import SearchSettings
 
 
 def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):

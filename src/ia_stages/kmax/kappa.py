@@ -6,20 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ia_stages.core.groups import SE2, AffineFamily, lists_group
-from ia_stages.core.smoothing import NORMALIZATIONS
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
-from ia_stages.kmax.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.kmax.group_search import kappa_max_group, refine_knn
 from ia_stages.kmax.knn import kappa_max_knn
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.search import (
-    EXACT_SEARCH,
-    FLOATS,
-    KappaMaxResult,
-    SearchSettings,
-    kappa_max_all_pairs,
-)
+from ia_stages.kmax.search import FLOATS, KappaMaxResult, kappa_max_all_pairs
+from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
+from ia_stages.settings.images import NORMALIZATIONS
+from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
 
 KNN_MODES = ("exact", "candidates")
 

@@ -54,10 +54,10 @@ from ia_stages.kmax.search import (
     SCAN_CHUNK_MB,
     MemoryBudgetError,
     PolarScan,
-    SearchSettings,
     _pair_layout,
     _refine_candidates,
 )
+from ia_stages.settings.search import SearchSettings
 
 
 def scan_sqdist(scores: Any, uu_i: Any, uu_j: Any, n_angles: int) -> Any:

@@ -19,8 +19,7 @@ import numpy as np
 import scipy.sparse
 
 from ia_stages.core.groups import SE2
-
-SYMMETRIES = ("none", "mutual", "union")
+from ia_stages.settings.tree import check_setting
 
 
 @dataclass
@@ -133,8 +132,7 @@ def symmetrize(knn: KnnResult, symmetry: str) -> KnnResult:
     """
     if symmetry == "none":
         return knn
-    if symmetry not in SYMMETRIES:
-        raise ValueError(f"attention.symmetry must be one of {SYMMETRIES}, got {symmetry!r}")
+    check_setting("attention.symmetry", symmetry)
     n, k = knn.indices.shape
     member = {(int(j), int(i)): m for j in range(n) for m, i in enumerate(knn.indices[j])}
     if symmetry == "mutual":

@@ -41,7 +41,7 @@ from ia_stages.core.groups import SE2, wrap_angle
 from ia_stages.core.smoothing import half_resolution, smooth, smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
-from ia_stages.core.warp import INTERPOLATIONS, warp
+from ia_stages.core.warp import warp
 from ia_stages.kmax.polar import (
     angle_synthesis,
     block_scores,
@@ -57,135 +57,11 @@ from ia_stages.kmax.refine import (
     search_pairs,
 )
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
+from ia_stages.settings.search import SearchSettings
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
 
 
-@dataclass(frozen=True)
-class SearchSettings:
-    """Settings of the global kappa^max search.
-
-    method : 'polar' (rotations about the centroids, by matrix products) or 'grid' (rotations
-        times every integer shift, by FFT; the brute-force reference)
-    n_angles : rotations in the coarse scan (evenly spaced over 360 degrees)
-    max_shift : 'grid' only: largest |shift| per axis in pixels; None = a third of the image size
-    coarse_sigma : 'grid' only: total Gaussian smoothing (px) of the images the scan sees; on
-        top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added, and
-        nothing when ``sigma >= coarse_sigma``
-    n_candidates : distinct rotations refined per pair
-    coarse_iters : > 0 (even image sizes): every candidate is first refined with at most this
-        many Newton-LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a
-        smoother landscape); candidates are then ordered and pruned by their full-resolution
-        cost where that stage ended, and only those that can matter are refined at full
-        resolution. 0: order and prune by the scan's starts as they are
-    half_sigma : total Gaussian smoothing (px, full resolution) of the images before the 2 x 2
-        block means of the half-resolution stage (kappa^max's own ``sigma`` included), so that
-        they do not alias badly; candidates are ranked by full-resolution cost either way
-    refine_iters : Levenberg-Marquardt iterations per smoothing level
-    pair_chunk : pairs processed at once (bounds memory)
-    prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
-        ``prune_kappa`` nor beat the pair's best candidate, assuming refinement lowers the
-        squared distance by at most ``prune_margin`` from the candidate's cost; the
-        reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
-    prune_margin : that bound, in squared distance of unit-norm images
-    memory_mb : working memory of the scan, and of the candidates mode's refinement targets
-        (laid out once per chunk of images it holds); chunk sizes follow from it, results
-        do not
-    centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
-        from each centroid along the image axes, for pairs whose best match is not
-        centroid-aligned (5x the scan of the centroids alone)
-    centre_rings : 'polar' only, with ``centre_offset > 0``: the centres are the points of the
-        square lattice of spacing ``centre_offset`` about each centroid within
-        ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
-        2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
-    peaks : 'polar' only: 'envelope' takes the starts at the peaks over angle of the best score
-        over centres; 'joint' at the highest local maxima over angle and centre together
-        (a rotation can then start from several centres, and a centre's peak that another
-        centre's tail hides at neighbouring angles is kept)
-
-    The refinement's own tolerances (each changes results; the defaults are the tuned ones):
-
-    refine_tol : a refinement stops once a step lowers the squared distance by less than this
-    kappa_stop_fraction : ... or where the Newton model (positive-definite Hessian) promises
-        the kernel value a rise below this fraction of ``prune_kappa``
-    coarse_d2_stop : the half-resolution stage also stops where the Newton model promises the
-        squared distance a drop below this (its optima only seed the full resolution)
-    half_floor : the half-resolution stage's targets lose their pixels below this fraction of
-        their image's largest |value| (the moving images keep theirs): fewer pixels to visit,
-        squared distances moved by far less than ``prune_margin``
-    half_gap : with pruning on, a start whose half-resolution cost exceeds its pair's lowest by
-        more than this is not evaluated at full resolution, and a later start's
-        half-resolution refinement stops where it cannot come within this of that lowest
-    full_floor : with pruning on, full-resolution starts are ranked and refined on the
-        targets' pixels of at least this fraction of their image's largest |value|; each
-        pair's winner is then refined on all pixels
-    same_angle, same_shift : candidates that the half-resolution stage ends this close
-        together (radians, px) are one; the later ones are dropped
-    abandon : a refinement given a bound (the pair's best so far) stops where the Newton model
-        puts its optimum above the bound even after ``abandon`` times the promised drop
-    lam0 : initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
-    lam_reject : after a rejected step the damping rises 5x, and to at least this (from a small
-        damping, a step 5x more damped is nearly the step just rejected)
-
-    How every warp samples an image:
-
-    interpolation : 'bspline' (cubic B-spline on the image's spline coefficients, prefiltered
-        once per image; its passband is flatter, so the objective hardly depends on the angle
-        of the warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling,
-        the grid scan's rotations and the per-pair search (CPU and CUDA) all use it
-
-    The kNN mode (``kappa_max(..., k=...)``, :mod:`ia_stages.kmax.knn`):
-
-    knn_margin : the most that refinement is taken to lower a pair's coarse scan d2, in units
-        of the pair's mean squared norm (1 for unit-norm images); every pair whose scan d2 is
-        within it of a sample's k-th refined d2 is refined
-    knn_pool : scan candidates kept per sample (more pairs within the margin cost a second
-        scan)
-    """
-
-    method: str = "polar"
-    n_angles: int = 48
-    max_shift: int | None = None
-    coarse_sigma: float = 1.0
-    n_candidates: int = 3
-    coarse_iters: int = 10
-    half_sigma: float = 1.0
-    refine_iters: int = 30
-    pair_chunk: int = 64
-    prune_kappa: float = 1e-5
-    prune_margin: float = 0.05
-    memory_mb: float = 2048.0
-    centre_offset: float = 2.0
-    refine_tol: float = 1e-9
-    kappa_stop_fraction: float = 0.1
-    coarse_d2_stop: float = 1e-3
-    half_floor: float = 1e-2
-    half_gap: float = 0.1
-    full_floor: float = 1e-2
-    same_angle: float = 1e-2
-    same_shift: float = 5e-2
-    abandon: float = 4.0
-    lam0: float = 1e-3
-    lam_reject: float = 0.3
-    interpolation: str = "bspline"
-    centre_rings: int = 1
-    peaks: str = "envelope"
-    knn_margin: float = 0.12
-    knn_pool: int = 64
-
-    def __post_init__(self) -> None:
-        if self.method not in SEARCH_METHODS:
-            raise ValueError(f"search method must be one of {SEARCH_METHODS}, got {self.method!r}")
-        if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"search interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
-            )
-        if self.peaks not in PEAK_RULES:
-            raise ValueError(f"search peaks must be one of {PEAK_RULES}, got {self.peaks!r}")
-
-
-SEARCH_METHODS = ("polar", "grid")
-PEAK_RULES = ("envelope", "joint")
 MB = 2**20
 # pairs refined per call: alternating often between the scan's BLAS threads and the
 # refinement's threads is slow (BLAS threads spin a while after each product)
@@ -195,28 +71,6 @@ SCAN_CHUNK_MB = 128  # working set of one chunk of the polar scan (products + sc
 
 class MemoryBudgetError(ValueError):
     """``memory_mb`` is too small for the smallest chunk of the scan."""
-
-
-# The brute-force reference (benchmark and tests only): a 1-degree rotation grid, every integer
-# shift in the window, four candidates refined to convergence at full resolution.
-DENSE_REFERENCE = SearchSettings(
-    method="grid",
-    n_angles=360,
-    n_candidates=4,
-    coarse_iters=0,
-    refine_iters=60,
-    pair_chunk=16,
-    prune_kappa=0.0,
-)
-
-
-# The search that reaches the global optimum on (nearly) every pair, far ones included (beta = 2
-# on rotated digits): rotations about a lattice of 49 centres up to 6 px from the centroids,
-# starts at the 8 highest maxima over angle and centre, full-resolution ranking on the target
-# pixels above 1e-3 of their largest; bench/kmax.py --exact measures it.
-EXACT_SEARCH = SearchSettings(
-    centre_offset=1.5, centre_rings=4, n_candidates=8, peaks="joint", full_floor=1e-3
-)
 
 
 @dataclass

@@ -1,8 +1,10 @@
-"""Command line: ``ia-stages <stage> ...``, one sub-command per pipeline stage, and
-``ia-stages cluster PATH --out DIR``, the whole pipeline on a folder or stack of images.
+"""Command line: ``ia-stages cluster PATH --out DIR`` (the whole pipeline on a folder or stack
+of images), ``ia-stages settings``, ``ia-stages check-config``, and ``ia-stages stage NAME
+...``, one command per pipeline stage, which the workflow's rules run.
 
-Errors in the input (config, stores, images) print one line ``ia-stages <stage>: error: ...``
-and exit with status 2; anything else is a bug and shows its traceback.
+Errors in the input (config, stores, images, settings) print one line
+``ia-stages <command>: error: ...`` and exit with status 2; anything else is a bug and shows
+its traceback.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 from ia_stages import __version__
-from ia_stages.pipeline.config import SCHEMA, ConfigError
-from ia_stages.pipeline.stages.common import InputError
+from ia_stages.pipeline.errors import ConfigError, InputError
+from ia_stages.pipeline.flags import add_settings_flags, settings_of_flags
+from ia_stages.pipeline.paths import SCHEMA
 from ia_stages.pipeline.store import store_sizes
+from ia_stages.settings.spec import SettingError
 
 log = logging.getLogger("ia_stages")
 
@@ -31,11 +35,12 @@ def expected_errors() -> tuple[type[Exception], ...]:
     from ia_stages.core.backend import BackendError
     from ia_stages.data.datasets import DatasetError
     from ia_stages.data.loaders import LoaderError
-    from ia_stages.pipeline.config import ConfigError
-    from ia_stages.pipeline.stages.common import InputError
     from ia_stages.pipeline.store import StoreError
 
-    return (ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError)
+    return (
+        ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError,
+        SettingError,
+    )  # fmt: skip
 
 
 @contextmanager
@@ -55,16 +60,6 @@ def _progress(total: int | None, desc: str):
         yield bar.update
     finally:
         bar.close()
-
-
-def _sigma(text: str) -> float | str:
-    """--kernel-sigma: a number of px or 'auto'."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
 def _settings(text: str) -> dict:
@@ -282,34 +277,30 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
 
     cfg = user_run.images_config(
         a.path,
+        settings_of_flags(a),
         canvas=a.canvas,
         downsample=a.downsample,
         invert=a.invert,
         labels=a.labels,
         max_images=a.max_images,
-        beta=a.beta,
-        kernel_sigma=a.kernel_sigma,
-        threshold=a.threshold,
-        iterations=a.iterations,
-        mean_steps=a.mean_steps,
-        mean_images=a.mean_images,
         block_size=a.block_size,
-        preset=a.preset,
         seed=a.seed,
-        backend=a.backend,
-        background=a.background,
-        mask_threshold=a.mask_threshold,
-        group=a.group,
-        mirror=a.mirror,
-        kmax=a.kmax,
-        dense_max=a.dense_max,
-        n_candidates=a.candidates,
     )
     written = user_run.run(
         cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
     )
     for name, path in written.items():
         print(f"{name}: {path}")
+
+
+def _cmd_settings(a: argparse.Namespace) -> None:
+    """Print a preset's whole settings tree (with the flags' and a file's values) as YAML."""
+    import yaml
+
+    from ia_stages.settings.tree import Settings
+
+    tree = Settings.from_dict(settings_of_flags(a))
+    print(yaml.safe_dump(tree.to_dict(), sort_keys=False), end="")
 
 
 def _cmd_theory(a: argparse.Namespace) -> None:
@@ -363,268 +354,191 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with one sub-command per stage."""
-    p = OneLineParser(prog="ia-stages", description=__doc__.splitlines()[0])
-    p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="stage", required=True)
+DESCRIPTION = """\
+Invariant Attention: cluster images whatever their rotations and translations.
 
-    def add(name: str, func: Callable, help: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help)
-        sp.set_defaults(func=func)
-        return sp
+  ia-stages cluster my_images/ --out my_run          cluster a folder of images
+  ia-stages cluster stack.mrcs --out run --sigma 2   settings by flag (ia-stages cluster -h)
+  ia-stages settings --preset paper                  print a preset's settings (the YAML keys)
+  ia-stages check-config config/config.yaml          validate a workflow config
 
-    sp = add("dataset", _cmd_dataset, "generate a dataset store")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
+The workflow runs the commands of 'ia-stages stage' (one per pipeline stage) as its jobs."""
 
-    sp = add("kmax-block", _cmd_kmax_block, "kappa^max of one block of pairs")
-    sp.add_argument("--features", required=True)
-    sp.add_argument("--block", type=int, nargs=2, required=True, metavar=("BI", "BJ"))
-    sp.add_argument("--block-size", type=int, required=True)
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
 
-    sp = add("kmax-gather", _cmd_kmax_gather, "assemble kappa^max blocks")
-    sp.add_argument("--blocks", nargs="+", required=True)
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
+def _arg(*names: str, **kwargs: object) -> tuple:
+    return names, kwargs
 
-    sp = add("kmax-whole", _cmd_kmax_whole, "kappa^max of every pair in one job, gathered")
-    sp.add_argument("--features", required=True)
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
 
-    for name, command, what in (
-        ("knn-features", _cmd_knn_features, "kNN path: invariant features, sample"),
-        ("knn-whole", _cmd_knn_whole, "kNN path: one iteration's kNN store in one job"),
-    ):
-        sp = add(name, command, what)
-        sp.add_argument("--images", required=True)
-        sp.add_argument(
-            "--previous", help="the previous iteration's kNN store: its lists are the candidates"
-        )
-        sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-        sp.add_argument("--settings", required=True)
-        sp.add_argument("--out", required=True)
+THREADS = _arg("--threads", type=int, help="CPU threads (default: all cores)")
+SETTINGS = _arg("--settings", required=True, help="the job's settings (JSON)")
+OUT = _arg("--out", required=True, help="the store it writes")
+IMAGES = _arg("--images", required=True, help="the iteration's images (a features store)")
+ROWS = _arg("--rows", type=int, required=True, help="rows per block")
+PREVIOUS = _arg(
+    "--previous", help="the previous iteration's kNN store: its lists are the candidates"
+)
+FEATURES = _arg("--features", required=True, help="the features store")
 
-    sp = add("knn-block", _cmd_knn_block, "kNN path: one row block's candidates, refined")
-    sp.add_argument("--images", required=True)
-    sp.add_argument("--features", required=True)
-    sp.add_argument("--block", type=int, required=True)
-    sp.add_argument("--rows", type=int, required=True, help="rows per block")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
+# the stage commands the workflow's rules run: name -> (function, help, its own arguments);
+# every stage but the last four also takes --settings and --out
+STAGES: dict[str, tuple[Callable, str, list[tuple]]] = {
+    "dataset": (_cmd_dataset, "generate a dataset store", []),
+    "kmax-block": (_cmd_kmax_block, "kappa^max of one block of pairs", [
+        FEATURES,
+        _arg("--block", type=int, nargs=2, required=True, metavar=("BI", "BJ")),
+        _arg("--block-size", type=int, required=True), THREADS,
+    ]),
+    "kmax-gather": (_cmd_kmax_gather, "assemble kappa^max blocks", [
+        _arg("--blocks", nargs="+", required=True),
+    ]),
+    "kmax-whole": (_cmd_kmax_whole, "kappa^max of every pair in one job", [FEATURES, THREADS]),
+    "knn-features": (_cmd_knn_features, "kNN path: invariant features, candidates, sample", [
+        IMAGES, PREVIOUS, THREADS,
+    ]),
+    "knn-whole": (_cmd_knn_whole, "kNN path: one iteration's kNN store in one job", [
+        IMAGES, PREVIOUS, THREADS,
+    ]),
+    "knn-block": (_cmd_knn_block, "kNN path: one row block's candidates, refined", [
+        IMAGES, FEATURES, _arg("--block", type=int, required=True), ROWS, THREADS,
+    ]),
+    "knn-expand": (_cmd_knn_expand, "kNN path: one row block's second pass", [
+        IMAGES,
+        _arg("--first", required=True, help="the first round's gathered kNN store"),
+        _arg("--blocks", nargs="+", required=True, help="the first round's pair stores"),
+        _arg("--block", type=int, required=True), ROWS, THREADS,
+    ]),
+    "knn-gather": (_cmd_knn_gather, "kNN path: merge row blocks into the kNN store", [
+        _arg("--blocks", nargs="+", required=True), FEATURES,
+        _arg("--images", help="the iteration's images: the lists are refined over the group"),
+        THREADS,
+    ]),
+    "means": (_cmd_means, "invariant means of one block of columns", [
+        FEATURES, _arg("--kmax", required=True),
+        _arg("--block", type=int, default=0, help="column block (default 0)"),
+        _arg("--block-size", type=int, help="columns per block (default: all)"), THREADS,
+    ]),
+    "means-gather": (_cmd_means_gather, "assemble invariant-mean blocks", [
+        _arg("--blocks", nargs="+", required=True), _arg("--kmax", required=True),
+    ]),
+    "means-whole": (_cmd_means_whole, "invariant means of every column in one job", [
+        FEATURES, _arg("--kmax", required=True), THREADS,
+    ]),
+    "ka": (_cmd_ka, "kernel-attention iterations", [_arg("--dataset", required=True)]),
+    "mean-trace": (_cmd_mean_trace, "Algorithm 1 on a whole dataset (Figure 5)", [
+        _arg("--dataset", required=True),
+    ]),
+    "metrics": (_cmd_metrics, "metrics of one dataset", [
+        _arg("--dataset", required=True), _arg("--ka"),
+        _arg("--ia-features", nargs="*", default=[]), _arg("--ia-kmax", nargs="*", default=[]),
+        _arg("--classes", help="the classes store: IA's read-outs without K (else made here)"),
+        THREADS,
+    ]),
+    "classes": (_cmd_classes, "clusters, class averages and poses of one dataset", [
+        _arg("--dataset", required=True),
+        _arg("--kmax", required=True, nargs="+", help="kappa^max of every iteration, input first"),
+        _arg("--csv", required=True, help="clusters.csv"), THREADS,
+    ]),
+    "theory": (_cmd_theory, "Table 2 rows of one dataset", [
+        _arg("--dataset", required=True),
+        _arg("--features", nargs="*", default=[], help="IA features, iterations 1..T"),
+        _arg("--kmax", nargs="+", required=True, help="kappa^max, iterations 0..T"), THREADS,
+    ]),
+    "run-method": (_cmd_run_method, "benchmark methods on one dataset, one store per job", [
+        _arg("--dataset", required=True),
+        _arg("--kmax", nargs="*", default=None, help="kappa^max stores it reads, in order"),
+        _arg("--upstream", nargs="*", default=[], help="stores whose time it builds on"),
+        THREADS,
+        _arg("--settings", nargs="+", required=True, help="JSON settings, one per job"),
+        _arg("--out", nargs="+", required=True, help="output stores, one per job"),
+    ]),
+    "tables": (_cmd_tables, "summary table over datasets", [
+        _arg("--metrics", nargs="+", required=True), _arg("--csv", required=True),
+        _arg("--md", required=True),
+    ]),
+    "bench-table": (_cmd_bench_table, "Tables 1-3 of the clustering benchmark", [
+        _arg("table", choices=["clustering", "theory", "cost"]),
+        _arg("--inputs", nargs="+", required=True),
+        _arg("--datasets", nargs="*", default=[], help="dataset stores (clustering)"),
+        _arg("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex"),
+    ]),
+    "figure": (_cmd_figure, "draw one figure (clusters: the gallery and the stability)", [
+        _arg("name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes",
+                              "stability", "clusters"]),
+        _arg("--inputs", nargs="+", required=True), _arg("--out", nargs="+", required=True),
+    ]),
+}  # fmt: skip
+OWN_OUTPUTS = ("run-method", "tables", "bench-table", "figure")  # no --settings/--out of theirs
 
-    sp = add("knn-expand", _cmd_knn_expand, "kNN path: one row block's second pass")
-    sp.add_argument("--images", required=True)
-    sp.add_argument("--first", required=True, help="the first round's gathered kNN store")
-    sp.add_argument("--blocks", nargs="+", required=True, help="the first round's pair stores")
-    sp.add_argument("--block", type=int, required=True)
-    sp.add_argument("--rows", type=int, required=True, help="rows per block")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
 
-    sp = add("knn-gather", _cmd_knn_gather, "kNN path: merge row blocks into the kNN store")
-    sp.add_argument("--blocks", nargs="+", required=True)
-    sp.add_argument("--features", required=True)
-    sp.add_argument(
-        "--images", help="the iteration's images: the final lists are refined over the group"
+def _add_cluster(sub: argparse._SubParsersAction) -> None:
+    """``ia-stages cluster``: the input's options, the settings (generated from the settings
+    tree), the output's and the compute's."""
+    sp = sub.add_parser(
+        "cluster",
+        help="cluster a folder or stack of images (the whole pipeline)",
+        description="Cluster a folder or stack of images: the whole pipeline, in OUT.",
     )
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("means", _cmd_means, "invariant means of one block of columns")
-    sp.add_argument("--features", required=True)
-    sp.add_argument("--kmax", required=True)
-    sp.add_argument("--block", type=int, default=0, help="column block (default 0)")
-    sp.add_argument("--block-size", type=int, help="columns per block (default: all)")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("means-gather", _cmd_means_gather, "assemble invariant-mean blocks")
-    sp.add_argument("--blocks", nargs="+", required=True)
-    sp.add_argument("--kmax", required=True)
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("means-whole", _cmd_means_whole, "invariant means of every column, gathered")
-    sp.add_argument("--features", required=True)
-    sp.add_argument("--kmax", required=True)
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("ka", _cmd_ka, "kernel-attention iterations")
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("mean-trace", _cmd_mean_trace, "Algorithm 1 on a whole dataset (Figure 5)")
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("metrics", _cmd_metrics, "metrics of one dataset")
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument("--ka")
-    sp.add_argument("--ia-features", nargs="*", default=[])
-    sp.add_argument("--ia-kmax", nargs="*", default=[])
-    sp.add_argument(
-        "--classes", help="the classes store: IA's read-outs without K (else made here)"
-    )
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("tables", _cmd_tables, "summary table over datasets")
-    sp.add_argument("--metrics", nargs="+", required=True)
-    sp.add_argument("--csv", required=True)
-    sp.add_argument("--md", required=True)
-
-    sp = add("cluster", _cmd_cluster, "cluster a folder or stack of images (whole pipeline)")
+    sp.set_defaults(func=_cmd_cluster)
     sp.add_argument(
         "path",
         help="folder of PNG/TIFF/JPEG (subfolders = labels), .npy/.npz, .zarr/.nc, .tif, .mrc(s)",
     )
-    sp.add_argument("--out", required=True, help="folder for clusters.csv, the gallery, results/")
-    sp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
-    sp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks")
-    sp.add_argument("--invert", action="store_true", help="dark objects on a light background")
-    sp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
-    sp.add_argument("--max-images", type=int, help="a random subset of this many images")
-    sp.add_argument("--beta", type=float, help="kappa^max bandwidth on unit-norm images")
-    sp.add_argument(
-        "--kernel-sigma",
-        type=_sigma,
-        help="smoothing (px) inside kappa^max (default: the preset's, 1 px), or 'auto': chosen "
-        "from the images' noise",
-    )
-    sp.add_argument(
-        "--preset",
-        choices=["images", "paper"],
-        default="images",
-        help="IA's settings as the estimator's preset= (default images: kNN attention, "
-        "graph read-out sized to the data; paper: the paper's dense IA)",
-    )
-    sp.add_argument("--threshold", type=float, help="linkage read-out distance (preset's)")
-    sp.add_argument(
-        "--iterations",
-        type=int,
-        help="most IA iterations (default: the preset's: 1 for images, 2 for paper)",
-    )
-    sp.add_argument(
-        "--group", default="se2", choices=["se2", "similarity", "affine"],
-        help="transformations factored out (default se2; config: datasets.*.group)",
-    )  # fmt: skip
-    sp.add_argument("--mirror", action="store_true", help="also match mirror images")
-    sp.add_argument(
-        "--kmax", default="auto", choices=["auto", "dense", "candidates"],
-        help="kappa^max of every pair (dense), or the kNN path: invariant-feature candidates "
-        "refined exactly, no n x n array (candidates); auto: candidates above --dense-max images",
-    )  # fmt: skip
-    sp.add_argument(
-        "--dense-max", type=int, help="--kmax auto: most images run dense (default 5000)"
-    )
-    sp.add_argument(
-        "--candidates",
-        type=int,
-        help="kNN path: candidates per image c (default: sized to n, 48 up to 5,000 images)",
-    )
-    sp.add_argument("--mean-steps", type=int, default=20, help="Algorithm 1 steps per mean")
-    sp.add_argument(
-        "--mean-images", type=int, default=24, help="images aligned per invariant mean (cost)"
-    )
-    sp.add_argument("--block-size", type=int, default=256, help="samples per kappa^max job")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
-    sp.add_argument(
+    inp = sp.add_argument_group("input")
+    inp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
+    inp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks (1)")
+    inp.add_argument("--invert", action="store_true", help="dark objects on a light background")
+    inp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
+    inp.add_argument("--max-images", type=int, help="a random subset of this many images")
+    add_settings_flags(sp.add_argument_group("clustering (the settings tree's keys)"))
+    out = sp.add_argument_group("output")
+    out.add_argument("--out", required=True, help="the folder for clusters.csv, the gallery, "
+                     "results/")  # fmt: skip
+    out.add_argument("--report", action="store_true", help="also write OUT/report.html")
+    comp = sp.add_argument_group("compute")
+    comp.add_argument(
         "--cores",
         type=int,
         default=len(os.sched_getaffinity(0)),
         help="CPU cores for the workflow (default: all this process may use)",
     )
-    sp.add_argument("--report", action="store_true", help="also write DIR/report.html")
-    sp.add_argument(
+    comp.add_argument("--block-size", type=int, default=256, help="samples per kappa^max job (256)")
+    comp.add_argument("--seed", type=int, default=0, help="the run's seed (0)")
+    comp.add_argument(
         "--unlock",
         action="store_true",
-        help="remove the lock a killed run left in DIR and resume where it stopped",
+        help="remove the lock a killed run left in OUT and resume where it stopped",
     )
-    sp.add_argument(
-        "--background",
-        choices=["none", "median", "mask"],
-        default="none",
-        help="'median': subtract each image's border median (grey backgrounds); 'mask' (noisy "
-        "images): also set every pixel away from the object to 0",
-    )
-    sp.add_argument(
-        "--mask-threshold",
-        type=float,
-        default=None,
-        help="with --background mask: noise sds a smoothed pixel must exceed to be kept "
-        "(default 4)",
-    )
-    sp.add_argument("--snakefile", help="the workflow's Snakefile (default: the repository's)")
+    comp.add_argument("--snakefile", help="the workflow's Snakefile (default: the installed one)")
 
-    sp = add("classes", _cmd_classes, "clusters, class averages and poses of one dataset")
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument(
-        "--kmax", required=True, nargs="+", help="kappa^max of every IA iteration, input first"
-    )
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--csv", required=True, help="clusters.csv")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
 
-    sp = add(
-        "run-method",
-        _cmd_run_method,
-        "benchmark methods on one dataset: one store per settings object (method and seed)",
-    )
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument(
-        "--kmax",
-        nargs="*",
-        default=None,
-        help="kappa^max stores the method reads (iteration order)",
-    )
-    sp.add_argument("--upstream", nargs="*", default=[], help="stores whose time it builds on")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", nargs="+", required=True, help="JSON settings, one per job")
-    sp.add_argument("--out", nargs="+", required=True, help="output stores, one per job")
-
-    sp = add("theory", _cmd_theory, "Table 2 rows of one dataset")
-    sp.add_argument("--dataset", required=True)
-    sp.add_argument("--features", nargs="*", default=[], help="IA features, iterations 1..T")
-    sp.add_argument("--kmax", nargs="+", required=True, help="kappa^max, iterations 0..T")
-    sp.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    sp.add_argument("--settings", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("bench-table", _cmd_bench_table, "Tables 1-3 of the clustering benchmark")
-    sp.add_argument("table", choices=["clustering", "theory", "cost"])
-    sp.add_argument("--inputs", nargs="+", required=True)
-    sp.add_argument("--datasets", nargs="*", default=[], help="dataset stores (clustering)")
-    sp.add_argument("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex")
-
-    sp = add("figure", _cmd_figure, "draw one figure (clusters: the gallery and the stability)")
-    sp.add_argument(
-        "name",
-        choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes", "stability", "clusters"],
-    )
-    sp.add_argument("--inputs", nargs="+", required=True)
-    sp.add_argument("--out", nargs="+", required=True)
-
-    sp = add("check-config", _cmd_check_config, "validate a config file")
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: the commands users run, and ``stage`` with one command per
+    pipeline stage."""
+    p = OneLineParser(
+        prog="ia-stages", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_cluster(sub)
+    sp = sub.add_parser("settings", help="print a preset's settings tree as YAML")
+    sp.set_defaults(func=_cmd_settings)
+    add_settings_flags(sp)
+    sp = sub.add_parser("check-config", help="validate a workflow config file")
+    sp.set_defaults(func=_cmd_check_config)
     sp.add_argument("config")
     sp.add_argument("--schema", default=None)
+    stage = sub.add_parser("stage", help="run one pipeline stage (the workflow's jobs)")
+    stages = stage.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name, (func, what, args) in STAGES.items():
+        sp = stages.add_parser(name, help=what)
+        sp.set_defaults(func=func)
+        for names, kwargs in args:
+            sp.add_argument(*names, **kwargs)
+        if name not in OWN_OUTPUTS:
+            for names, kwargs in (SETTINGS, OUT):
+                sp.add_argument(*names, **kwargs)
     return p
 
 
@@ -644,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if not isinstance(err, expected_errors()):
             raise
-        print(f"ia-stages {args.stage}: error: {err}", file=sys.stderr)
+        command = args.command if args.command != "stage" else f"stage {args.stage}"
+        print(f"ia-stages {command}: error: {err}", file=sys.stderr)
         return 2
     return 0
 

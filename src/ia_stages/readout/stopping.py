@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sklearn.metrics import adjusted_rand_score
 
 from ia_stages.readout.graph import KnnDistances, igraph_of, leiden_knn, readout_lists
-
-STOP_RULES = ("stability", "partition", "contraction", "none")
+from ia_stages.settings.readout import ReadoutSettings, StopSettings
 
 
 def contraction_ratio(sqdist: Any, labels: np.ndarray) -> float:
@@ -30,19 +30,17 @@ def contraction_ratio(sqdist: Any, labels: np.ndarray) -> float:
     return float(D[w].mean() / D[b].mean())
 
 
-def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
-    """Mean adjusted Rand index between the Leiden partitions of the kNN graph
-    (``graph['k']`` neighbours, ``graph['resolution']``) found with seeds 0..n_seeds-1.
+def community_stability(sqdist: Any, readout: ReadoutSettings, n_seeds: int) -> float:
+    """Mean adjusted Rand index between the Leiden partitions of the read-out's kNN graph
+    (``readout.k`` neighbours, ``readout.resolution``) found with seeds 0..n_seeds-1.
 
     1 when every seed finds the same communities; it falls when the graph's community
     structure is ambiguous (communities fragment or blur), which needs no labels.
     ``sqdist``: ``(n, n)``, or a :class:`KnnDistances` whose lists give the graph.
     """
-    from sklearn.metrics import adjusted_rand_score
-
-    knn = readout_lists(sqdist, graph["k"])
+    knn = readout_lists(sqdist, readout.k)
     g = igraph_of(knn)
-    parts = [leiden_knn(knn, s, graph["resolution"], g) for s in range(n_seeds)]
+    parts = [leiden_knn(knn, s, readout.resolution, g) for s in range(n_seeds)]
     pairs = [
         adjusted_rand_score(parts[a], parts[b])
         for a in range(n_seeds)
@@ -52,15 +50,20 @@ def community_stability(sqdist: Any, graph: dict, n_seeds: int) -> float:
 
 
 def stop_iteration(
-    partitions: list[np.ndarray], sqdists: list[Any], stop: dict, graph: dict | None = None
+    partitions: list[np.ndarray],
+    sqdists: list[Any],
+    stop: StopSettings,
+    readout: ReadoutSettings | None = None,
 ) -> tuple[int, str]:
     """The iteration whose read-out to report, chosen without labels, and why.
 
     ``partitions[t]`` and ``sqdists[t]`` are the read-out and the kappa^max squared
-    distances of iteration t = 0 (input) .. T. Rules (``stop['rule']``):
+    distances of iteration t = 0 (input) .. T. Rules (``stop.rule``):
 
     - 'partition': stop at the first t >= 1 whose partition agrees with that of t - 1
-      (adjusted Rand index >= ``stop['min_ari']``): iterating no longer changes the read-out;
+      (adjusted Rand index >= ``stop.min_ari``): iterating no longer changes the read-out;
+    - 'stability': the last t before the community stability of the read-out graph
+      (:func:`community_stability`, ``stop.n_seeds`` seeds) stops rising;
     - 'contraction': stop at the last t >= 1 before the contraction ratio
       (:func:`contraction_ratio` of t's own partition) stops falling;
     - 'none': the last iteration T.
@@ -69,24 +72,20 @@ def stop_iteration(
     ('stability' computes its statistic only for the iterations it compares, so none here).
     Returns (t, a one-line reason).
     """
-    from sklearn.metrics import adjusted_rand_score
-
-    rule = stop["rule"]
-    if rule not in STOP_RULES:
-        raise ValueError(f"ia.stop.rule must be one of {STOP_RULES}, got {rule!r}")
+    rule = stop.rule
     T = len(partitions) - 1
     if T < 1:
         return 0, "no iteration"
     if rule == "none":
         return T, "last iteration (rule 'none')"
     if rule == "stability":
-        if graph is None:
-            raise ValueError("ia.stop.rule 'stability' needs the read-out graph settings")
+        if readout is None:
+            raise ValueError("stop.rule 'stability' needs the read-out settings")
         stab: dict[int, float] = {}  # by iteration, computed when compared (Leiden runs)
 
         def stability(t: int) -> float:
             if t not in stab:
-                stab[t] = community_stability(sqdists[t], graph, int(stop["n_seeds"]))
+                stab[t] = community_stability(sqdists[t], readout, stop.n_seeds)
             return stab[t]
 
         for t in range(1, T):
@@ -101,9 +100,9 @@ def stop_iteration(
     if rule == "partition":
         for t in range(1, T + 1):
             ari = adjusted_rand_score(partitions[t - 1], partitions[t])
-            if ari >= stop["min_ari"]:
+            if ari >= stop.min_ari:
                 return t, f"partition of iteration {t} agrees with {t - 1} (ARI {ari:.3f})"
-        return T, f"partitions still changing (ARI < {stop['min_ari']}); last iteration"
+        return T, f"partitions still changing (ARI < {stop.min_ari}); last iteration"
     ratios = [contraction_ratio(sq, p) for sq, p in zip(sqdists, partitions, strict=True)]
     for t in range(1, T + 1):
         if not ratios[t] < ratios[t - 1]:

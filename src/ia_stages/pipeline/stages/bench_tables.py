@@ -19,7 +19,7 @@ import pandas as pd
 
 from ia_stages.benchmark import metrics as M
 from ia_stages.benchmark.methods import METHODS
-from ia_stages.pipeline.config import data_of, group_label
+from ia_stages.pipeline.benchmark_config import data_of, group_label
 from ia_stages.pipeline.stages.tables import read_csvs
 from ia_stages.pipeline.store import read_store, store_attrs, write_text_atomic
 
@@ -96,7 +96,7 @@ def clustering(
         scored = [(-1, pred)]  # -1: the reported (stopped) iteration
         if "pred_iter" in st:  # IA's read-out at every iteration 0..T
             scored += list(enumerate(st["pred_iter"].values))
-        group = method_group(s["method"], s.get("group"))
+        group = method_group(s["method"], s.get("settings"))
         for it, p in scored:
             groups[(dname, s["method"], group, it)].append(
                 {
@@ -220,13 +220,13 @@ GROUP_ORDER = ("se2", "similarity", "affine")
 IA_STAGES = ("kmax-block", "kmax-gather", "kmax-whole", "means", "means-gather", "means-whole")
 
 
-def method_group(method: str, group: dict | None) -> str:
-    """The group a benchmark row factors out: the job's group block for the methods that use
+def method_group(method: str, tree: dict | None) -> str:
+    """The group a benchmark row factors out: the job's tree's group for the methods that use
     the dataset's group (absent: se2), 'se2' for the SE(2)-only methods, '-' for the
     pixel-space ones."""
     transforms = METHODS[method].transforms
     if transforms == "group":
-        return group_label(group)
+        return group_label(tree)
     return "se2" if transforms == "se2" else "-"
 
 
@@ -315,9 +315,9 @@ def cost(stores: list[str | Path], out_stem: str | Path) -> pd.DataFrame:
             if part.startswith("iter") and stage in IA_STAGES:
                 detail = part
         if stage == "cluster" and detail in METHODS:
-            group = method_group(detail, s.get("group"))
+            group = method_group(detail, s.get("settings"))
         elif stage in IA_STAGES:
-            group = group_label(s.get("group"))
+            group = group_label(s.get("settings"))
         else:
             group = "-"
         key = (data_of(s.get("dataset", "")), _group_order(group), group, stage, detail)

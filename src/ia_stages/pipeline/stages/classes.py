@@ -9,7 +9,7 @@ kappa^max alignments onto each cluster's medoid. Writes
 stability as its own setting varies: :mod:`ia_stages.ia.stability`) and
 ``results/{dataset}/clusters.csv``: one row per image with its name, cluster, distance to the
 class average and the pose (theta in radians, b0, b1 in px; v o tau ~ class average in the
-README's convention), plus its label when the data has one.
+package's pose convention), plus its label when the data has one.
 """
 
 from __future__ import annotations
@@ -24,15 +24,21 @@ import pandas as pd
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import make_group
+from ia_stages.core.groups import group_of
 from ia_stages.ia.class_averages import cluster_averages
 from ia_stages.ia.loop import read_iterations
-from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.ia.stability import read_out_stability
 from ia_stages.kmax import KappaMaxResult
-from ia_stages.pipeline.stages.common import InputError, load_features, require_images, timer
+from ia_stages.pipeline.stages.common import (
+    InputError,
+    job_tree,
+    load_features,
+    require_images,
+    timer,
+)
 from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
 from ia_stages.pipeline.store import provenance, read_store, strings, write_store, write_text_atomic
+from ia_stages.settings.sizing import sized
 
 
 def _kmax(path: str | Path, n: int) -> xr.Dataset:
@@ -80,8 +86,7 @@ def run(
     knn = is_knn_store(kmax[0])  # the kNN path: lists and a sample, no n x n store
     kms = [read_knn(p, n) if knn else _kmax(p, n) for p in kmax]
     try:
-        group = make_group(**settings["group"]) if "group" in settings else None
-        ia = sized(ia_settings(**settings["ia"], group=group), n)
+        ia = sized(job_tree(settings), n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     with timer() as t:
@@ -94,7 +99,7 @@ def run(
         try:
             with bar(len(sqs), "read-outs: iterations") as tick:
                 parts, chosen, reason = read_iterations(
-                    sqs, ia, None, int(settings["seed"]), values, tick
+                    sqs, ia, int(settings["seed"]), values, tick
                 )
         except ValueError as err:
             raise InputError(f"{kmax[0]}: settings key {err}") from None
@@ -103,7 +108,7 @@ def run(
         # the read-out's own setting varied (its Leiden runs are the read-out's, kept)
         stable = read_out_stability(sqs[chosen], ia.readout, parts[chosen], int(settings["seed"]))
     names = sample_names(data)
-    param_names = list(ia.group.param_names)
+    param_names = list(group_of(ia).param_names)
     means = to_numpy(res.means)
     ds = xr.Dataset(
         {

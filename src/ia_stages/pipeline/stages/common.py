@@ -12,11 +12,26 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import resolve_backend, to_backend
+from ia_stages.pipeline.errors import InputError
 from ia_stages.pipeline.store import StoreError, provenance, read_store, write_store
+from ia_stages.settings.spec import SettingError
+from ia_stages.settings.tree import Settings
 
 
-class InputError(ValueError):
-    """Data a stage reads is unusable (NaN, wrong shape, ...); the message names the file."""
+def job_tree(settings: dict) -> Settings:
+    """The job's settings tree from its settings JSON: the part of the dataset's tree its
+    stage reads (:data:`ia_stages.pipeline.config.STAGE_SETTINGS`), every other setting
+    unset, so that the job cannot depend on what its settings hash does not cover.
+
+    Example
+    -------
+    >>> job_tree({"settings": {"beta": 2.0}}).beta
+    2.0
+    """
+    try:
+        return Settings.from_dict(settings.get("settings", {}), partial=True)
+    except SettingError as err:
+        raise InputError(f"settings key {err}") from None
 
 
 def load_features(path: str | Path) -> xr.Dataset:
@@ -70,7 +85,15 @@ def on_backend(array: np.ndarray, backend: str) -> tuple[Any, str]:
     return to_backend(array, name), name
 
 
-__all__ = ["InputError", "StoreError", "load_features", "on_backend", "require_images", "timer"]
+__all__ = [
+    "InputError",
+    "StoreError",
+    "job_tree",
+    "load_features",
+    "on_backend",
+    "require_images",
+    "timer",
+]
 
 
 def write_gathered(

@@ -7,16 +7,20 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ia_stages.core.background import subtract_background
 from ia_stages.core.seeds import stage_seed
 from ia_stages.data import datasets
 from ia_stages.data import user_images as images
 from ia_stages.data.large import digit_copies
+from ia_stages.pipeline.stages.common import job_tree
 from ia_stages.pipeline.store import provenance, strings, write_store
 
 
 def build(settings: dict) -> datasets.Dataset:
-    """Generate the dataset described by ``settings['dataset_config']``."""
+    """Generate the dataset described by ``settings['dataset_config']``, its images prepared
+    by the tree's ``background`` (and ``mask``) once, here: every stage reads these."""
     cfg = dict(settings["dataset_config"])
+    tree = job_tree(settings)
     rng = np.random.default_rng(stage_seed(settings["seed"], f"dataset:{settings['dataset']}"))
     kind = cfg.pop("kind")
     for key in ("rotation_deg", "shift_px", "shift_fraction"):
@@ -32,7 +36,12 @@ def build(settings: dict) -> datasets.Dataset:
         "images": images.load_images,
         "digit_copies": digit_copies,
     }
-    return factory[kind](rng=rng, **cfg)
+    if kind == "images":  # the loader names the files in its warnings
+        return images.load_images(rng=rng, background=tree.background, mask=tree.mask, **cfg)
+    built = factory[kind](rng=rng, **cfg)
+    if tree.background != "none" and built.data.ndim == 3:
+        built.data = subtract_background(built.data, tree.background, tree.mask)
+    return built
 
 
 def to_xarray(ds: datasets.Dataset) -> xr.Dataset:

@@ -262,12 +262,14 @@ def classes(inputs: list[str], out: str | Path) -> None:
 
     inputs: dataset store, classes store (stage ``classes``).
     """
-    from ia_stages.core.groups import make_group
+    from ia_stages.core.groups import group_of
     from ia_stages.core.warp import warp
+    from ia_stages.settings.tree import Settings
 
     data, cl = read_store(inputs[0]), read_store(inputs[1])
     # the poses are the dataset group's (a mirror image's pose holds its flag)
-    group = make_group(**json.loads(cl.attrs.get("settings", "{}")).get("group", {}))
+    tree = json.loads(cl.attrs.get("settings", "{}")).get("settings", {})
+    group = group_of(Settings.from_dict(tree))
     V = data["features"].values
     pred, dist = cl["cluster"].values, cl["distance"].values
     pose, means, sizes = cl["pose"].values, cl["class_average"].values, cl["size"].values

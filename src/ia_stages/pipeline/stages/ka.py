@@ -9,10 +9,10 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import make_group
+from ia_stages.core.groups import group_of
 from ia_stages.ia.attention import attention_weights, kernel_attention
-from ia_stages.kmax import SearchSettings, kappa_max
-from ia_stages.pipeline.stages.common import load_features, on_backend, timer
+from ia_stages.kmax import kappa_max
+from ia_stages.pipeline.stages.common import job_tree, load_features, on_backend, timer
 from ia_stages.pipeline.store import provenance, write_store
 
 
@@ -26,7 +26,8 @@ def run(
     distances of every iteration's features, to compare manifold distances with IA)."""
     src = load_features(dataset)
     X, backend = on_backend(src["features"].values.astype(float), settings["backend"])
-    beta, norm = settings["beta"], settings["normalization"]
+    tree = job_tree(settings)
+    beta, norm = settings["ka_beta"], tree.normalization
     feats, seconds = [X], [0.0]
     for _ in range(settings["iterations"]):
         with timer() as t:
@@ -46,12 +47,11 @@ def run(
         coords={"iteration": np.arange(len(feats))},
     )
     if feat_dims == ("sample", "y", "x"):
-        search = SearchSettings(**settings["search"])
         d2 = []
         for f in feats:
             km = kappa_max(
-                f, beta=beta, normalization=norm, group=make_group(**settings.get("group", {})),
-                settings=search, sigma=settings["sigma"],
+                f, beta=beta, normalization=norm, group=group_of(tree), settings=tree.search,
+                sigma=tree.sigma,
             )  # fmt: skip
             d2.append(to_numpy(km.sqdist))
             if progress is not None:

@@ -9,10 +9,11 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import make_group
-from ia_stages.kmax import MemoryBudgetError, SearchSettings, kappa_max
+from ia_stages.core.groups import group_of
+from ia_stages.kmax import MemoryBudgetError, kappa_max
 from ia_stages.pipeline.stages.common import (
     InputError,
+    job_tree,
     load_features,
     on_backend,
     require_images,
@@ -64,24 +65,15 @@ def compute(
     if not (0 <= bi <= bj < nb):
         raise InputError(f"{features}: block ({bi}, {bj}) outside 0 <= bi <= bj < {nb} for n={n}")
     rows, cols = block_range(bi, block_size, n), block_range(bj, block_size, n)
-    search = SearchSettings(**settings["search"])
-    group = make_group(**settings.get("group", {}))
+    t = job_tree(settings)
+    group = group_of(t)
     U, backend = on_backend(V[rows.start : rows.stop], settings["backend"])
     Vb = None if bi == bj else on_backend(V[cols.start : cols.stop], backend)[0]
-    with timer() as t:
+    with timer() as clock:
         try:
-            res = kappa_max(
-                U,
-                Vb,
-                settings["beta"],
-                settings["normalization"],
-                group,
-                search,
-                progress,
-                settings["sigma"],
-            )
+            res = kappa_max(U, Vb, t.beta, t.normalization, group, t.search, progress, t.sigma)
         except MemoryBudgetError as err:
-            raise InputError(f"config key 'ia.search.memory_mb': {err}") from None
+            raise InputError(f"settings key search.memory_mb: {err}") from None
     ds = xr.Dataset(
         {
             "value": (("sample_i", "sample_j"), to_numpy(res.value)),
@@ -101,8 +93,8 @@ def compute(
         backend,
         block=[bi, bj],
         n=n,
-        wall_seconds=t["seconds"],
-        cpu_seconds=t["cpu_seconds"],
+        wall_seconds=clock["seconds"],
+        cpu_seconds=clock["cpu_seconds"],
         pairs=n_pairs(bi, bj, block_size, n),
     )
     return ds

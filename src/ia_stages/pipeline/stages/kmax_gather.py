@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ia_stages.core.groups import make_group
-from ia_stages.pipeline.stages.common import InputError, write_gathered
+from ia_stages.core.groups import group_of
+from ia_stages.pipeline.stages.common import InputError, job_tree, write_gathered
 from ia_stages.pipeline.store import read_store, strings
 
 
@@ -28,7 +28,7 @@ def assemble(
     n = int(stores[0][1].attrs["n"])
     value = np.full((n, n), np.nan)
     sqdist = np.full((n, n), np.nan)
-    group = make_group(**settings.get("group", {}))
+    group = group_of(job_tree(settings))
     params = np.full((n, n, group.n_params), np.nan)
     for path, b in stores:
         if int(b.attrs.get("n", -1)) != n:

@@ -48,12 +48,12 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import BackendError, resolve_backend, to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group, make_group
+from ia_stages.core.groups import SE2, AffineFamily, group_of, has_mirror, lists_group
+from ia_stages.ia.distances import knn_sample_search, knn_search
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import (
     CandidatePairs,
     candidate_lists,
-    first_pass_search,
     has_second_pass,
     knn_from_pairs,
     listed_candidates,
@@ -62,11 +62,12 @@ from ia_stages.kmax.candidates import (
     second_pass,
 )
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
-from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.features import invariant_features
 from ia_stages.kmax.group_search import refine_knn
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.pipeline.stages.common import (
     InputError,
+    job_tree,
     load_features,
     on_backend,
     require_images,
@@ -74,22 +75,23 @@ from ia_stages.pipeline.stages.common import (
 )
 from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
 from ia_stages.readout.graph import KnnDistances, sample_indices, sample_sqdist
+from ia_stages.settings.features import FeatureSettings
+from ia_stages.settings.path import first_pass_search
+from ia_stages.settings.sizing import knn_features, knn_width
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
 
 
 def _parts(settings: dict, n: int) -> tuple[FeatureSettings, SearchSettings, int]:
     """The feature settings sized to the ``n`` images (c, as every job of the run sizes
-    it), the per-pair search and the list length k."""
+    it), the per-pair search and the list length k, as the estimator's kNN path has them
+    (:func:`ia_stages.ia.distances.knn_distances`)."""
+    t = job_tree(settings)
     try:
-        k = int(settings["k"])
-        return (
-            FeatureSettings(**settings["features"]).sized(n, k),
-            SearchSettings(**settings["search"]),
-            k,
-        )
-    except (TypeError, ValueError) as err:
-        raise InputError(f"settings key 'kmax': {err}") from None
+        k = knn_width(t, n)
+        return knn_features(t, n).sized(n, k), knn_search(t), k
+    except ValueError as err:
+        raise InputError(f"settings key {err}") from None
 
 
 def _images(path: str | Path, settings: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -97,10 +99,11 @@ def _images(path: str | Path, settings: dict) -> tuple[np.ndarray, np.ndarray]:
     normalised); bad input names the key."""
     V = require_images(load_features(path), path)
     fs, search, k = _parts(settings, V.shape[0])
+    t = job_tree(settings)
     try:
-        Un = prepared_images(V, k, settings["sigma"], settings["normalization"], search, fs)
+        Un = prepared_images(V, k, t.sigma, t.normalization, search, fs)
     except ValueError as err:
-        raise InputError(f"{path}: settings key 'kmax' of the kNN path: {err}") from None
+        raise InputError(f"{path}: the kNN path's settings: {err}") from None
     return V, Un
 
 
@@ -110,11 +113,8 @@ def _prepared(path: str | Path, settings: dict) -> np.ndarray:
 
 
 def _group(settings: dict) -> SE2 | AffineFamily:
-    """The dataset's group (its ``group`` block; plain SE(2) when the settings hold none)."""
-    try:
-        return make_group(**settings.get("group", {}))
-    except (TypeError, ValueError) as err:
-        raise InputError(f"settings key 'group': {err}") from None
+    """The dataset's group (its tree's ``group`` and ``mirror``)."""
+    return group_of(job_tree(settings))
 
 
 def _lists_group(settings: dict) -> SE2 | AffineFamily:
@@ -160,9 +160,9 @@ def _compiled_ahead(
     except BackendError:
         backend = "unknown"  # the job's own move to its backend says why
     n = store_sizes(images).get("sample", 0)
+    t = job_tree(settings)
     return search_compiled_ahead(
-        settings["beta"], settings["normalization"], _group(settings),
-        SearchSettings(**settings["sample_search"]), settings["sigma"],
+        t.beta, t.normalization, _group(settings), knn_sample_search(t), t.sigma,
         on=previous is None and worth_compiling_ahead(n, backend),
     )  # fmt: skip
 
@@ -176,7 +176,8 @@ def _features(
     before the first search (:func:`_compiled_ahead`)."""
     n = Un.shape[0]
     fs, search, _ = _parts(settings, n)
-    pick = sample_indices(n, settings["sample"], int(settings["seed"]))
+    tree = job_tree(settings)
+    pick = sample_indices(n, tree.path.sample_size(n), int(settings["seed"]))
     with timer() as t:
         if previous is None:
             F = invariant_features(U, fs, mirror=has_mirror(_group(settings)))
@@ -187,8 +188,8 @@ def _features(
             embedding = np.zeros((n, 0), dtype=np.float32)
         ready()
         sq = sample_sqdist(
-            V, pick, settings["beta"], settings["normalization"], _group(settings),
-            SearchSettings(**settings["sample_search"]), settings["sigma"],
+            V, pick, tree.beta, tree.normalization, _group(settings), knn_sample_search(tree),
+            tree.sigma,
         )  # fmt: skip
     ds = xr.Dataset(
         {
@@ -246,10 +247,11 @@ def _first_pass(
 ) -> tuple[CandidatePairs, float]:
     """The refined candidate pairs whose later image is in ``rows`` and the seconds taken."""
     fs, search, k = _parts(settings, U.shape[0])
+    tree = job_tree(settings)
     with timer() as t:
         pairs = refine_rows(
-            U, cand, rows, k, settings["beta"], _lists_group(settings),
-            first_pass_search(search, fs), settings["sigma"], progress,
+            U, cand, rows, k, tree.beta, _lists_group(settings), first_pass_search(search, fs),
+            tree.sigma, progress,
         )  # fmt: skip
     return pairs, t["seconds"]
 
@@ -281,7 +283,7 @@ def expand(
     fs, search, k = _parts(settings, n)
     if not has_second_pass(search, fs, k):
         raise InputError(
-            f"{out}: settings keys 'kmax.features.screen' and 'n_expand': no second pass to run"
+            f"{out}: settings keys 'path.features.screen' and 'n_expand': no second pass to run"
         )
     rows = _block_rows(images, n, rows_per_job, bi)
     done = [read_store(p, required=("a", "b")) for p in blocks]
@@ -298,10 +300,11 @@ def _second_pass(
     """:func:`~ia_stages.kmax.candidates.second_pass` of ``rows`` over the first round's
     ``lists`` (``skip``: the pairs a * n + b already refined) and the seconds taken."""
     fs, search, _ = _parts(settings, U.shape[0])
+    tree = job_tree(settings)
     with timer() as t:
         pairs = second_pass(
-            U, lists, skip, rows, settings["beta"], _lists_group(settings), search,
-            settings["sigma"], fs, progress,
+            U, lists, skip, rows, tree.beta, _lists_group(settings), search, tree.sigma, fs,
+            progress,
         )  # fmt: skip
     return pairs, t["seconds"]
 
@@ -385,17 +388,15 @@ def _gathered(
     ``f``; with the images ``V`` and a dataset group with more parameters than the lists',
     the lists refined over the group. ``seconds``: the parts' time, for ``wall_seconds``."""
     n = int(f.sizes["sample"])
-    _, _, k = _parts(settings, n)
+    _, search, k = _parts(settings, n)
+    tree = job_tree(settings)
     pairs = CandidatePairs.concat(parts)
     group, lists = _group(settings), _lists_group(settings)
     refined = V is not None and group != lists
     with timer() as t:
-        knn = knn_from_pairs(n, k, pairs, settings["beta"], f["norm2"].values, lists)
+        knn = knn_from_pairs(n, k, pairs, tree.beta, f["norm2"].values, lists)
         if refined:
-            knn = refine_knn(
-                V, knn, settings["beta"], settings["normalization"], group,
-                SearchSettings(**settings["search"]), settings["sigma"],
-            )  # fmt: skip
+            knn = refine_knn(V, knn, tree.beta, tree.normalization, group, search, tree.sigma)
     names = (group if refined else lists).param_names
     ds = xr.Dataset(
         {
@@ -454,7 +455,7 @@ def whole(
     first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress)
     parts = [first]
     if has_second_pass(search, fs, k):
-        beta, lists_of = settings["beta"], _lists_group(settings)
+        beta, lists_of = job_tree(settings).beta, _lists_group(settings)
         lists = knn_from_pairs(n, k, CandidatePairs.concat([first]), beta, f["norm2"].values,
                                lists_of)  # fmt: skip
         skip = np.unique(first.a * n + first.b)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
-from ia_stages.kmax import SearchSettings, kappa_max
-from ia_stages.pipeline.stages.common import load_features, on_backend, require_images, timer
+from ia_stages.ia.invariant_mean import invariant_mean
+from ia_stages.kmax import kappa_max
+from ia_stages.pipeline.stages.common import (
+    job_tree,
+    load_features,
+    on_backend,
+    require_images,
+    timer,
+)
 from ia_stages.pipeline.store import provenance, write_store
 
 
@@ -20,22 +27,17 @@ def run(dataset: str | Path, out: str | Path, settings: dict) -> xr.Dataset:
     Vx, backend = on_backend(V, settings["backend"])
     trace = settings["trace"]
     steps = trace["steps"]
-    mean = dict(settings["mean"], steps=steps)
-    mean["sigmas"] = tuple(mean["sigmas"])
+    tree = job_tree(settings)
+    mean = replace(tree.mean, steps=steps)
     record = (0, steps // 2, steps)
     with timer() as t:
         init = None
         if trace["init"] == "kmax":  # align every image onto the first one
             km = kappa_max(
-                Vx[:1],
-                Vx,
-                settings["beta"],
-                settings["normalization"],
-                settings=SearchSettings(**settings["search"]),
-                sigma=settings["sigma"],
+                Vx[:1], Vx, tree.beta, tree.normalization, settings=tree.search, sigma=tree.sigma
             )
             init = km.params[0]
-        res = invariant_mean(Vx, np.ones(V.shape[0]), init, MeanSettings(**mean), record=record)
+        res = invariant_mean(Vx, np.ones(V.shape[0]), init, mean, record=record)
     ds = xr.Dataset(
         {
             "snapshot": (

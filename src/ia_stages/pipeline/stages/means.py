@@ -9,7 +9,7 @@ kind 'knn', each column's weights over its k nearest samples under kappa^max; a 
 mean aligns only those samples. Both come from :func:`ia_stages.ia.attention.attention_step`,
 the estimator's attention step.
 
-On the kNN path (``kmax: {mode: candidates}``) ``kmax`` is the kNN store: each column's mean
+On the kNN path (``path.mode: candidates``) ``kmax`` is the kNN store: each column's mean
 aligns its listed neighbours only, and W is stored sparse (``weights_index`` and
 ``weights_knn`` per column), never as n x n.
 """
@@ -24,14 +24,13 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import to_numpy
-from ia_stages.core.groups import make_group
+from ia_stages.core.groups import group_of
 from ia_stages.ia.attention import attention_step, column_normalize, sparse_neighbours
-from ia_stages.ia.invariant_mean import MeanSettings
-from ia_stages.ia.settings import sized_neighbours
-from ia_stages.ia.weights import AttentionSettings, dense_weights
+from ia_stages.ia.weights import dense_weights
 from ia_stages.kmax import KappaMaxResult, KnnResult
 from ia_stages.pipeline.stages.common import (
     InputError,
+    job_tree,
     load_features,
     on_backend,
     require_images,
@@ -41,6 +40,8 @@ from ia_stages.pipeline.stages.common import (
 from ia_stages.pipeline.stages.kmax_block import block_range
 from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
 from ia_stages.pipeline.store import provenance, read_store, write_store
+from ia_stages.settings.attention import AttentionSettings
+from ia_stages.settings.sizing import check_attention, sized_neighbours
 
 
 def _read_kmax(kmax: str | Path, n: int) -> xr.Dataset:
@@ -59,13 +60,13 @@ def _kappa(kmax: str | Path, n: int) -> KappaMaxResult | KnnResult:
 
 
 def attention_of(settings: dict, n: int) -> AttentionSettings:
-    """The settings' attention (dense when absent), its k sized to ``n`` when None
-    (:func:`ia_stages.ia.settings.sized_neighbours`, as the estimator without K), checked."""
-    att = AttentionSettings(**settings.get("attention", {"kind": "dense"}))
+    """The job's attention, its k sized to ``n`` when None (:func:`~ia_stages.settings.
+    sized_neighbours`, as the estimator without K), checked against n."""
+    att = job_tree(settings).attention
     if att.k is None:
         att = replace(att, k=sized_neighbours(n)[0])
     try:
-        att.check(n)
+        check_attention(att, n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     return att
@@ -109,20 +110,18 @@ def compute(
     if not 0 <= block < n_blocks:
         raise InputError(f"{features}: column block {block} outside 0..{n_blocks - 1} for n={n}")
     cols = block_range(block, size, n)
-    mean = dict(settings["mean"])
-    mean["sigmas"] = tuple(mean["sigmas"])
+    tree = job_tree(settings)
     att = attention_of(settings, n)
     Vx, backend = on_backend(V, settings["backend"])
     if isinstance(km, KnnResult):
         res = km  # the kNN path's lists: each column's neighbours only
     else:
         res = KappaMaxResult(*(on_backend(a, backend)[0] for a in (km.value, km.params, km.sqdist)))
-    beta = 1.0 if settings.get("beta") is None else settings["beta"]
     with timer() as t:
         try:
             step = attention_step(
-                Vx, res, att, beta, settings["init"], MeanSettings(**mean),
-                group=make_group(**settings.get("group", {})), progress=progress, columns=cols,
+                Vx, res, att, tree.beta, tree.init, tree.mean, group=group_of(tree),
+                progress=progress, columns=cols,
             )  # fmt: skip
         except ValueError as err:
             raise InputError(f"{kmax}: settings key {err}") from None
@@ -229,7 +228,7 @@ def assemble(
         raise InputError(f"{out}: invariant-mean blocks do not cover 0..{n - 1} ({what})")
     km = _kappa(kmax, n)
     att = attention_of(settings, n)
-    beta = 1.0 if settings.get("beta") is None else settings["beta"]
+    beta = job_tree(settings).beta
     if isinstance(km, KnnResult):  # the kNN path: W's columns stay sparse
         knn, w = sparse_neighbours(km, att, beta)
         ds["weights_index"] = (("sample", "slot"), knn.indices)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,11 @@ from ia_stages.benchmark import metrics as M
 from ia_stages.core.smoothing import normalize, sq_distances
 from ia_stages.ia.attention import column_normalize
 from ia_stages.ia.loop import read_iterations
-from ia_stages.ia.settings import ia_settings, sized
-from ia_stages.pipeline.stages.common import InputError, load_features
+from ia_stages.pipeline.stages.common import InputError, job_tree, load_features
 from ia_stages.pipeline.stages.knn import is_knn_store, read_knn
 from ia_stages.pipeline.store import read_store, store_attrs, write_text_atomic
 from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.settings.sizing import sized
 
 COLUMNS = [
     "dataset",
@@ -69,7 +70,7 @@ def classes_partitions(path: str | Path, settings: dict, n_iter: int, n: int) ->
     ds = read_store(path, required=("pred_iter",))
     made = json.loads(ds.attrs.get("settings", "{}"))
     wanted = json.loads(json.dumps(settings, sort_keys=True, default=str))
-    for key in ("ia", "seed"):
+    for key in ("settings", "seed"):
         if made.get(key) != wanted.get(key):
             raise InputError(f"{path}: made with other '{key}' settings than these metrics")
     parts = ds["pred_iter"].values
@@ -95,7 +96,7 @@ def ia_rows(
     kms = [read_knn(p) if knn else read_store(p, required=("value", "sqdist")) for p in kmax]
     n = kms[0].n if knn else kms[0]["sqdist"].shape[0]
     try:
-        ia = sized(ia_settings(**settings["ia"]), n)
+        ia = sized(job_tree(settings), n)
     except ValueError as err:
         raise InputError(f"settings key {err}") from None
     if knn:
@@ -105,7 +106,7 @@ def ia_rows(
     if classes is not None:
         parts = list(classes_partitions(classes, settings, len(kmax), n))
     else:
-        parts, _, _ = read_iterations(sqs, ia, None, int(settings["seed"]), values)
+        parts, _, _ = read_iterations(sqs, ia, int(settings["seed"]), values)
     for t, (fpath, km, pred) in enumerate(zip(features, kms, parts, strict=True)):
         f = load_features(fpath)
         norms = M.feature_norms(f["features"].values)
@@ -136,8 +137,8 @@ def _rows_with_k(settings, labels, sqs, values, rows) -> list[dict]:
     n = labels.size
     if K >= n:
         return []
-    ia = sized(ia_settings(**settings["ia"]), n, K)
-    parts, _, _ = read_iterations(sqs, ia, K, int(settings["seed"]), values)
+    ia = sized(replace(job_tree(settings), n_clusters=K), n)
+    parts, _, _ = read_iterations(sqs, ia, int(settings["seed"]), values)
     out = []
     for row, pred in zip(rows, parts, strict=True):
         k_row = _row(row["dataset"], "IA (K)", row["iteration"], labels, pred, None,
@@ -152,11 +153,13 @@ def ka_rows(settings: dict, labels: np.ndarray, ka_path: str | Path) -> list[dic
     ka = read_store(ka_path, required=("features", "weights", "seconds"))
     rows = []
     K = ka.sizes["iteration"] - 1
-    readout = settings["readout"]
+    tree = job_tree(settings)
     for t in range(K + 1):
         X = ka["features"].values[t]
-        Xn = normalize(X, settings["normalization"])
-        pred = cluster_by_distance(sq_distances(Xn, Xn), readout["threshold"], readout["linkage"])
+        Xn = normalize(X, tree.normalization)
+        pred = cluster_by_distance(
+            sq_distances(Xn, Xn), tree.readout.threshold, tree.readout.linkage
+        )
         if "kmax_sqdist" in ka:
             dist = M.manifold_distances(ka["kmax_sqdist"].values[t], M.feature_norms(X))
         else:  # points: the group is trivial, manifold distance = Euclidean distance

@@ -60,7 +60,7 @@ def n_clusters_of(settings: dict, labels: np.ndarray, path: str | Path) -> int:
 
 
 def method_seed(settings: dict) -> int:
-    """The seed of one benchmark job (:func:`ia_stages.pipeline.config.cluster_settings`):
+    """The seed of one benchmark job (:func:`ia_stages.pipeline.benchmark_config.cluster_settings`):
     the run's seed, the dataset, the method and the seed index together."""
     s = settings
     return stage_seed(s["seed"], f"cluster:{s['dataset']}:{s['method']}:{s['seed_index']}")

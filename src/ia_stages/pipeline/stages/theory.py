@@ -46,14 +46,13 @@ import pandas as pd
 
 from ia_stages.benchmark import metrics as M
 from ia_stages.benchmark import theory as Th
-from ia_stages.core.groups import SE2, AffineFamily, make_group
+from ia_stages.core.groups import SE2, AffineFamily, group_of
 from ia_stages.core.seeds import stage_seed
 from ia_stages.ia.attention import column_normalize
-from ia_stages.ia.invariant_mean import MeanSettings
-from ia_stages.kmax import SearchSettings, kappa_max
+from ia_stages.kmax import kappa_max
 from ia_stages.kmax.grid import GridSettings, group_kernel
-from ia_stages.pipeline.config import data_of, group_label
-from ia_stages.pipeline.stages.common import InputError, load_features, require_images
+from ia_stages.pipeline.benchmark_config import data_of, group_label
+from ia_stages.pipeline.stages.common import InputError, job_tree, load_features, require_images
 from ia_stages.pipeline.store import read_store, write_text_atomic
 
 COLUMNS = [
@@ -92,13 +91,10 @@ def run(
     labels = read_store(dataset, required=("label",))["label"].values
     th = settings["theory"]
     rng = np.random.default_rng(stage_seed(settings["seed"], f"theory:{settings['dataset']}"))
-    kw = {
-        "beta": settings["beta"],
-        "normalization": settings["normalization"],
-        "sigma": settings["sigma"],
-    }
-    search = SearchSettings(**settings["search"])
-    group = make_group(**settings.get("group", {}))  # absent: SE(2)
+    tree = job_tree(settings)
+    kw = {"beta": tree.beta, "normalization": tree.normalization, "sigma": tree.sigma}
+    search = tree.search
+    group = group_of(tree)
     kmax_fn = partial(kappa_max, settings=replace(search, prune_kappa=0.0), group=group, **kw)
     abl = settings["ablation"]
     grid = GridSettings(
@@ -115,12 +111,10 @@ def run(
         beta=1.0,
         normalization="unit",
         settings=search,
-        sigma=settings["sigma"],
+        sigma=tree.sigma,
         group=group,
     )
-    mean = dict(settings["mean"])
-    mean["sigmas"] = tuple(mean["sigmas"])
-    mean_settings = MeanSettings(**mean)
+    mean_settings = tree.mean
 
     rows, R = [], []
     for t, kpath in enumerate(kmax):
@@ -158,7 +152,7 @@ def run(
         rows.append(
             {
                 "dataset": data_of(settings["dataset"]),
-                "group": group_label(settings.get("group")),
+                "group": group_label(tree),
                 "iteration": t,
                 "R": R[-1],
                 "R_ratio": np.nan,
@@ -171,7 +165,7 @@ def run(
                 "rendered_floor": rendered[2] if t == 0 else np.nan,
                 "restart_max_distance": spread,
                 "restart_same": same,
-                "attention": settings.get("attention", {"kind": "dense"})["kind"],
+                "attention": tree.attention.kind,
                 "within_mean": within,
                 "between_mean": between,
                 "wb_ratio": within / between if between > 0 else np.nan,
@@ -208,6 +202,6 @@ def _rendered(
         supersample=th["rendered_supersample"],
         group=group,
         fraction=th["rendered_fraction"],
-        sigma=settings["sigma"],
+        sigma=job_tree(settings).sigma,
     )
     return err.max_abs_sqdist, err.max_rel_value, err.floor

@@ -20,7 +20,7 @@ rule cluster:
     log:
         "results/logs/{dataset}/cluster/{method}_seed{seed}.log",
     shell:
-        "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
+        "ia-stages stage run-method --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -56,7 +56,7 @@ for _name, (_need, _datasets, _batch) in BATCHES.items():
         log:
             f"results/logs/{{dataset}}/cluster/{_name}.log",
         shell:
-            "ia-stages run-method --dataset {input.dataset} {params.args} --threads {threads}"
+            "ia-stages stage run-method --dataset {input.dataset} {params.args} --threads {threads}"
             " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -75,7 +75,7 @@ rule theory:
     log:
         "results/logs/{dataset}/theory.log",
     shell:
-        "ia-stages theory --dataset {input.dataset} --features {input.features}"
+        "ia-stages stage theory --dataset {input.dataset} --features {input.features}"
         " --kmax {input.kmax} --threads {threads} --settings {params.settings}"
         " --out {output} 2> {log}"
 
@@ -97,7 +97,7 @@ rule table_clustering:
     log:
         "results/logs/tables/clustering.log",
     shell:
-        "ia-stages bench-table clustering --inputs {input.runs} --datasets {input.datasets}"
+        "ia-stages stage bench-table clustering --inputs {input.runs} --datasets {input.datasets}"
         " --out-stem results/tables/clustering 2> {log}"
 
 
@@ -117,7 +117,7 @@ rule table_theory:
     log:
         "results/logs/tables/theory.log",
     shell:
-        "ia-stages bench-table theory --inputs {input} --out-stem results/tables/theory 2> {log}"
+        "ia-stages stage bench-table theory --inputs {input} --out-stem results/tables/theory 2> {log}"
 
 
 rule table_cost:
@@ -136,7 +136,7 @@ rule table_cost:
     log:
         "results/logs/tables/cost.log",
     shell:
-        "ia-stages bench-table cost --inputs {input} --out-stem results/tables/cost 2> {log}"
+        "ia-stages stage bench-table cost --inputs {input} --out-stem results/tables/cost 2> {log}"
 
 
 rule figure_benchmark:
@@ -153,4 +153,4 @@ rule figure_benchmark:
     log:
         "results/logs/figures/benchmark_acc.log",
     shell:
-        "ia-stages figure benchmark --inputs {input} --out {output} 2> {log}"
+        "ia-stages stage figure benchmark --inputs {input} --out {output} 2> {log}"

@@ -2,7 +2,7 @@
 import json
 import re
 
-from ia_stages.pipeline.config import cluster_settings, group_variants
+from ia_stages.pipeline.benchmark_config import cluster_settings, group_variants
 from ia_stages.benchmark.methods import HEAVY_METHODS, METHODS, method_seeds
 
 BENCH = config["benchmark"]
@@ -60,12 +60,15 @@ def batch_outputs(batch):
     return [directory(f"results/{{dataset}}/cluster/{m}/seed{s}.zarr") for m, s in batch]
 
 
+def method_settings(d, m, s):
+    """The JSON settings of one benchmark job (dataset d, method m, seed index s), quoted."""
+    settings = cluster_settings(config, d, m, s, job_backend(config, d, "cluster"))
+    return shlex.quote(json.dumps(settings, sort_keys=True))
+
+
 def batch_settings(batch):
     """Params function: the JSON settings of each job of a batch, shell-quoted, in order."""
-    return lambda w: " ".join(
-        shlex.quote(json.dumps(cluster_settings(config, w.dataset, m, s), sort_keys=True))
-        for m, s in batch
-    )
+    return lambda w: " ".join(method_settings(w.dataset, m, s) for m, s in batch)
 
 
 def cluster_runs():
@@ -133,6 +136,4 @@ def cost_stores(w):
 
 def cluster_settings_arg(w):
     """Params function: the JSON settings of one benchmark job, shell-quoted."""
-    return shlex.quote(
-        json.dumps(cluster_settings(config, w.dataset, w.method, int(w.seed)), sort_keys=True)
-    )
+    return method_settings(w.dataset, w.method, int(w.seed))

@@ -21,7 +21,7 @@ rule classes:
         "results/logs/{dataset}/classes.log",
     threads: heavy_threads
     shell:
-        "ia-stages classes --dataset {input.dataset} --kmax {input.kmax} --threads {threads}"
+        "ia-stages stage classes --dataset {input.dataset} --kmax {input.kmax} --threads {threads}"
         " --settings {params.settings} --out {output.store} --csv {output.csv} 2> {log}"
 
 
@@ -48,5 +48,5 @@ rule figure_clusters:
     log:
         "results/logs/figures/{dataset}_clusters.log",
     shell:
-        "ia-stages figure clusters --inputs {input} --out {output.gallery} {output.stability}"
+        "ia-stages stage figure clusters --inputs {input} --out {output.gallery} {output.stability}"
         " 2> {log}"

@@ -2,9 +2,10 @@
 import re
 import shlex
 
+from ia_stages.pipeline.benchmark_config import data_of
 from ia_stages.pipeline.config import (
     column_blocks,
-    data_of,
+    ia_iterations,
     job_backend,
     job_threads,
     kmax_blocks,
@@ -16,7 +17,6 @@ from ia_stages.pipeline.config import (
     means_block_size,
     stage_settings_json,
 )
-from ia_stages.ia.settings import ia_iterations
 
 CONDA_ENV = "../envs/ia-stages.yaml"  # relative to this rules folder
 IA_DATASETS = config["ia"]["datasets"]
@@ -28,7 +28,7 @@ def ia_iters(d):
     return ia_iterations(config, d)
 
 
-KNN_DATASETS = [d for d in IA_DATASETS if knn_path(config, d)]  # kmax: {mode: candidates}
+KNN_DATASETS = [d for d in IA_DATASETS if knn_path(config, d)]  # path.mode: candidates
 FIGS = config["figures"]
 FIGURE_FILES = {
     "fig2": "results/figures/fig2_ka_blobs.png",
@@ -69,7 +69,7 @@ KMAX_WHOLE = one_of(_ONE_KMAX_BLOCK)
 KMAX_BLOCKED = one_of(set(config["datasets"]) - _ONE_KMAX_BLOCK)
 MEANS_WHOLE = one_of(_ONE_MEANS_BLOCK)
 MEANS_BLOCKED = one_of(set(config["datasets"]) - _ONE_MEANS_BLOCK)
-# a kNN dataset whose rows are one block (kmax.rows_per_job null): one knn_whole job per
+# a kNN dataset whose rows are one block (rows_per_job null): one knn_whole job per
 # iteration; the others knn_features, row-block jobs and gathers
 _ONE_KNN_BLOCK = {d for d in KNN_DATASETS if len(knn_row_blocks(config, d)) == 1}
 KNN_WHOLE = one_of(_ONE_KNN_BLOCK)
@@ -142,7 +142,7 @@ def knn_block_stores(w):
 
 def knn_expands(d):
     """True when dataset d's kNN path has a second pass (knn_expand jobs): the screened lists
-    refined exactly (kmax.features.screen) or expanded (kmax.features.n_expand > 0)."""
+    refined exactly (path.features.screen) or expanded (path.features.n_expand > 0)."""
     return knn_second_pass(config, d)
 
 

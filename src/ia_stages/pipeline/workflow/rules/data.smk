@@ -11,4 +11,4 @@ rule dataset:
     log:
         "results/logs/dataset/{dataset}.log",
     shell:
-        "ia-stages dataset --settings {params.settings} --out {output} 2> {log}"
+        "ia-stages stage dataset --settings {params.settings} --out {output} 2> {log}"

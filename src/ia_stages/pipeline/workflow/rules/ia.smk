@@ -14,7 +14,7 @@ rule kmax_block:
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax_{bi}_{bj}.log",
     shell:
-        "ia-stages kmax-block --features {input} --block {wildcards.bi} {wildcards.bj}"
+        "ia-stages stage kmax-block --features {input} --block {wildcards.bi} {wildcards.bj}"
         " --block-size {params.block_size} --threads {threads} --settings {params.settings}"
         " --out {output} 2> {log}"
 
@@ -33,7 +33,7 @@ rule kmax_gather:
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax_gather.log",
     shell:
-        "ia-stages kmax-gather --blocks {input} --settings {params.settings} --out {output}"
+        "ia-stages stage kmax-gather --blocks {input} --settings {params.settings} --out {output}"
         " 2> {log}"
 
 
@@ -56,12 +56,12 @@ rule kmax_whole:
     log:
         "results/logs/{dataset}/ia/iter{t}/kmax.log",
     shell:
-        "ia-stages kmax-whole --features {input} --threads {threads}"
+        "ia-stages stage kmax-whole --features {input} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-# The kNN path (a dataset's kmax: {mode: candidates}): no n x n store. A dataset whose rows
-# are one block (kmax.rows_per_job null, the default) computes each iteration's kNN store in
+# The kNN path (a dataset's settings path.mode: candidates): no n x n store. A dataset whose rows
+# are one block (rows_per_job null, the default) computes each iteration's kNN store in
 # one job (knn_whole); the others: global features once, row-block jobs refine their rows'
 # candidates, the gather merges them into the kNN store (the same store).
 rule knn_whole:
@@ -83,7 +83,7 @@ rule knn_whole:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn.log",
     shell:
-        "ia-stages knn-whole --images {input.images} {params.previous} --threads {threads}"
+        "ia-stages stage knn-whole --images {input.images} {params.previous} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -106,7 +106,7 @@ rule knn_features:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_features.log",
     shell:
-        "ia-stages knn-features --images {input.images} {params.previous} --threads {threads}"
+        "ia-stages stage knn-features --images {input.images} {params.previous} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -129,12 +129,12 @@ rule knn_block:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_{bi}.log",
     shell:
-        "ia-stages knn-block --images {input.images} --features {input.features}"
+        "ia-stages stage knn-block --images {input.images} --features {input.features}"
         " --block {wildcards.bi} --rows {params.rows} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
-# With kmax.features.screen or n_expand > 0: the first round's lists, then row blocks of the
+# With path.features.screen or n_expand > 0: the first round's lists, then row blocks of the
 # second pass (knn_expand: screened lists refined exactly, neighbours' neighbours), then
 # knn_gather merges both rounds' pairs.
 rule knn_first:
@@ -152,7 +152,7 @@ rule knn_first:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_first.log",
     shell:
-        "ia-stages knn-gather --blocks {input.blocks} --features {input.features}"
+        "ia-stages stage knn-gather --blocks {input.blocks} --features {input.features}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -176,7 +176,7 @@ rule knn_expand:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_expand_{bi}.log",
     shell:
-        "ia-stages knn-expand --images {input.images} --first {input.first}"
+        "ia-stages stage knn-expand --images {input.images} --first {input.first}"
         " --blocks {input.blocks} --block {wildcards.bi} --rows {params.rows}"
         " --threads {threads} --settings {params.settings} --out {output} 2> {log}"
 
@@ -198,7 +198,7 @@ rule knn_gather:
     log:
         "results/logs/{dataset}/ia/iter{t}/knn_gather.log",
     shell:
-        "ia-stages knn-gather --blocks {input.blocks} --features {input.features}"
+        "ia-stages stage knn-gather --blocks {input.blocks} --features {input.features}"
         " --images {input.images} --threads {threads} --settings {params.settings}"
         " --out {output} 2> {log}"
 
@@ -220,7 +220,7 @@ rule means_block:
     log:
         "results/logs/{dataset}/ia/iter{t}/means_{cb}.log",
     shell:
-        "ia-stages means --features {input.features} --kmax {input.kmax} --block {wildcards.cb}"
+        "ia-stages stage means --features {input.features} --kmax {input.kmax} --block {wildcards.cb}"
         " --block-size {params.block_size} --threads {threads} --settings {params.settings}"
         " --out {output} 2> {log}"
 
@@ -240,7 +240,7 @@ rule means_gather:
     log:
         "results/logs/{dataset}/ia/iter{t}/means_gather.log",
     shell:
-        "ia-stages means-gather --blocks {input.blocks} --kmax {input.kmax}"
+        "ia-stages stage means-gather --blocks {input.blocks} --kmax {input.kmax}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -264,5 +264,5 @@ rule means_whole:
     log:
         "results/logs/{dataset}/ia/iter{t}/means.log",
     shell:
-        "ia-stages means-whole --features {input.features} --kmax {input.kmax}"
+        "ia-stages stage means-whole --features {input.features} --kmax {input.kmax}"
         " --threads {threads} --settings {params.settings} --out {output} 2> {log}"

@@ -10,4 +10,4 @@ rule ka:
     log:
         "results/logs/{dataset}/ka.log",
     shell:
-        "ia-stages ka --dataset {input} --settings {params.settings} --out {output} 2> {log}"
+        "ia-stages stage ka --dataset {input} --settings {params.settings} --out {output} 2> {log}"

@@ -12,7 +12,7 @@ rule metrics:
     log:
         "results/logs/{dataset}/metrics.log",
     shell:
-        "ia-stages metrics --dataset {input.dataset} {params.args} --threads {threads}"
+        "ia-stages stage metrics --dataset {input.dataset} {params.args} --threads {threads}"
         " --settings {params.settings} --out {output} 2> {log}"
 
 
@@ -31,7 +31,7 @@ rule tables:
     log:
         "results/logs/tables.log",
     shell:
-        "ia-stages tables --metrics {input} --csv {output.csv} --md {output.md} 2> {log}"
+        "ia-stages stage tables --metrics {input} --csv {output.csv} --md {output.md} 2> {log}"
 
 
 rule mean_trace:
@@ -46,7 +46,7 @@ rule mean_trace:
     log:
         "results/logs/{dataset}/mean_trace.log",
     shell:
-        "ia-stages mean-trace --dataset {input} --settings {params.settings} --out {output}"
+        "ia-stages stage mean-trace --dataset {input} --settings {params.settings} --out {output}"
         " 2> {log}"
 
 
@@ -61,7 +61,7 @@ rule fig2:
     log:
         "results/logs/figures/fig2.log",
     shell:
-        "ia-stages figure fig2 --inputs {input} --out {output} 2> {log}"
+        "ia-stages stage figure fig2 --inputs {input} --out {output} 2> {log}"
 
 
 rule fig3:
@@ -75,7 +75,7 @@ rule fig3:
     log:
         "results/logs/figures/fig3.log",
     shell:
-        "ia-stages figure fig3 --inputs {input} --out {output} 2> {log}"
+        "ia-stages stage figure fig3 --inputs {input} --out {output} 2> {log}"
 
 
 rule fig4:
@@ -92,7 +92,7 @@ rule fig4:
     log:
         "results/logs/figures/fig4.log",
     shell:
-        "ia-stages figure fig4 --inputs {input} --out {output} 2> {log}"
+        "ia-stages stage figure fig4 --inputs {input} --out {output} 2> {log}"
 
 
 rule fig5:
@@ -106,4 +106,4 @@ rule fig5:
     log:
         "results/logs/figures/fig5.log",
     shell:
-        "ia-stages figure fig5 --inputs {input} --out {output} 2> {log}"
+        "ia-stages stage figure fig5 --inputs {input} --out {output} 2> {log}"
