@@ -42,18 +42,43 @@ def attention_weights(X: Any, beta: float, normalization: str = "unit") -> Any:
 def kernel_attention(
     X: Any, beta: float, normalization: str = "unit", iterations: int = 1
 ) -> tuple[Any, Any]:
-    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel.
+    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel (eq. 2.1).
+
+    W is the RBF kernel exp(-beta ||v_i - v_j||^2) of the (normalised) features, each column
+    divided by its sum. Without invariance KA averages images that merely overlap: it is the
+    baseline Invariant Attention is compared with (:doc:`/user-guide/method`).
 
     Parameters
     ----------
-    X : ``(n, ...)`` features (images or points)
-    beta : RBF bandwidth; the kernel sees the features after ``normalization``
-    iterations : number of KA steps
+    X : array_like of shape (n, ...)
+        features (images ``(n, H, W)`` or points ``(n, d)``)
+    beta : float
+        RBF bandwidth, > 0; the kernel sees the features after ``normalization``
+    normalization : {'unit', 'none'}, default 'unit'
+        'unit' scales every feature to unit L2 norm before the kernel (the averages are of
+        the features as given)
+    iterations : int, default 1
+        number of KA steps, >= 0
 
     Returns
     -------
-    features : ``(iterations + 1, n, ...)`` features before and after every step
-    weights : ``(iterations, n, n)`` the W used in every step
+    features : ndarray of shape (iterations + 1, n, ...)
+        features before and after every step
+    weights : ndarray of shape (iterations, n, n)
+        the W used in every step
+
+    Examples
+    --------
+    Two well-separated groups of points collapse onto their means:
+
+    >>> import numpy as np
+    >>> from ia_stages import kernel_attention
+    >>> X = np.array([[0.0, 0.0], [0.2, 0.0], [5.0, 5.0], [5.2, 5.0]])
+    >>> feats, W = kernel_attention(X, beta=1.0, normalization="none", iterations=3)
+    >>> feats.shape, W.shape
+    ((4, 4, 2), (3, 4, 4))
+    >>> np.round(feats[-1], 2).tolist()
+    [[0.1, 0.0], [0.1, 0.0], [5.1, 5.0], [5.1, 5.0]]
     """
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(iterations, "iterations", integer=True, low=0)
@@ -206,15 +231,66 @@ def invariant_attention(
     attention: AttentionSettings = AttentionSettings(),  # noqa: B008 (frozen dataclass)
     progress: Callable[[int], None] | None = None,
 ) -> list[InvariantAttentionStep]:
-    """Run ``iterations`` Invariant Attention iterations on ``V`` ``(n, H, W)``.
+    """Run Invariant Attention iterations on images ``V``.
 
-    ``sigma`` is kappa^max's smoothing (see :func:`~ia_stages.kmax.kappa_max`);
-    ``attention`` chooses W: 'dense' (the paper's) or 'knn' (each column's invariant mean
-    aligns only its k nearest samples under kappa^max, :mod:`ia_stages.readout.graph`).
-    ``progress`` is called with the number of columns finished.
+    Each iteration computes kappa^max of the current features, the attention weights W from
+    it, and replaces every feature by the invariant mean of the images its column attends
+    to (Algorithm 1, each image aligned by its kappa^max pose): iterated, the features of a
+    class contract onto one orbit (:doc:`/user-guide/method`). The kappa^max of the final
+    features is not computed here.
 
-    Returns one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
-    final features. The kappa^max of the final features is not computed here.
+    Parameters
+    ----------
+    V : array_like of shape (n, H, W)
+        images
+    beta : float
+        RBF bandwidth of kappa^max on unit-norm images, > 0
+    iterations : int, default 1
+        number of IA iterations, >= 0
+    normalization : {'unit', 'none'}, default 'unit'
+        as in :func:`~ia_stages.kmax.kappa_max`
+    init : {'kmax', 'identity'}, default 'kmax'
+        'kmax' starts every invariant mean at the kappa^max alignments of the column's
+        images; 'identity' from the identity, as in the paper
+    search : SearchSettings, default SearchSettings()
+        the kappa^max search (:class:`~ia_stages.kmax.SearchSettings`)
+    mean_settings : MeanSettings, default MeanSettings()
+        Algorithm 1's steps and smoothing levels
+        (:class:`~ia_stages.ia.invariant_mean.MeanSettings`)
+    group : SE2 or AffineFamily, default SE2()
+        the transformations factored out (:func:`ia_stages.core.groups.make_group`)
+    sigma : float, default 2.0
+        kappa^max's smoothing (px), >= 0
+    attention : AttentionSettings, default AttentionSettings()
+        W: 'dense' (the paper's: every column weighs every sample) or 'knn' (each column's
+        invariant mean aligns only its k nearest samples under kappa^max)
+    progress : callable or None, default None
+        called with the number of columns finished
+
+    Returns
+    -------
+    list of InvariantAttentionStep
+        one :class:`InvariantAttentionStep` per iteration; ``steps[-1].features`` are the
+        final features
+
+    Examples
+    --------
+    Two shapes at random angles: after one iteration each image has become the invariant
+    mean of its class, so the images of a class are one orbit (kappa^max 1 between them).
+
+    >>> import numpy as np
+    >>> from ia_stages import invariant_attention, kappa_max
+    >>> from ia_stages.data.render import letter, render
+    >>> rng = np.random.default_rng(0)
+    >>> poses = np.c_[rng.uniform(-np.pi, np.pi, 6), np.zeros((6, 2))]
+    >>> X = np.concatenate([render(letter(c, 18.0), (28, 28), poses[3 * k : 3 * k + 3])
+    ...                     for k, c in enumerate("LT")])
+    >>> steps = invariant_attention(X, beta=20.0, iterations=1, sigma=1.0)
+    >>> steps[-1].features.shape
+    (6, 28, 28)
+    >>> km = kappa_max(steps[-1].features, beta=20.0, sigma=1.0)
+    >>> bool(km.value[0, 1] > km.value[0, 4])  # same letter nearer than the other letter
+    True
     """
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(iterations, "iterations", integer=True, low=0)

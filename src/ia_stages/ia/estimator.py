@@ -154,44 +154,59 @@ class InvariantAttentionClustering(
 
     Parameters
     ----------
-    n_clusters : None (the read-out finds the number from ``threshold``) or the number K
-    preset : name in :data:`PRESETS` (None: :data:`DEFAULT_PRESET`, ``'images'``) that fills
+    n_clusters : int or None, default None
+        None (the read-out finds the number from ``threshold``) or the number K
+    preset : {'images', 'paper'} or None, default None
+        name in :data:`PRESETS` (None: :data:`DEFAULT_PRESET`, ``'images'``) that fills
         every parameter below left at None; ``'paper'`` is the paper's dense Invariant
         Attention. The option dicts are laid over the preset's (given keys replace its keys).
-    beta : RBF bandwidth of kappa^max on unit-norm images (> 0); dense W, and kNN attention
+    beta : float or None, default None
+        RBF bandwidth of kappa^max on unit-norm images (> 0); dense W, and kNN attention
         with ``bandwidth='fixed'``
-    iterations : most IA iterations (>= 0; 0 reads clusters off the input's kappa^max; the
+    iterations : int or None, default None
+        most IA iterations (>= 0; 0 reads clusters off the input's kappa^max; the
         'images' preset runs 1, 'paper' 2); with more than one the stopping rule may keep an
         earlier one (``n_iter_``)
-    threshold : read-out distance between unit-norm features (0..2) when ``n_clusters`` is None
-    linkage : 'average' | 'single' | 'complete' ('linkage' read-out)
-    init : 'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the
+    threshold : float or None, default None
+        read-out distance between unit-norm features (0..2) when ``n_clusters`` is None
+    linkage : {'average', 'single', 'complete'} or None, default None
+        the agglomeration of the 'linkage' read-out
+    init : {'kmax', 'identity'} or None, default None
+        'kmax' starts each invariant mean at the kappa^max alignments; 'identity' as in the
         paper
-    normalization : 'unit' | 'none'
-    sigma : Gaussian smoothing (px) inside kappa^max (>= 0; the presets': 1 and 2), or 'auto':
+    normalization : {'unit', 'none'} or None, default None
+        'unit' scales every image to unit L2 norm before kappa^max
+    sigma : float, 'auto' or None, default None
+        Gaussian smoothing (px) inside kappa^max (>= 0; the presets': 1 and 2), or 'auto':
         chosen from the images' noise at fit (:func:`ia_stages.ia.settings.with_sigma`; 1 px
         for clean images); the value used is ``settings_.sigma``
-    attention : 'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
+    attention : {'dense', 'knn'} or None, default None
+        'dense' (the paper's W: every column weighs every sample) or 'knn' (column j
         attends to its ``n_neighbors`` nearest under kappa^max;
         :class:`~ia_stages.ia.weights.AttentionSettings`)
-    n_neighbors : kNN attention's k, the column itself included (1 <= k < n_samples); None
+    n_neighbors : int or None, default None
+        kNN attention's k, the column itself included (1 <= k < n_samples); None
         (the presets) follows n: round(n / 12) clipped to 2..10
         (:func:`~ia_stages.ia.settings.sized_neighbours`)
-    attention_options : dict, kNN attention only: ``bandwidth`` ('kth' | 'fixed'),
+    attention_options : dict or None, default None
+        kNN attention only: ``bandwidth`` ('kth' | 'fixed'),
         ``symmetry`` ('none' | 'mutual' | 'union') as in
         :class:`~ia_stages.ia.weights.AttentionSettings`, and ``mean_steps`` (None, or the
         Algorithm 1 steps of the columns' means instead of ``mean_settings.steps``; 0 is the
         weighted mean of the neighbours at their kappa^max alignments)
-    readout : 'linkage' (agglomerative on kappa^max distances), 'spectral' (spectral
+    readout : {'linkage', 'spectral', 'graph'} or None, default None
+        'linkage' (agglomerative on kappa^max distances), 'spectral' (spectral
         clustering of the kappa^max affinity; needs ``n_clusters``) or 'graph' (the
         ``readout_neighbors``-NN kappa^max graph, :func:`ia_stages.readout.graph.graph_partition`:
         Leiden communities without ``n_clusters`` (at the resolution whose partition has the
         highest silhouette), with it Leiden with the resolution bisected to K); the randomised
         ones use ``random_state``
-    readout_neighbors : neighbours of every sample in the read-out graph, itself excluded
+    readout_neighbors : int or None, default None
+        neighbours of every sample in the read-out graph, itself excluded
         (1 <= k < n_samples); None (the presets) follows n and K: round(n / 10) clipped to
         1..20, at most n / K - 1 with K; also the graph of ``stop='stability'``
-    readout_options : dict for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
+    readout_options : dict or None, default None
+        for the graph read-out: ``with_k`` ('leiden' | 'spectral', with
         ``n_clusters``), ``restarts`` (Leiden bisections to K, the one of highest modularity
         kept; >= 1), ``community`` ('silhouette' | 'leiden' | 'hdbscan', without),
         ``resolution`` (Leiden's, > 0), ``resolutions`` (those 'silhouette' tries),
@@ -200,38 +215,50 @@ class InvariantAttentionClustering(
         ``merge`` (>= 0, without ``n_clusters``: join clusters whose class averages lie within
         ``merge`` times their members' spread,
         :func:`~ia_stages.ia.class_averages.merge_clusters`; 0 never joins)
-    stop : which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
+    stop : {'stability', 'partition', 'contraction', 'none'} or None, default None
+        which iteration's read-out to keep (:func:`ia_stages.readout.stopping.stop_iteration`):
         'stability' (the last before the Leiden communities of the read-out graph agree less
         across seeds), 'partition' (the first whose read-out agrees with the previous one's),
         'contraction' (the last before the within/between distance ratio stops falling) or
         'none' (the last); iterating stops as soon as the choice is settled
-    stop_options : dict: ``n_seeds`` ('stability', >= 2), ``min_ari`` ('partition', 0..1)
-    search : :class:`~ia_stages.kmax.SearchSettings` of the kappa^max search
-    mean_settings : :class:`~ia_stages.ia.invariant_mean.MeanSettings` of Algorithm 1
-    background : 'none' (default), 'median': subtract each image's border median before
+    stop_options : dict or None, default None
+        ``n_seeds`` ('stability', >= 2), ``min_ari`` ('partition', 0..1)
+    search : SearchSettings or None, default None
+        :class:`~ia_stages.kmax.SearchSettings` of the kappa^max search
+    mean_settings : MeanSettings or None, default None
+        :class:`~ia_stages.ia.invariant_mean.MeanSettings` of Algorithm 1
+    background : {'none', 'median', 'mask'} or None, default None
+        'none', 'median': subtract each image's border median before
         anything else (a grey or shifted background otherwise dominates kappa^max; a warning
         says so), or 'mask' (noisy images): subtract it, then set every pixel away from the
         object to 0 (:func:`ia_stages.core.background.subtract_background`): the empty
         background's noise then neither enters the distances nor costs search time
-    background_options : dict of ``background='mask'``: ``threshold`` (4.0), ``sigma`` (2.0),
+    background_options : dict or None, default None
+        for ``background='mask'``: ``threshold`` (4.0), ``sigma`` (2.0),
         ``dilation`` (1), ``border`` (3) as in :class:`~ia_stages.core.background.MaskSettings`
-    image_shape : None, or ``(H, W)`` (one entry may be -1) to accept flattened images
+    image_shape : tuple of (int, int) or None, default None
+        ``(H, W)`` (one entry may be -1) to accept flattened images
         ``(n, H * W)`` as scikit-learn's 2-D convention has them
-    random_state : seed, ``numpy.random.RandomState`` or None, for the randomised read-outs
-    verbose : 0 silent; >= 1 shows tqdm progress bars on stderr: one over the stages (every
+    random_state : int, numpy.random.RandomState or None, default None
+        the seed of the randomised read-outs
+    verbose : int, default 0
+        0 silent; >= 1 shows tqdm progress bars on stderr: one over the stages (every
         kappa^max, every iteration's means, the cluster means) and, below it, one over the
         pairs of each kappa^max and the columns of each iteration's invariant means
-    group : 'se2' (default), 'similarity' or 'affine', or a group object
+    group : {'se2', 'similarity', 'affine'} or group object, default 'se2'
+        a group name, or a group object
         (:func:`ia_stages.core.groups.make_group`, e.g. with ``mirror=True`` or other bounds):
         the transformations kappa^max, the invariant means and the poses factor out
-    kmax_mode : 'auto' (the presets' 'images'; 'paper': 'dense'), 'dense' or 'candidates':
+    kmax_mode : {'auto', 'dense', 'candidates'} or None, default None
+        'auto' (the presets' 'images'; 'paper': 'dense'), 'dense' or 'candidates':
         how every kappa^max is computed (:class:`~ia_stages.ia.settings.PathSettings`):
         'dense' compares every pair (n x n arrays); 'candidates' is the kNN path for large n
         (each image's nearest refined on candidates found in rotation- and
         translation-invariant feature space; memory and time about linear in n); 'auto' takes
         the kNN path above ``kmax_options['dense_max']`` (5,000) images. The kNN path needs
         ``attention='knn'`` and ``readout='graph'``
-    kmax_options : dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
+    kmax_options : dict or None, default None
+        dict, the kNN path's ``dense_max``, ``k`` (list width), ``search``
         ('ia', the default: the estimator's own search | 'exact': the screen, then the exact
         preset on the listed pairs), ``sample`` (images whose all-pairs kappa^max the
         silhouette and the stopping rule read; None follows n: ``min_sample``,
@@ -244,26 +271,73 @@ class InvariantAttentionClustering(
 
     Attributes
     ----------
-    labels_ : ``(n,)`` int64 cluster index of every sample
-    n_clusters_ : number of clusters found
-    features_ : ``(n, H, W)`` features of the chosen iteration ``n_iter_`` (the input when 0)
-    steps_ : list of :class:`~ia_stages.ia.attention.InvariantAttentionStep`, one per iteration
-        up to the chosen one
-    kmax_ : :class:`~ia_stages.kmax.KappaMaxResult` of those features, ``(n, n)``; on the
-        kNN path their :class:`~ia_stages.kmax.KnnResult` (each sample's nearest)
-    affinity_matrix_ : ``(n, n)`` kappa^max of the final features (``kmax_.value``); on the
-        kNN path a scipy sparse array holding each sample's listed neighbours
-    cluster_means_ : ``(n_clusters_, H, W)`` invariant mean of every cluster's input images
-    poses_ : ``(n, n_params)`` pose aligning each input image to its cluster's mean
-    distances_ : ``(n,)`` manifold distance of each input image to its cluster's mean
-    image_shape_ : ``(H, W)``
-    n_features_in_ : H * W
-    n_iter_ : the iteration whose read-out ``labels_`` are (chosen by ``stop``)
-    stop_reason_ : one line saying why that iteration
-    iterations_run_ : iterations computed (>= ``n_iter_``; the rule may need one more)
-    partitions_ : ``(iterations_run_ + 1, n)`` the read-out of every iteration, input first
-    settings_ : :class:`~ia_stages.ia.settings.IASettings` used (preset filled in, sized)
-    result_ : the :class:`~ia_stages.ia.loop.IAResult` of :func:`~ia_stages.ia.loop.run_ia`
+    labels_ : ndarray of int64, shape (n,)
+        cluster index of every sample
+    n_clusters_ : int
+        number of clusters found
+    features_ : ndarray of shape (n, H, W)
+        features of the chosen iteration ``n_iter_`` (the input when 0)
+    steps_ : list of InvariantAttentionStep
+        one :class:`~ia_stages.ia.attention.InvariantAttentionStep` per iteration up to the
+        chosen one
+    kmax_ : KappaMaxResult or KnnResult
+        :class:`~ia_stages.kmax.KappaMaxResult` of those features, ``(n, n)``; on the kNN path
+        their :class:`~ia_stages.kmax.KnnResult` (each sample's nearest)
+    affinity_matrix_ : ndarray of shape (n, n) or scipy sparse array
+        kappa^max of the final features (``kmax_.value``); on the kNN path a sparse array
+        holding each sample's listed neighbours
+    cluster_means_ : ndarray of shape (n_clusters, H, W)
+        invariant mean of every cluster's input images (its "class average")
+    poses_ : ndarray of shape (n, n_params)
+        pose aligning each input image to its cluster's mean
+    distances_ : ndarray of shape (n,)
+        manifold distance of each input image to its cluster's mean
+    image_shape_ : tuple of (int, int)
+        ``(H, W)``
+    n_features_in_ : int
+        H * W
+    n_iter_ : int
+        the iteration whose read-out ``labels_`` are (chosen by ``stop``)
+    stop_reason_ : str
+        one line saying why that iteration
+    iterations_run_ : int
+        iterations computed (>= ``n_iter_``; the rule may need one more)
+    partitions_ : ndarray of shape (iterations_run + 1, n)
+        the read-out of every iteration, input first
+    settings_ : IASettings
+        the :class:`~ia_stages.ia.settings.IASettings` used (preset filled in, sized)
+    result_ : IAResult
+        the :class:`~ia_stages.ia.loop.IAResult` of :func:`~ia_stages.ia.loop.run_ia`
+
+    See Also
+    --------
+    ia_stages.kappa_max : the kernel the read-outs and the attention use.
+
+    Examples
+    --------
+    Eighteen letters rendered from their outlines at random angles and shifts, six of each
+    of R, F and P, clustered without being told how many letters there are:
+
+    >>> import numpy as np
+    >>> from ia_stages import InvariantAttentionClustering
+    >>> from ia_stages.data.render import letter, render
+    >>> rng = np.random.default_rng(0)
+    >>> poses = np.c_[rng.uniform(-np.pi, np.pi, 18), rng.uniform(-2, 2, (18, 2))]
+    >>> X = np.concatenate([render(letter(c, 20.0), (32, 32), poses[6 * k : 6 * k + 6])
+    ...                     for k, c in enumerate("RFP")])
+    >>> est = InvariantAttentionClustering(random_state=0).fit(X)
+    >>> est.n_clusters_, est.cluster_means_.shape
+    (3, (3, 32, 32))
+    >>> [len(set(row)) for row in est.labels_.reshape(3, 6).tolist()]  # one cluster a letter
+    [1, 1, 1]
+
+    With the number of clusters given, and new images placed onto the fitted class averages:
+
+    >>> est = InvariantAttentionClustering(n_clusters=3, random_state=0).fit(X)
+    >>> est.transform(X[:2]).shape  # distances to the 3 class averages
+    (2, 3)
+    >>> est.align(X[:2]).label.tolist()  # both are Rs
+    [0, 0]
     """
 
     def __init__(
@@ -408,13 +482,15 @@ class InvariantAttentionClustering(
 
         Parameters
         ----------
-        X : ``(n, H, W)`` images (any real dtype, nested lists, cupy arrays), or ``(n, H * W)``
-            with ``image_shape``; n >= 2
-        y : ignored
+        X : array_like of shape (n, H, W), or (n, H * W) with ``image_shape``
+            images (any real dtype, nested lists, cupy arrays); n >= 2
+        y : None, default None
+            ignored
 
         Returns
         -------
-        self
+        InvariantAttentionClustering
+            the fitted estimator
         """
         X = self._validate_X(X)
         n = X.shape[0]
@@ -457,7 +533,22 @@ class InvariantAttentionClustering(
         return self
 
     def fit_predict(self, X: Any, y: Any = None, **kwargs: Any) -> np.ndarray:
-        """Fit and return ``labels_`` ``(n,)``."""
+        """Fit and return ``labels_``.
+
+        Parameters
+        ----------
+        X : array_like of shape (n, H, W), or (n, H * W) with ``image_shape``
+            images, as :meth:`fit` takes them
+        y : None, default None
+            ignored
+        **kwargs : dict
+            ignored (scikit-learn's signature)
+
+        Returns
+        -------
+        ndarray of int64, shape (n,)
+            the cluster index of every image
+        """
         return self.fit(X).labels_
 
     def _align(self, means: Any, X: Any, s: IASettings) -> Alignment:
@@ -467,10 +558,20 @@ class InvariantAttentionClustering(
     # access to the fitted means ----------------------------------------------------------
 
     def transform(self, X: Any) -> np.ndarray:
-        """Manifold distances of images ``X`` to every cluster mean, ``(n, n_clusters_)``.
+        """Manifold distances of images ``X`` to every cluster mean.
 
-        The distance to mean k is sqrt of kappa^max's squared distance between the unit-norm,
-        smoothed images after the best rotation and translation (0..2).
+        The distance to mean k is the square root of kappa^max's squared distance between the
+        unit-norm, smoothed images after the best transformation of the group (0..2).
+
+        Parameters
+        ----------
+        X : array_like of shape (m, H, W)
+            images of the fitted shape
+
+        Returns
+        -------
+        ndarray of shape (m, n_clusters)
+            the distances
         """
         check_is_fitted(self, "cluster_means_")
         X = self._validate_X(X, min_samples=1, fitted=True)
@@ -482,13 +583,15 @@ class InvariantAttentionClustering(
 
         Parameters
         ----------
-        X : None for the training images (each aligned to its own cluster's mean, as in
-            ``poses_``/``distances_``), or new images ``(m, H, W)`` (each aligned to the
-            nearest cluster mean)
+        X : array_like of shape (m, H, W) or None, default None
+            None for the training images (each aligned to its own cluster's mean, as in
+            ``poses_`` and ``distances_``), or new images (each aligned to the nearest
+            cluster mean)
 
         Returns
         -------
-        :class:`Alignment` with ``label (m,)``, ``params (m, n_params)``, ``distance (m,)``
+        Alignment
+            ``label`` ``(m,)``, ``params`` ``(m, n_params)``, ``distance`` ``(m,)``
         """
         check_is_fitted(self, "cluster_means_")
         if X is None:

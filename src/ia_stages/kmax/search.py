@@ -63,84 +63,126 @@ FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Settings of the global kappa^max search.
+    """Settings of the global kappa^max search: the coarse scan that proposes starts, and the
+    per-pair refinement of each start.
 
-    method : 'polar' (rotations about the centroids, by matrix products) or 'grid' (rotations
-        times every integer shift, by FFT; the brute-force reference)
-    n_angles : rotations in the coarse scan (evenly spaced over 360 degrees)
-    max_shift : 'grid' only: largest |shift| per axis in pixels; None = a third of the image size
-    coarse_sigma : 'grid' only: total Gaussian smoothing (px) of the images the scan sees; on
-        top of kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added, and
-        nothing when ``sigma >= coarse_sigma``
-    n_candidates : distinct rotations refined per pair
-    coarse_iters : > 0 (even image sizes): every candidate is first refined with at most this
-        many Newton-LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a
-        smoother landscape); candidates are then ordered and pruned by their full-resolution
-        cost where that stage ended, and only those that can matter are refined at full
-        resolution. 0: order and prune by the scan's starts as they are
-    half_sigma : total Gaussian smoothing (px, full resolution) of the images before the 2 x 2
-        block means of the half-resolution stage (kappa^max's own ``sigma`` included), so that
-        they do not alias badly; candidates are ranked by full-resolution cost either way
-    refine_iters : Levenberg-Marquardt iterations per smoothing level
-    pair_chunk : pairs processed at once (bounds memory)
-    prune_kappa : skip the refinement of a candidate whose kernel value cannot reach
-        ``prune_kappa`` nor beat the pair's best candidate, assuming refinement lowers the
-        squared distance by at most ``prune_margin`` from the candidate's cost; the
-        reported value then errs by less than ``prune_kappa``. 0 refines every candidate.
-    prune_margin : that bound, in squared distance of unit-norm images
-    memory_mb : working memory of the scan, and of the candidates mode's refinement targets
-        (laid out once per chunk of images it holds); chunk sizes follow from it, results
-        do not
-    centre_offset : 'polar' only; > 0 also scans rotations about the 4 points this many pixels
-        from each centroid along the image axes, for pairs whose best match is not
-        centroid-aligned (5x the scan of the centroids alone)
-    centre_rings : 'polar' only, with ``centre_offset > 0``: the centres are the points of the
-        square lattice of spacing ``centre_offset`` about each centroid within
-        ``centre_rings * centre_offset`` of it (1: the centroid and its 4 axis neighbours;
-        2: 13 points; 3: 29 points), for pairs whose best match is further off the centroids
-    peaks : 'polar' only: 'envelope' takes the starts at the peaks over angle of the best score
-        over centres; 'joint' at the highest local maxima over angle and centre together
-        (a rotation can then start from several centres, and a centre's peak that another
-        centre's tail hides at neighbouring angles is kept)
+    Every field changes results (they enter the config hash and every store's settings); the
+    defaults are the tuned ones. :data:`EXACT_SEARCH` and :data:`DENSE_REFERENCE` are two
+    presets. In a pipeline config the fields are the keys of ``ia.search``
+    (:doc:`/user-guide/configuration`).
 
-    The refinement's own tolerances (each changes results; the defaults are the tuned ones):
-
-    refine_tol : a refinement stops once a step lowers the squared distance by less than this
-    kappa_stop_fraction : ... or where the Newton model (positive-definite Hessian) promises
+    Parameters
+    ----------
+    method : {'polar', 'grid'}, default 'polar'
+        'polar' (rotations about the centroids, by matrix products) or 'grid' (rotations times
+        every integer shift, by FFT; the brute-force reference)
+    n_angles : int, default 48
+        rotations in the coarse scan (evenly spaced over 360 degrees)
+    max_shift : int or None, default None
+        'grid' only: largest ``|shift|`` per axis in pixels; None = a third of the image size
+    coarse_sigma : float, default 1.0
+        'grid' only: total Gaussian smoothing (px) of the images the scan sees; on top of
+        kappa^max's own ``sigma`` only sqrt(coarse_sigma^2 - sigma^2) is added, and nothing when
+        ``sigma >= coarse_sigma``
+    n_candidates : int, default 3
+        distinct rotations refined per pair
+    coarse_iters : int, default 10
+        > 0 (even image sizes): every candidate is first refined with at most this many Newton-
+        LM steps on 2 x 2 block means of the pair (a quarter of the pixels, a smoother
+        landscape); candidates are then ordered and pruned by their full-resolution cost where
+        that stage ended, and only those that can matter are refined at full resolution. 0:
+        order and prune by the scan's starts as they are
+    half_sigma : float, default 1.0
+        total Gaussian smoothing (px, full resolution) of the images before the 2 x 2 block
+        means of the half-resolution stage (kappa^max's own ``sigma`` included), so that they do
+        not alias badly; candidates are ranked by full-resolution cost either way
+    refine_iters : int, default 30
+        Levenberg-Marquardt iterations per smoothing level
+    pair_chunk : int, default 64
+        pairs processed at once (bounds memory)
+    prune_kappa : float, default 1e-05
+        skip the refinement of a candidate whose kernel value cannot reach ``prune_kappa`` nor
+        beat the pair's best candidate, assuming refinement lowers the squared distance by at
+        most ``prune_margin`` from the candidate's cost; the reported value then errs by less
+        than ``prune_kappa``. 0 refines every candidate.
+    prune_margin : float, default 0.05
+        that bound, in squared distance of unit-norm images
+    memory_mb : float, default 2048.0
+        working memory of the scan, and of the candidates mode's refinement targets (laid out
+        once per chunk of images it holds); chunk sizes follow from it, results do not
+    centre_offset : float, default 2.0
+        'polar' only; > 0 also scans rotations about the 4 points this many pixels from each
+        centroid along the image axes, for pairs whose best match is not centroid-aligned (5x
+        the scan of the centroids alone)
+    refine_tol : float, default 1e-09
+        a refinement stops once a step lowers the squared distance by less than this
+    kappa_stop_fraction : float, default 0.1
+        a refinement also stops where the Newton model (positive-definite Hessian) promises
         the kernel value a rise below this fraction of ``prune_kappa``
-    coarse_d2_stop : the half-resolution stage also stops where the Newton model promises the
-        squared distance a drop below this (its optima only seed the full resolution)
-    half_floor : the half-resolution stage's targets lose their pixels below this fraction of
-        their image's largest |value| (the moving images keep theirs): fewer pixels to visit,
-        squared distances moved by far less than ``prune_margin``
-    half_gap : with pruning on, a start whose half-resolution cost exceeds its pair's lowest by
-        more than this is not evaluated at full resolution, and a later start's
-        half-resolution refinement stops where it cannot come within this of that lowest
-    full_floor : with pruning on, full-resolution starts are ranked and refined on the
-        targets' pixels of at least this fraction of their image's largest |value|; each
-        pair's winner is then refined on all pixels
-    same_angle, same_shift : candidates that the half-resolution stage ends this close
-        together (radians, px) are one; the later ones are dropped
-    abandon : a refinement given a bound (the pair's best so far) stops where the Newton model
-        puts its optimum above the bound even after ``abandon`` times the promised drop
-    lam0 : initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
-    lam_reject : after a rejected step the damping rises 5x, and to at least this (from a small
-        damping, a step 5x more damped is nearly the step just rejected)
+    coarse_d2_stop : float, default 0.001
+        the half-resolution stage also stops where the Newton model promises the squared
+        distance a drop below this (its optima only seed the full resolution)
+    half_floor : float, default 0.01
+        the half-resolution stage's targets lose their pixels below this fraction of their
+        image's largest ``|value|`` (the moving images keep theirs): fewer pixels to visit, squared
+        distances moved by far less than ``prune_margin``
+    half_gap : float, default 0.1
+        with pruning on, a start whose half-resolution cost exceeds its pair's lowest by more
+        than this is not evaluated at full resolution, and a later start's half-resolution
+        refinement stops where it cannot come within this of that lowest
+    full_floor : float, default 0.01
+        with pruning on, full-resolution starts are ranked and refined on the targets' pixels of
+        at least this fraction of their image's largest ``|value|``; each pair's winner is then
+        refined on all pixels
+    same_angle : float, default 0.01
+        candidates that the half-resolution stage ends this close together in angle (radians)
+        and shift (``same_shift``) are one; the later ones are dropped
+    same_shift : float, default 0.05
+        the shift (px) of ``same_angle``'s rule
+    abandon : float, default 4.0
+        a refinement given a bound (the pair's best so far) stops where the Newton model puts
+        its optimum above the bound even after ``abandon`` times the promised drop
+    lam0 : float, default 0.001
+        initial Levenberg-Marquardt damping, relative to the Hessian's diagonal
+    lam_reject : float, default 0.3
+        after a rejected step the damping rises 5x, and to at least this (from a small damping,
+        a step 5x more damped is nearly the step just rejected)
+    interpolation : {'bspline', 'keys'}, default 'bspline'
+        'bspline' (cubic B-spline on the image's spline coefficients, prefiltered once per
+        image; its passband is flatter, so the objective hardly depends on the angle of the
+        warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling, the
+        grid scan's rotations and the per-pair search (CPU and CUDA) all use it
+    centre_rings : int, default 1
+        'polar' only, with ``centre_offset > 0``: the centres are the points of the square
+        lattice of spacing ``centre_offset`` about each centroid within ``centre_rings *
+        centre_offset`` of it (1: the centroid and its 4 axis neighbours; 2: 13 points; 3: 29
+        points), for pairs whose best match is further off the centroids
+    peaks : {'envelope', 'joint'}, default 'envelope'
+        'polar' only: 'envelope' takes the starts at the peaks over angle of the best score over
+        centres; 'joint' at the highest local maxima over angle and centre together (a rotation
+        can then start from several centres, and a centre's peak that another centre's tail
+        hides at neighbouring angles is kept)
+    knn_margin : float, default 0.12
+        kNN mode (``kappa_max(..., k=...)``) only: the most that refinement is taken to lower
+        a pair's coarse scan d2, in units of the pair's mean squared norm (1 for unit-norm
+        images); every pair whose scan d2 is within it of a sample's k-th refined d2 is
+        refined
+    knn_pool : int, default 64
+        kNN mode only: scan candidates kept per sample (more pairs within the margin cost a
+        second scan)
 
-    How every warp samples an image:
+    Raises
+    ------
+    ValueError
+        ``method``, ``interpolation`` or ``peaks`` not one of their choices.
 
-    interpolation : 'bspline' (cubic B-spline on the image's spline coefficients, prefiltered
-        once per image; its passband is flatter, so the objective hardly depends on the angle
-        of the warp) or 'keys' (Keys cubic convolution, the paper's). The scan's ring sampling,
-        the grid scan's rotations and the per-pair search (CPU and CUDA) all use it
-
-    The kNN mode (``kappa_max(..., k=...)``, :mod:`ia_stages.kmax.knn`):
-
-    knn_margin : the most that refinement is taken to lower a pair's coarse scan d2, in units
-        of the pair's mean squared norm (1 for unit-norm images); every pair whose scan d2 is
-        within it of a sample's k-th refined d2 is refined
-    knn_pool : scan candidates kept per sample (more pairs within the margin cost a second
-        scan)
+    Examples
+    --------
+    >>> from ia_stages.kmax import SearchSettings, EXACT_SEARCH
+    >>> SearchSettings().n_candidates
+    3
+    >>> EXACT_SEARCH.centre_rings, EXACT_SEARCH.peaks
+    (4, 'joint')
     """
 
     method: str = "polar"
@@ -194,7 +236,16 @@ SCAN_CHUNK_MB = 128  # working set of one chunk of the polar scan (products + sc
 
 
 class MemoryBudgetError(ValueError):
-    """``memory_mb`` is too small for the smallest chunk of the scan."""
+    """``memory_mb`` is too small for the smallest chunk of the scan.
+
+    A :class:`ValueError`, so that the command line and the pipeline report it in one line.
+
+    Examples
+    --------
+    >>> from ia_stages.kmax import MemoryBudgetError
+    >>> issubclass(MemoryBudgetError, ValueError)
+    True
+    """
 
 
 # The brute-force reference (benchmark and tests only): a 1-degree rotation grid, every integer
@@ -221,12 +272,29 @@ EXACT_SEARCH = SearchSettings(
 
 @dataclass
 class KappaMaxResult:
-    """kappa^max for a block of pairs.
+    """kappa^max for a block of pairs, as :func:`ia_stages.kappa_max` returns it.
 
-    value : ``(n_i, n_j)`` kappa^max(U[i], V[j])
-    params : ``(n_i, n_j, n_params)`` optimal tau with V[j] o tau ~ U[i]
-    sqdist : ``(n_i, n_j)`` ||U[i]||^2 + ||V[j]||^2 - 2 <U[i], V[j] o tau> after smoothing and
-        normalisation: the squared distance of a norm-preserving transform
+    Arrays are numpy or cupy, as the images were.
+
+    Attributes
+    ----------
+    value : ndarray of shape (n_i, n_j)
+        kappa^max(U[i], V[j]) = exp(-beta * sqdist)
+    params : ndarray of shape (n_i, n_j, n_params)
+        the optimal pose tau with ``V[j] o tau ~ U[i]`` (theta in radians, b_0, b_1 in px, then
+        the group's further parameters)
+    sqdist : ndarray of shape (n_i, n_j)
+        ``||U[i]||^2 + ||V[j]||^2 - 2 <U[i], V[j] o tau>`` after smoothing and normalisation:
+        the squared distance of a norm-preserving transform
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages import kappa_max
+    >>> X = np.zeros((2, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> km = kappa_max(X, beta=2.0)
+    >>> km.value.shape, km.params.shape
+    ((2, 2), (2, 2, 3))
     """
 
     value: Any
