@@ -365,10 +365,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-command per stage."""
-    p = OneLineParser(prog="ia-stages", description=__doc__.splitlines()[0])
+    p = OneLineParser(
+        prog="ia-stages",
+        description="Invariant Attention: cluster images whatever their rotations and shifts. "
+        "The command 'cluster PATH --out DIR' clusters a folder or a stack of images; the "
+        "other commands are the stages of the Snakemake pipeline, which its rules run one job "
+        "at a time.",
+        epilog="Run 'ia-stages COMMAND --help' for the options of one command. An error in the "
+        "input (config, stores, images) prints one line and exits with status 2.",
+    )
     p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="stage", required=True)
+    sub = p.add_subparsers(dest="stage", required=True, metavar="COMMAND", title="commands")
 
     def add(name: str, func: Callable, help: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help)
