@@ -113,3 +113,4 @@ api_public = [
     "ia_stages.data.datasets:mnist,affnist",
 ]
 html_css_files = ["custom.css"]
+smartquotes = False  # "--cores" stays two hyphens in generated tables and prose

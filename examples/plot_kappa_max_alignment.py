@@ -45,7 +45,10 @@ for ax, image, title in zip(
     ("u", "v: u turned 140°, shifted", "v ∘ τ", "v ∘ τ − u"),
     strict=True,
 ):
-    ax.imshow(image, cmap="gray" if title != "v ∘ τ − u" else "RdBu", vmin=-1, vmax=1)
+    if title == "v ∘ τ − u":
+        ax.imshow(image, cmap="RdBu", vmin=-0.5, vmax=0.5)
+    else:
+        ax.imshow(image, cmap="gray", vmin=0, vmax=1)
     ax.set_title(title, fontsize=8)
     ax.axis("off")
 plt.tight_layout()
