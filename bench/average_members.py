@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from ia_stages.ia.settings import ia_settings
 
 from ia_stages.ia.class_averages import class_averages
-from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.pipeline.stages.knn import read_knn
+from ia_stages.settings.sizing import sized
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ from cluster_large import add_stack_arguments, digit_stack  # bench/, beside thi
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy, nmi
 from ia_stages.ia.loop import distances, read_out
-from ia_stages.ia.settings import sized
 from ia_stages.readout.graph import KnnDistances
+from ia_stages.settings.sizing import sized
 
 K = 10
 

@@ -22,10 +22,11 @@ from dataclasses import replace
 
 import numpy as np
 from cluster_large import add_stack_arguments, digit_stack  # bench/, beside this script
+from ia_stages.ia.settings import ia_settings
 
-from ia_stages.ia.settings import ia_settings, sized
 from ia_stages.kmax import kappa_max
 from ia_stages.readout.graph import knn_graph
+from ia_stages.settings.sizing import sized
 
 
 def main() -> None:

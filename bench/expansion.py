@@ -33,7 +33,8 @@ from ia_stages.kmax.candidates import (
     refine_rows,
     second_pass,
 )
-from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.features import invariant_features
+from ia_stages.settings.features import FeatureSettings
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ia_stages.core.groups import make_group
 from ia_stages.kmax import EXACT_SEARCH, kappa_max
-from ia_stages.kmax.features import FeatureSettings
+from ia_stages.settings.features import FeatureSettings
 
 
 def _synchronize() -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from ia_stages.ia.settings import ia_settings
 from sizes import LETTER_SETS, digits, letters
 from sklearn.metrics import adjusted_rand_score
 
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.loop import run_ia
-from ia_stages.ia.settings import ia_settings
 from ia_stages.readout.stopping import community_stability
 
 

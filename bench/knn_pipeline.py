@@ -31,10 +31,10 @@ import xarray as xr
 
 from ia_stages.data.large import digit_copies
 from ia_stages.kmax import EXACT_SEARCH
-from ia_stages.kmax.features import FeatureSettings
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.kmax.search import SearchSettings
 from ia_stages.pipeline.store import read_store, write_store
+from ia_stages.settings.features import FeatureSettings
+from ia_stages.settings.search import SearchSettings
 
 
 def job(args: list[str], log: list[dict], stage: str) -> None:

@@ -26,13 +26,10 @@ import numpy as np
 
 from ia_stages.core.groups import SE2
 from ia_stages.kmax import EXACT_SEARCH
-from ia_stages.kmax.candidates import (
-    candidate_lists,
-    first_pass_search,
-    prepared_images,
-    refine_pairs,
-)
-from ia_stages.kmax.features import DEFAULT_FEATURES, invariant_features
+from ia_stages.kmax.candidates import candidate_lists, prepared_images, refine_pairs
+from ia_stages.kmax.features import invariant_features
+from ia_stages.settings.features import DEFAULT_FEATURES
+from ia_stages.settings.path import first_pass_search
 
 
 class Stop(Exception):

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from ia_stages.kmax import kappa_max
-from ia_stages.kmax.features import FeatureSettings
-from ia_stages.kmax.search import SearchSettings
 from ia_stages.pipeline.stages.common import load_features, require_images
 from ia_stages.pipeline.stages.knn import read_knn
 from ia_stages.pipeline.store import read_store
+from ia_stages.settings.features import FeatureSettings
+from ia_stages.settings.search import SearchSettings
 
 
 def union_recall(a, b, w: int) -> tuple[np.ndarray, np.ndarray]:

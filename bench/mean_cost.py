@@ -16,8 +16,9 @@ import time
 import numpy as np
 
 from ia_stages.data.datasets import mnist
-from ia_stages.ia.invariant_mean import MeanSettings, invariant_mean
+from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import kappa_max
+from ia_stages.settings.attention import MeanSettings
 
 SETTINGS = {
     "default (20 steps, sigmas 3/1.5/0)": MeanSettings(),

@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ia_stages.ia.settings import ia_settings, with_sigma
 from sizes import digits
 
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.core.background import subtract_background
 from ia_stages.core.noise import snr
-from ia_stages.ia.settings import ia_settings, with_sigma
 from ia_stages.kmax.neighbours import knn_from_dense
 
 

@@ -31,8 +31,9 @@ import numpy as np
 from ia_stages.data.large import digit_copies
 from ia_stages.kmax import SearchSettings
 from ia_stages.kmax.candidates import candidate_lists, prepared_images, refine_rows
-from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.features import invariant_features
 from ia_stages.kmax.refine import above_floor
+from ia_stages.settings.features import FeatureSettings
 
 
 def main() -> None:

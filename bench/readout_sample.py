@@ -28,16 +28,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from ia_stages.ia.settings import ia_config, ia_settings
 from sklearn.metrics import silhouette_samples
 
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy, nmi
 from ia_stages.ia.loop import read_out
-from ia_stages.ia.settings import ia_config, ia_settings, sized
 from ia_stages.pipeline.config import load_config
 from ia_stages.pipeline.stages.knn import read_knn
 from ia_stages.pipeline.store import read_store
 from ia_stages.readout.graph import KnnDistances, leiden_knn, sample_indices
+from ia_stages.settings.sizing import sized
 
 
 def from_run(run: Path, t: int) -> tuple:

@@ -28,14 +28,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from ia_stages.ia.settings import ia_config, ia_settings
 from readout_sample import from_run  # bench/, beside this script
 
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.loop import read_iterations
-from ia_stages.ia.settings import ia_config, ia_settings, sized
-from ia_stages.kmax.candidates import first_pass_search
 from ia_stages.pipeline.config import load_config
 from ia_stages.readout.graph import sample_sqdist
+from ia_stages.settings.path import first_pass_search
+from ia_stages.settings.sizing import sized
 
 
 def timed_sample(V, pick, s, search) -> tuple[np.ndarray, float, float]:

@@ -54,7 +54,8 @@ from ia_stages.core.background import subtract_background
 from ia_stages.core.groups import make_group
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.candidates import candidate_lists, prepared_images
-from ia_stages.kmax.features import FeatureSettings, invariant_features
+from ia_stages.kmax.features import invariant_features
+from ia_stages.settings.features import FeatureSettings
 
 
 def letters(n_letters: int, copies: int, seed: int) -> np.ndarray:

@@ -20,9 +20,9 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+from ia_stages.ia.settings import ia_iterations
 
 from ia_stages.benchmark.metrics import accuracy
-from ia_stages.ia.settings import ia_iterations
 from ia_stages.pipeline.config import cluster_settings, data_of, load_config
 from ia_stages.pipeline.stages.common import load_features
 from ia_stages.pipeline.stages.run_method import method_seed, predict

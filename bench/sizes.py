@@ -25,7 +25,7 @@ from scipy.ndimage import rotate
 from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.data.render import letter, render
-from ia_stages.ia.settings import sized_neighbours
+from ia_stages.settings.sizing import sized_neighbours
 
 LETTERS = "FGKLPR"
 FONTS = ("DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mono")

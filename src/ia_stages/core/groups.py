@@ -1,7 +1,7 @@
 """Transformation groups acting on pixel coordinates.
 
-Convention (docs: the method): with centred coordinates c = ((H-1)/2, (W-1)/2), a transform with
-matrix A and translation b maps an output pixel p to the sampling point
+Convention (the manual's page "The method"): with centred coordinates c = ((H-1)/2, (W-1)/2),
+a transform with matrix A and translation b maps an output pixel p to the sampling point
 tau(p) = A (p - c) + c + b, and (v o tau)[p] = v[tau(p)]. Composition follows function
 composition of the sampling maps: (v o tau1) o tau2 = v o (tau1 . tau2) with
 (tau1 . tau2)(p) = tau1(tau2(p)).
@@ -25,7 +25,31 @@ class SE2:
     """Rotations and translations of the plane, parameters ``(theta, b0, b1)``.
 
     ``theta`` is in radians, ``b`` in pixels (axis 0 = rows, axis 1 = columns) and
-    A(theta) = [[cos, sin], [-sin, cos]]. Parameter arrays have shape ``(..., 3)``.
+    A(theta) = [[cos, sin], [-sin, cos]]; the transform maps an output pixel p to the
+    sampling point tau(p) = A (p - c) + c + b, c the image centre. Parameter arrays have
+    shape ``(..., 3)``. The default group of every function that takes one.
+
+    Parameters
+    ----------
+    name : str, default 'se2'
+        the group's name in settings and stores
+    n_params : int, default 3
+        parameters per transform
+    param_names : tuple of str, default ('theta', 'b0', 'b1')
+        their names, in order
+
+    Examples
+    --------
+    Composition follows the sampling maps, (v o tau1) o tau2 = v o (tau1 . tau2):
+
+    >>> import numpy as np
+    >>> from ia_stages import SE2
+    >>> g = SE2()
+    >>> p = np.array([0.3, 1.0, -2.0])
+    >>> bool(np.allclose(g.compose(p, g.inverse(p)), g.identity()))
+    True
+    >>> g.matrix(np.array([np.pi / 2, 0.0, 0.0])).round(12).tolist()
+    [[0.0, 1.0], [-1.0, 0.0]]
     """
 
     name: str = "se2"
@@ -33,50 +57,146 @@ class SE2:
     param_names: tuple[str, ...] = ("theta", "b0", "b1")
 
     def settings(self) -> dict:
-        """The group's settings as the tree names them (``group`` and ``mirror``), as the
-        stores' attrs record them."""
+        """The group's settings as the tree names them, as the stores' attrs record them.
+
+        Returns
+        -------
+        dict
+            ``{'name': 'se2', 'mirror': False}``
+        """
         return {"name": "se2", "mirror": False}
 
     def scale(self, params: Any) -> Any:
-        """sqrt|det A| = 1, shape ``(...,)``."""
+        """sqrt|det A|: 1 for every rotation.
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        ndarray of shape (...,)
+            ones
+        """
         return 0.0 * params[..., 0] + 1.0
 
     def clip(self, params: Any) -> Any:
-        """``params`` (SE(2) has no bounds)."""
+        """The parameters brought within the group's bounds: unchanged (SE(2) has none).
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        array_like of shape (..., 3)
+            ``params``
+        """
         return params
 
     def of_mirror_image(self, q: Any, flipped: Any) -> Any:
-        """``q (..., 3)`` as float (SE(2) holds no mirror images: ``flipped`` must be all
-        False; :meth:`AffineFamily.of_mirror_image`)."""
+        """The parameters of transforms whose moving image is mirrored: SE(2) holds no mirror
+        images, so ``flipped`` must be all False (:meth:`AffineFamily.of_mirror_image`).
+
+        Parameters
+        ----------
+        q : array_like of shape (..., 3)
+            SE(2) parameters
+        flipped : array_like of bool, shape (...,)
+            which transforms mirror the image
+
+        Returns
+        -------
+        ndarray of shape (..., 3)
+            ``q`` as float
+        """
         if np.any(flipped):
             raise ValueError("group: a mirror image in a group without mirror=True")
         return np.asarray(q, dtype=float)
 
     def split_mirror(self, params: Any) -> tuple[Any, Any]:
-        """``(params, flipped)`` with ``flipped`` all False (:meth:`AffineFamily.split_mirror`)."""
+        """The SE(2) part of each transform and whether it mirrors (never, in SE(2);
+        :meth:`AffineFamily.split_mirror`).
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        params : ndarray of shape (..., 3)
+            the parameters as float
+        flipped : ndarray of bool, shape (...,)
+            all False
+        """
         params = np.asarray(params, dtype=float)
         return params, np.zeros(params.shape[:-1], dtype=bool)
 
     def identity(self, n: int | None = None, xp: Any = np) -> Any:
-        """Identity parameters, shape ``(3,)`` or ``(n, 3)``."""
+        """Identity parameters.
+
+        Parameters
+        ----------
+        n : int or None, default None
+            None for one transform ``(3,)``, else ``(n, 3)``
+        xp : module, default numpy
+            the array module (numpy or cupy)
+
+        Returns
+        -------
+        ndarray of shape (3,) or (n, 3)
+            zeros
+        """
         return xp.zeros((3,) if n is None else (n, 3))
 
     def matrix(self, params: Any) -> Any:
-        """Linear part A, shape ``(..., 2, 2)``."""
+        """The linear part A of each transform.
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        ndarray of shape (..., 2, 2)
+            A = [[cos theta, sin theta], [-sin theta, cos theta]]
+        """
         c, s = np.cos(params[..., 0]), np.sin(params[..., 0])
         return _stack2x2(c, s, -s, c)
 
     def translation(self, params: Any) -> Any:
-        """Translation b, shape ``(..., 2)``."""
+        """The translation b of each transform.
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        ndarray of shape (..., 2)
+            ``(b0, b1)`` in px
+        """
         return params[..., 1:3]
 
     def jacobian(self, params: Any) -> tuple[Any, Any]:
         """Derivatives of (A, b) with respect to the parameters.
 
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
         Returns
         -------
-        dA : ``(..., 3, 2, 2)``, dA[..., k] = dA/dparam_k
-        db : ``(..., 3, 2)``, db[..., k] = db/dparam_k
+        dA : ndarray of shape (..., 3, 2, 2)
+            ``dA[..., k, :, :]`` = dA / dparam_k
+        db : ndarray of shape (..., 3, 2)
+            ``db[..., k, :]`` = db / dparam_k
         """
         c, s = np.cos(params[..., 0]), np.sin(params[..., 0])
         z = 0.0 * c
@@ -86,13 +206,38 @@ class SE2:
         return dA, db
 
     def compose(self, p1: Any, p2: Any) -> Any:
-        """Parameters of tau1 . tau2 (apply tau2's sampling map first, then tau1's)."""
+        """Parameters of tau1 . tau2 (apply tau2's sampling map first, then tau1's):
+        theta = theta1 + theta2, b = A1 b2 + b1.
+
+        Parameters
+        ----------
+        p1 : array_like of shape (..., 3)
+            tau1
+        p2 : array_like of shape (..., 3)
+            tau2
+
+        Returns
+        -------
+        ndarray of shape (..., 3)
+            tau1 . tau2, the angle wrapped to [-pi, pi)
+        """
         A1 = self.matrix(p1)
         b = np.einsum("...ij,...j->...i", A1, p2[..., 1:3]) + p1[..., 1:3]
         return np.concatenate([wrap_angle(p1[..., :1] + p2[..., :1]), b], -1)
 
     def inverse(self, p: Any) -> Any:
-        """Parameters of tau^-1."""
+        """Parameters of the inverse transform.
+
+        Parameters
+        ----------
+        p : array_like of shape (..., 3)
+            tau
+
+        Returns
+        -------
+        ndarray of shape (..., 3)
+            tau^-1
+        """
         A_inv = self.matrix(-p)
         b = -np.einsum("...ij,...j->...i", A_inv, p[..., 1:3])
         return np.concatenate([wrap_angle(-p[..., :1]), b], -1)
@@ -104,9 +249,23 @@ class SE2:
         rotation_deg: tuple[float, float],
         shift_px: tuple[float, float],
     ) -> np.ndarray:
-        """Draw ``n`` parameters: theta ~ U(rotation_deg), b_k ~ U(-shift_px[k], shift_px[k]).
+        """Draw random transforms: theta ~ U(rotation_deg), b_k ~ U(-shift_px[k], shift_px[k]).
 
-        Returns ``(n, 3)`` float64.
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            the random numbers
+        n : int
+            transforms to draw
+        rotation_deg : tuple of (float, float)
+            the range of angles, in degrees
+        shift_px : tuple of (float, float)
+            the largest shift along each axis, in px
+
+        Returns
+        -------
+        ndarray of float64, shape (n, 3)
+            the transforms
         """
         theta = np.deg2rad(rng.uniform(rotation_deg[0], rotation_deg[1], n))
         b0 = rng.uniform(-shift_px[0], shift_px[0], n)
@@ -386,11 +545,33 @@ class AffineFamily:
         return A, (rot(*k, -s, c), rot(*dk0, c, s), rot(*dk1, c, s))
 
     def matrix(self, params: Any) -> Any:
-        """Linear part A, shape ``(..., 2, 2)``."""
+        """The linear part A of each transform.
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        ndarray of shape (..., 2, 2)
+            A = [[cos theta, sin theta], [-sin theta, cos theta]]
+        """
         return self._linear(params)[0]
 
     def translation(self, params: Any) -> Any:
-        """Translation b, shape ``(..., 2)``."""
+        """The translation b of each transform.
+
+        Parameters
+        ----------
+        params : array_like of shape (..., 3)
+            transforms
+
+        Returns
+        -------
+        ndarray of shape (..., 2)
+            ``(b0, b1)`` in px
+        """
         return np.asarray(params)[..., 1:3]
 
     def scale(self, params: Any) -> Any:
@@ -454,13 +635,38 @@ class AffineFamily:
         return np.stack(parts, -1)
 
     def compose(self, p1: Any, p2: Any) -> Any:
-        """Parameters of tau1 . tau2 (apply tau2's sampling map first, then tau1's)."""
+        """Parameters of tau1 . tau2 (apply tau2's sampling map first, then tau1's):
+        theta = theta1 + theta2, b = A1 b2 + b1.
+
+        Parameters
+        ----------
+        p1 : array_like of shape (..., 3)
+            tau1
+        p2 : array_like of shape (..., 3)
+            tau2
+
+        Returns
+        -------
+        ndarray of shape (..., 3)
+            tau1 . tau2, the angle wrapped to [-pi, pi)
+        """
         A1, A2 = self.matrix(p1), self.matrix(p2)
         b = np.einsum("...ij,...j->...i", A1, self.translation(p2)) + self.translation(p1)
         return self.from_matrix(np.einsum("...ij,...jk->...ik", A1, A2), b)
 
     def inverse(self, p: Any) -> Any:
-        """Parameters of tau^-1."""
+        """Parameters of the inverse transform.
+
+        Parameters
+        ----------
+        p : array_like of shape (..., 3)
+            tau
+
+        Returns
+        -------
+        ndarray of shape (..., 3)
+            tau^-1
+        """
         A_inv = np.linalg.inv(self.matrix(p))
         return self.from_matrix(A_inv, -np.einsum("...ij,...j->...i", A_inv, self.translation(p)))
 
@@ -520,10 +726,36 @@ def make_group(
     refinement's settings (iters, half_iters, tol, lam0, floor). Bad values raise a one-line
     :class:`~ia_stages.settings.SettingError` naming the key (``group.scale``).
 
-    Example
+    Parameters
+    ----------
+    group : str, GroupSettings or dict, default 'se2'
+        The group's name ('se2', 'similarity', 'affine'), its settings, or a dict of their
+        keys: the bounds of the extra parameters (scale, anisotropy, shear) and the
+        refinement's settings (iters, half_iters, tol, lam0, floor).
+    mirror : bool, default False
+        Also match mirror images.
+    **given
+        Keys of :class:`~ia_stages.settings.GroupSettings` laid over ``group``'s.
+
+    Returns
     -------
+    SE2 or AffineFamily
+        the group
+
+    Raises
+    ------
+    SettingError
+        one line naming the setting (``group.scale``) of a bad value
+
+    Examples
+    --------
+    >>> from ia_stages.core.groups import make_group
     >>> make_group("similarity", scale=(0.9, 1.1)).param_names
     ('theta', 'b0', 'b1', 'log_scale')
+    >>> make_group("affine", mirror=True).n_params
+    7
+    >>> make_group("se2")
+    SE2(name='se2', n_params=3, param_names=('theta', 'b0', 'b1'))
     """
     base = from_dict(GroupSettings, group) if not isinstance(group, GroupSettings) else group
     gs = from_dict(GroupSettings, given, base) if given else base

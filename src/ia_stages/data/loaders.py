@@ -15,7 +15,19 @@ IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x
 
 
 class LoaderError(ValueError):
-    """A data file is missing or malformed; the message names it."""
+    """A data file is missing or malformed; the message names it.
+
+    A :class:`ValueError`, reported by the command line and the pipeline in one line.
+
+    Examples
+    --------
+    >>> from ia_stages.data.loaders import LoaderError, read_idx
+    >>> try:
+    ...     read_idx("no-such-file.idx")
+    ... except LoaderError as err:
+    ...     print(err)
+    no-such-file.idx: file does not exist
+    """
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -35,6 +47,31 @@ def read_idx(path: str | Path) -> np.ndarray:
 
     Layout: two zero bytes, a type code, the number of dimensions, each dimension as a
     big-endian uint32, then the data in C order.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        the file (gzip-compressed when its name ends in ``.gz``)
+
+    Returns
+    -------
+    ndarray
+        of the stored shape and type
+
+    Raises
+    ------
+    LoaderError
+        one line naming the file: missing, not IDX, truncated or of the wrong length
+
+    Examples
+    --------
+    >>> import struct, tempfile, pathlib
+    >>> import numpy as np
+    >>> from ia_stages.data.loaders import read_idx
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "tiny-idx3-ubyte"
+    >>> _ = f.write_bytes(bytes([0, 0, 0x08, 2]) + struct.pack(">2I", 2, 3) + bytes(range(6)))
+    >>> read_idx(f).tolist()
+    [[0, 1, 2], [3, 4, 5]]
     """
     path = Path(path)
     raw = _read_bytes(path)
@@ -59,7 +96,39 @@ def read_idx(path: str | Path) -> np.ndarray:
 
 
 def load_mnist_idx(images: str | Path, labels: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """MNIST from its IDX files: images ``(n, 28, 28)`` in [0, 1] and int64 labels ``(n,)``."""
+    """MNIST from its IDX files (``train-images-idx3-ubyte[.gz]`` and its labels).
+
+    Parameters
+    ----------
+    images : str or pathlib.Path
+        the images' IDX file
+    labels : str or pathlib.Path
+        the labels' IDX file
+
+    Returns
+    -------
+    images : ndarray of shape (n, 28, 28)
+        in [0, 1]
+    labels : ndarray of int64, shape (n,)
+        the digits
+
+    Raises
+    ------
+    LoaderError
+        one line naming the file: unreadable, of the wrong shape, or counts that differ
+
+    Examples
+    --------
+    >>> import struct, tempfile, pathlib
+    >>> from ia_stages.data.loaders import load_mnist_idx
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> header = bytes([0, 0, 8, 3]) + struct.pack(">3I", 2, 2, 2)
+    >>> _ = (d / "x").write_bytes(header + bytes([0, 255] * 4))
+    >>> _ = (d / "y").write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">I", 2) + bytes([3, 7]))
+    >>> X, y = load_mnist_idx(d / "x", d / "y")
+    >>> X.shape, X.max(), y.tolist()
+    ((2, 2, 2), np.float64(1.0), [3, 7])
+    """
     X, y = read_idx(images), read_idx(labels)
     if X.ndim != 3:
         raise LoaderError(f"{images}: expected images (n, rows, cols), got shape {X.shape}")
@@ -76,6 +145,35 @@ def load_affnist_mat(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     ``image`` is 1600 x n, each column a column-major 40 x 40 image; ``label_int`` holds the
     digits. Both may sit at the top level or inside the ``affNISTdata`` struct of the official
     files.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        the ``.mat`` file
+
+    Returns
+    -------
+    images : ndarray of shape (n, 40, 40)
+        in [0, 1]
+    labels : ndarray of int64, shape (n,)
+        the digits
+
+    Raises
+    ------
+    LoaderError
+        one line naming the file: missing, unreadable, lacking a field or of the wrong shape
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from scipy.io import savemat
+    >>> from ia_stages.data.loaders import load_affnist_mat
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "tiny.mat"
+    >>> savemat(f, {"image": np.zeros((1600, 3), np.uint8), "label_int": np.array([1, 2, 3])})
+    >>> X, y = load_affnist_mat(f)
+    >>> X.shape, y.tolist()
+    ((3, 40, 40), [1, 2, 3])
     """
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError

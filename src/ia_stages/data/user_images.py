@@ -141,7 +141,39 @@ def _stack_labels(values, n: int, path: Path) -> list[str]:
 
 
 def probe(path: str | Path) -> Probe:
-    """Read only the headers of ``path`` (folder or stack): sizes, names, labels."""
+    """Read only the headers of ``path`` (folder or stack): sizes, names, labels.
+
+    Nothing is read beyond the headers, so that a large stack is judged (its sizes, whether
+    it fits in memory) before it is loaded.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        a folder of images (class subfolders optional) or a stack file, as
+        :func:`load_images` takes them
+
+    Returns
+    -------
+    Probe
+        ``n`` images, their ``shapes``, ``names`` (relative file names, or indices into the
+        stack) and ``labels`` (the class subfolders or the stack's labels; None without)
+
+    Raises
+    ------
+    DatasetError
+        one line naming the path: missing, empty, unreadable or of an unknown kind
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from ia_stages.data.user_images import probe
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> np.save(d / "stack.npy", np.zeros((5, 12, 16)))
+    >>> p = probe(d / "stack.npy")
+    >>> p.n, p.shapes[0], p.names[:2]
+    (5, (12, 16), ['0', '1'])
+    """
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file or folder")
@@ -207,6 +239,33 @@ def read_label_csv(csv_path: str | Path, names: list[str]) -> list[str]:
 
     ``file`` is an image's path relative to the folder, its file name, or, for stacks, its
     index. Every image needs a label; a row naming no image is an error.
+
+    Parameters
+    ----------
+    csv_path : str or pathlib.Path
+        the CSV file
+    names : list of str
+        the images' names, as :func:`probe` gives them
+
+    Returns
+    -------
+    list of str
+        the class name of every image, in the order of ``names``
+
+    Raises
+    ------
+    DatasetError
+        one line naming the CSV: unreadable, an image without a label, a row naming no image
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from ia_stages.data.user_images import read_label_csv
+    >>> csv = pathlib.Path(tempfile.mkdtemp()) / "labels.csv"
+    >>> import os
+    >>> _ = csv.write_text(os.linesep.join(["file,label", "a.png,cat", "b.png,dog"]))
+    >>> read_label_csv(csv, ["b.png", "a.png"])
+    ['dog', 'cat']
     """
     csv_path = Path(csv_path)
     try:
@@ -365,7 +424,27 @@ def _downsample(a: np.ndarray, k: int) -> np.ndarray:
 
 
 def fit_canvas(a: np.ndarray, size: int) -> np.ndarray:
-    """Zero-pad or centre-crop an image ``(H, W)`` to ``(size, size)``, keeping its centre."""
+    """Zero-pad or centre-crop an image to a square, keeping its centre.
+
+    Parameters
+    ----------
+    a : ndarray of shape (H, W)
+        the image
+    size : int
+        the side of the output
+
+    Returns
+    -------
+    ndarray of float64, shape (size, size)
+        the image, padded with zeros or cropped along each axis
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages.data.user_images import fit_canvas
+    >>> fit_canvas(np.ones((2, 6)), 4).astype(int).tolist()
+    [[0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]]
+    """
     out = np.zeros((size, size), dtype=float)
     src, dst = [], []
     for n in a.shape:
@@ -412,19 +491,24 @@ def manifest(
 
     Parameters
     ----------
-    path : a folder of images (the files :func:`probe` reads: top level or class subfolders),
+    path : str or pathlib.Path
+        a folder of images (the files :func:`probe` reads: top level or class subfolders),
         a stack file, or a Zarr folder
-    labels : the labels CSV, if any
-    cache : a JSON file remembering each file's content digest with its size and modification
+    labels : str, pathlib.Path or None, default None
+        the labels CSV, if any
+    cache : str, pathlib.Path or None, default None
+        a JSON file remembering each file's content digest with its size and modification
         time: a file whose size and time are unchanged is not read again (rewritten only when
         something changed). None reads every file.
 
     Returns
     -------
-    str, 32 hex digits
+    str
+        32 hex digits
 
-    Example
-    -------
+    Examples
+    --------
+    >>> from ia_stages.data.user_images import manifest
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "a.png").write_bytes(b"x")
     1
@@ -486,38 +570,71 @@ def load_images(
 ) -> Dataset:
     """Read the user's images as a :class:`~ia_stages.data.datasets.Dataset`.
 
+    The formats and options are those of ``ia-stages cluster``
+    (:doc:`/user-guide/your-images`). RGB images are converted to grayscale, and images
+    padded or cropped to ``canvas``, with a warning.
+
     Parameters
     ----------
-    path : folder of PNG/TIFF/JPEG (class subfolders optional), ``.npy``, ``.npz``
+    path : str or pathlib.Path
+        a folder of PNG/TIFF/JPEG (class subfolders optional), ``.npy``, ``.npz``
         (``images`` [+ ``label``]), ``.zarr``/``.nc`` (xarray: ``images`` [+ ``label``]),
         multi-page ``.tif``, ``.mrc``/``.mrcs``
-    canvas : None (all images must have one size) or the side, in output pixels, every image
-        is zero-padded or centre-cropped to
-    downsample : mean of ``downsample`` x ``downsample`` pixel blocks, before ``canvas``
-    invert : replace v by max - v, max the largest value of the images read (for dark
-        objects on a light background); integer pixels are first scaled to [0, 1]
-    labels : CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
-    max_images : keep this many images, a subset drawn with ``rng`` (in file order)
-    background : 'none', 'median' (subtract each image's border median, last) or 'mask'
-        (then also set every pixel away from the object to 0: noisy images;
+    canvas : int or None, default None
+        None (all images must have one size) or the side, in output pixels, every image is
+        zero-padded or centre-cropped to
+    downsample : int, default 1
+        mean of ``downsample`` x ``downsample`` pixel blocks, before ``canvas``
+    invert : bool, default False
+        replace v by max - v, max the largest value of the images read (for dark objects on a
+        light background); integer pixels are first scaled to [0, 1]
+    labels : str or None, default None
+        CSV ``file,label`` giving every image's class (overrides subfolders/stack labels)
+    max_images : int or None, default None
+        keep this many images, a subset drawn with ``rng`` (in file order)
+    rng : numpy.random.Generator or None, default None
+        draws the ``max_images`` subset; None: ``numpy.random.default_rng(0)``
+    background : {'none', 'median', 'mask'}, default 'none'
+        'median' subtracts each image's border median (last); 'mask' then also sets every
+        pixel away from the object to 0 (noisy images;
         :func:`ia_stages.core.background.subtract_background`)
-    sigma : the smoothing kappa^max will apply: images too small for it are refused
-    mask : the :class:`~ia_stages.settings.MaskSettings` of 'mask' (or a dict of its keys;
-        None: the defaults); an image without a pixel above the noise is kept whole, with a
-        warning
+    sigma : float, default 0.0
+        the smoothing kappa^max will apply: images too small for it are refused
+    mask : MaskSettings, dict or None, default None
+        the :class:`~ia_stages.settings.MaskSettings` of 'mask' (or a dict of its keys; None:
+        the defaults); an image without a pixel above the noise is kept whole, with a warning
 
     Returns
     -------
-    Dataset with ``data`` ``(n, H, W)`` float64, ``label`` ``(n,)`` int or None,
-    ``sample_names`` (file names, or indices into the stack) and ``class_names``.
-    RGB images are converted to grayscale, and images padded or cropped to ``canvas``, with
-    a warning.
+    Dataset
+        ``data`` ``(n, H, W)`` float64, ``label`` ``(n,)`` int or None, ``sample_names``
+        (file names, or indices into the stack) and ``class_names``
 
     Raises
     ------
     DatasetError
         one line naming the file (and its index in the data set): unreadable, NaN or inf,
         constant (no shape to compare), too small for ``sigma``.
+
+    Examples
+    --------
+    A folder of PNGs in class subfolders:
+
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from ia_stages.data.user_images import load_images
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for cls, col in (("bars", 5), ("dots", 2)):
+    ...     (root / cls).mkdir()
+    ...     for k in range(2):
+    ...         img = np.zeros((16, 16), np.uint8); img[4:12, col : col + 3 + k] = 255
+    ...         Image.fromarray(img).save(root / cls / f"{k}.png")
+    >>> ds = load_images(root)
+    >>> ds.data.shape, ds.class_names, ds.label.tolist()
+    ((4, 16, 16), ['bars', 'dots'], [0, 0, 1, 1])
+    >>> ds.sample_names[0]
+    'bars/0.png'
     """
     path = Path(path)
     mask_settings = mask if isinstance(mask, MaskSettings) else from_dict(MaskSettings, mask)

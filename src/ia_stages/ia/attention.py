@@ -43,18 +43,43 @@ def attention_weights(X: Any, beta: float, normalization: str = "unit") -> Any:
 def kernel_attention(
     X: Any, beta: float, normalization: str = "unit", iterations: int = 1
 ) -> tuple[Any, Any]:
-    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel.
+    """Iterate kernel attention v_j <- sum_i v_i W_ij with the RBF kernel (eq. 2.1).
+
+    W is the RBF kernel exp(-beta ||v_i - v_j||^2) of the (normalised) features, each column
+    divided by its sum. Without invariance KA averages images that merely overlap: it is the
+    baseline Invariant Attention is compared with (:doc:`/user-guide/method`).
 
     Parameters
     ----------
-    X : ``(n, ...)`` features (images or points)
-    beta : RBF bandwidth; the kernel sees the features after ``normalization``
-    iterations : number of KA steps
+    X : array_like of shape (n, ...)
+        features (images ``(n, H, W)`` or points ``(n, d)``)
+    beta : float
+        RBF bandwidth, > 0; the kernel sees the features after ``normalization``
+    normalization : {'unit', 'none'}, default 'unit'
+        'unit' scales every feature to unit L2 norm before the kernel (the averages are of
+        the features as given)
+    iterations : int, default 1
+        number of KA steps, >= 0
 
     Returns
     -------
-    features : ``(iterations + 1, n, ...)`` features before and after every step
-    weights : ``(iterations, n, n)`` the W used in every step
+    features : ndarray of shape (iterations + 1, n, ...)
+        features before and after every step
+    weights : ndarray of shape (iterations, n, n)
+        the W used in every step
+
+    Examples
+    --------
+    Two well-separated groups of points collapse onto their means:
+
+    >>> import numpy as np
+    >>> from ia_stages import kernel_attention
+    >>> X = np.array([[0.0, 0.0], [0.2, 0.0], [5.0, 5.0], [5.2, 5.0]])
+    >>> feats, W = kernel_attention(X, beta=1.0, normalization="none", iterations=3)
+    >>> feats.shape, W.shape
+    ((4, 4, 2), (3, 4, 4))
+    >>> np.round(feats[-1], 2).tolist()
+    [[0.1, 0.0], [0.1, 0.0], [5.1, 5.0], [5.1, 5.0]]
     """
     check_setting("beta", beta)
     check_number(iterations, "iterations", integer=True, low=0)

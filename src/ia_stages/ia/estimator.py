@@ -248,16 +248,15 @@ class InvariantAttentionClustering(
 
         Parameters
         ----------
-        X : array-like ``(n, H, W)``
-            Images (any real dtype, nested lists, cupy arrays), or ``(n, H * W)`` with
-            ``image_shape``; n >= 2.
-        y : None
-            Ignored.
+        X : array_like of shape (n, H, W), or (n, H * W) with ``image_shape``
+            images (any real dtype, nested lists, cupy arrays); n >= 2
+        y : None, default None
+            ignored
 
         Returns
         -------
-        self : InvariantAttentionClustering
-            The fitted estimator.
+        InvariantAttentionClustering
+            the fitted estimator
         """
         self._validate_params()
         X = check_images(X, "X", image_shape=self.image_shape, min_samples=2)
@@ -297,7 +296,22 @@ class InvariantAttentionClustering(
         return self
 
     def fit_predict(self, X: Any, y: Any = None, **kwargs: Any) -> np.ndarray:
-        """Fit and return ``labels_`` ``(n,)``."""
+        """Fit and return ``labels_``.
+
+        Parameters
+        ----------
+        X : array_like of shape (n, H, W), or (n, H * W) with ``image_shape``
+            images, as :meth:`fit` takes them
+        y : None, default None
+            ignored
+        **kwargs : dict
+            ignored (scikit-learn's signature)
+
+        Returns
+        -------
+        ndarray of int64, shape (n,)
+            the cluster index of every image
+        """
         return self.fit(X).labels_
 
     def _fitted_images(self, X: Any) -> Any:
@@ -315,10 +329,20 @@ class InvariantAttentionClustering(
     # access to the fitted means ----------------------------------------------------------
 
     def transform(self, X: Any) -> np.ndarray:
-        """Manifold distances of images ``X`` to every cluster mean, ``(n, n_clusters_)``.
+        """Manifold distances of images ``X`` to every cluster mean.
 
-        The distance to mean k is sqrt of kappa^max's squared distance between the unit-norm,
-        smoothed images after the best rotation and translation (0..2).
+        The distance to mean k is the square root of kappa^max's squared distance between the
+        unit-norm, smoothed images after the best transformation of the group (0..2).
+
+        Parameters
+        ----------
+        X : array_like of shape (m, H, W)
+            images of the fitted shape
+
+        Returns
+        -------
+        ndarray of shape (m, n_clusters)
+            the distances
         """
         X = self._fitted_images(X)
         km = kmax(X, self.settings_, U=self.cluster_means_)
@@ -329,14 +353,15 @@ class InvariantAttentionClustering(
 
         Parameters
         ----------
-        X : None or array ``(m, H, W)``, default None
+        X : array_like of shape (m, H, W) or None, default None
             None for the training images (each aligned to its own cluster's mean, as in
-            ``poses_``/``distances_``), or new images (each aligned to the nearest mean).
+            ``poses_`` and ``distances_``), or new images (each aligned to the nearest
+            cluster mean)
 
         Returns
         -------
         Alignment
-            ``label (m,)``, ``params (m, n_params)``, ``distance (m,)``.
+            ``label`` ``(m,)``, ``params`` ``(m, n_params)``, ``distance`` ``(m,)``
         """
         check_is_fitted(self, "cluster_means_")
         if X is None:

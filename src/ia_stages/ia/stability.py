@@ -66,7 +66,7 @@ def read_out_stability(
     sqdist : ``(n, n)`` kappa^max squared distances, or a
         :class:`~ia_stages.readout.graph.KnnDistances` (the kNN path: the graph from its
         lists, the silhouette and the linkage on its sample)
-    readout : :class:`~ia_stages.ia.settings.ReadoutSettings` with ``k`` set, as read out
+    readout : :class:`~ia_stages.settings.ReadoutSettings` with ``k`` set, as read out
     labels : ``(n,)`` the read-out's clusters at its setting (before any ``merge``), the
         ARI's reference
     seed : the read-out's seed (Leiden)

@@ -33,67 +33,93 @@ def kappa_max(
     features: FeatureSettings = DEFAULT_FEATURES,
     candidates: Any = None,
 ) -> KappaMaxResult | KnnResult:
-    """kappa^max between every image of ``U`` and every image of ``V``.
+    """kappa^max between every image of ``U`` and every image of ``V``, or each image's k
+    nearest.
+
+    kappa^max(u, v) = max over the group of exp(-beta ||u - v o tau||^2) on the smoothed,
+    unit-norm images: a global search over every rotation (a polar scan), then a sub-pixel
+    refinement of the best starts (:doc:`/user-guide/method`).
 
     Parameters
     ----------
-    U : ``(n_i, H, W)``
-    V : ``(n_j, H, W)`` or None for ``V = U``, in which case only pairs i < j are searched and
-        the rest follows by symmetry (value equal, params inverted, diagonal = identity).
-        Pass the block of later samples as ``V`` when sharding: the searched direction (V[j]
-        warped onto U[i]) then matches the unsharded computation exactly.
-    beta : RBF bandwidth in kappa(u, v) = exp(-beta ||u - v||^2)
-    normalization : 'unit' scales every image to unit L2 norm before the search; 'none'.
-    progress : called with the number of pairs finished after every chunk.
-    sigma : Gaussian smoothing (px) applied to every image before normalisation and comparison.
-        Smoothing commutes with rotations and translations, so kappa^max stays invariant, while
-        it removes the content that makes kappa^max depend on the angle at which an image was
-        taken: what interpolation cannot reproduce and, for images of sharp edges, the
-        pixel grid's aliasing, which differs from one angle to another (``bench/invariance.py``
-        measures it on shapes rendered at an angle). The default, 2 px, is the estimator's;
-        0 compares the raw images and is not invariant on such images.
-    group : :class:`ia_stages.core.groups.SE2` (default), or a similarity / affine group with
-        or without mirrors (:func:`ia_stages.core.groups.make_group`): the SE(2) search, then
-        the bounded local refinement of the extra parameters
-        (:mod:`ia_stages.kmax.group_search`); d2 is then ||u - s v o tau||^2 with
-        s = sqrt|det A|, so that a change of area does not bias the score. With ``k``, the
+    U : array_like of shape (n_i, H, W)
+        images (numpy or cupy; any real dtype)
+    V : array_like of shape (n_j, H, W) or None, default None
+        None for ``V = U``, in which case only pairs i < j are searched and the rest follows
+        by symmetry (value equal, params inverted, diagonal = identity). Pass the block of
+        later samples as ``V`` when sharding: the searched direction (V[j] warped onto U[i])
+        then matches the unsharded computation exactly.
+    beta : float, default 1.0
+        RBF bandwidth in kappa(u, v) = exp(-beta ||u - v||^2), > 0
+    normalization : {'unit', 'none'}, default 'unit'
+        'unit' scales every image to unit L2 norm before the search
+    group : SE2 or AffineFamily, default SE2()
+        :class:`ia_stages.SE2`, or a similarity / affine group with or without mirrors
+        (:func:`ia_stages.core.groups.make_group`): the SE(2) search, then the bounded local
+        refinement of the extra parameters; d2 is then ``||u - s v o tau||^2`` with
+        ``s = sqrt|det A|``, so that a change of area does not bias the score. With ``k``, the
         lists of ``mode`` (SE(2), with mirror images where the group has them) are refined
         over the group and re-ranked.
-    k : None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
+    settings : SearchSettings or None, default None
+        the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact preset
+        :data:`ia_stages.kmax.EXACT_SEARCH`
+    progress : callable or None, default None
+        called with the number of pairs finished after every chunk
+    sigma : float, default 2.0
+        Gaussian smoothing (px) applied to every image before normalisation and comparison,
+        >= 0. Smoothing commutes with rotations and translations, so kappa^max stays
+        invariant, while it removes what interpolation cannot reproduce and, for images of
+        sharp edges, the pixel grid's aliasing, which differs from one angle to another
+        (:doc:`/decisions/bsplines`). 0 compares the raw images and is not invariant on such
+        images.
+    k : int or None, default None
+        None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
-    settings : the search; None: ``SearchSettings()``, and for ``mode='candidates'`` the exact
-        preset :data:`ia_stages.kmax.EXACT_SEARCH`
-    mode : with ``k``: 'exact' scans all pairs and refines those that can enter a list
-        (:func:`ia_stages.kmax.knn.kappa_max_knn`, the reference); 'candidates' refines only
-        each image's ``features.n_candidates`` nearest in invariant-feature space
-        (:func:`ia_stages.kmax.candidates.kappa_max_candidates`), for large n; with
+    mode : {'exact', 'candidates'}, default 'exact'
+        with ``k``: 'exact' scans all pairs and refines those that can enter a list (the
+        reference); 'candidates' refines only each image's ``features.n_candidates`` nearest
+        in invariant-feature space, for large n (:doc:`/user-guide/large-image-sets`); with
         ``features.screen`` (default) every candidate pair by the default search first and
         only the lists' pairs again by ``settings``
-    features : the invariant features and candidate count of ``mode='candidates'``
-    candidates : ``mode='candidates'`` only: None (found in invariant-feature space), or
-        ``(n, m)`` sample indices, each sample's candidate pairs given (e.g. an earlier
-        result's ``indices``)
+    features : FeatureSettings, default DEFAULT_FEATURES
+        the invariant features and candidate count of ``mode='candidates'``
+        (:class:`ia_stages.kmax.features.FeatureSettings`)
+    candidates : array_like of int, shape (n, m), or None, default None
+        ``mode='candidates'`` only: None (found in invariant-feature space), or each sample's
+        candidate pairs given as sample indices (e.g. an earlier result's ``indices``)
 
     Returns
     -------
-    KappaMaxResult, or for ``k`` a :class:`ia_stages.kmax.KnnResult` of ``(n, k)`` arrays
+    KappaMaxResult or KnnResult
+        :class:`~ia_stages.kmax.KappaMaxResult` of ``(n_i, n_j)`` arrays, or for ``k`` a
+        :class:`~ia_stages.kmax.KnnResult` of ``(n, k)`` arrays
 
     Raises
     ------
     ValueError
         one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, an unknown
         ``normalization``, images that are not finite ``(n, H, W)`` arrays, a constant image
-        or images smaller than the search can use
-        (:func:`~ia_stages.core.validation.check_image_content`).
+        or images smaller than the search can use.
 
-    Example
-    -------
+    Examples
+    --------
+    A bar and the same bar turned by 90 degrees are one orbit: kappa^max is 1 and the pose
+    found is the quarter turn.
+
     >>> import numpy as np
+    >>> from ia_stages import kappa_max
     >>> X = np.zeros((3, 16, 16)); X[:, 4:12, 6:10] = 1.0
     >>> X[1] = np.rot90(X[0])
     >>> km = kappa_max(X, beta=2.0)
     >>> bool(km.value[0, 1] > 0.99)
     True
+    >>> round(abs(float(km.params[0, 1, 0])) / (np.pi / 2), 2)
+    1.0
+
+    Each image's 2 nearest (itself first):
+
+    >>> kappa_max(X, k=2, beta=2.0).indices[:, 0].tolist()
+    [0, 1, 2]
     """
     check_number(beta, "beta", low=0.0, low_open=True)
     check_number(sigma, "sigma", low=0.0)

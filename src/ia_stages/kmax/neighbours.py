@@ -30,21 +30,44 @@ class KnnResult:
     :func:`knn_from_dense` from a dense result, and by :func:`symmetrize`; read by sparse
     attention and by the graph read-outs, so n x n matrices are never needed downstream.
 
-    indices : ``(n, k)`` int64; ``indices[i, 0] == i``, then the k - 1 nearest others by d2;
-        -1 marks a missing entry (after :func:`symmetrize`), whose d2 is +inf
-    sqdist : ``(n, k)`` the squared distance, as :class:`ia_stages.kmax.KappaMaxResult.sqdist`
-    params : ``(n, k, n_params)`` optimal tau with X[indices[i, m]] o tau ~ X[i], as the dense
-        result's ``params[i, indices[i, m]]``; None when not known
-    value : ``(n, k)`` kappa^max(X[i], X[indices[i, m]]) = exp(-beta sqdist); None when no
-        bandwidth was given
-    pairs_scanned : pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
-    pairs_refined : distinct pairs refined
-    second_scan : samples whose pool was too small for the margin, so that a second scan ran
-    margin_used : the margin these lists needed: the most that a listed pair's scan d2 lies
-        above its sample's k-th d2 (in units of ``knn_margin``). Above ``knn_margin`` (a
-        warning says so), such a pair was found by luck and others may be missing: raise it
-    seconds : wall-clock seconds spent in 'refine' and in all ('total'), and the process's CPU
+    Parameters
+    ----------
+    indices : ndarray of int64, shape (n, k)
+        ``indices[i, 0] == i``, then the k - 1 nearest others by d2; -1 marks a missing entry
+        (after :func:`symmetrize`), whose d2 is +inf
+    sqdist : ndarray of shape (n, k)
+        the squared distance, as :attr:`ia_stages.kmax.KappaMaxResult.sqdist`
+    params : ndarray of shape (n, k, n_params) or None, default None
+        optimal tau with ``X[indices[i, m]] o tau ~ X[i]``, as the dense result's
+        ``params[i, indices[i, m]]``; None when not known
+    value : ndarray of shape (n, k) or None, default None
+        ``kappa^max(X[i], X[indices[i, m]]) = exp(-beta sqdist)``; None when no bandwidth was
+        given
+    pairs_scanned : int, default 0
+        pairs i < j the scan scored (n (n - 1) / 2, twice where a second scan ran)
+    pairs_refined : int, default 0
+        distinct pairs refined
+    second_scan : int, default 0
+        samples whose pool was too small for the margin, so that a second scan ran
+    margin_used : float, default 0.0
+        the margin these lists needed: the most that a listed pair's scan d2 lies above its
+        sample's k-th d2 (in units of ``knn_margin``). Above ``knn_margin`` (a warning says
+        so), such a pair was found by luck and others may be missing: raise it
+    seconds : dict, default {}
+        wall-clock seconds spent in 'refine' and in all ('total'), and the process's CPU
         seconds (all threads) in each ('cpu_refine', 'cpu_total')
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages import kappa_max
+    >>> X = np.zeros((4, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> X[1] = np.rot90(X[0]); X[2:, 3:6, 3:6] = 1.0
+    >>> knn = kappa_max(X, k=2, beta=2.0)
+    >>> knn.indices[:, 0].tolist(), knn.indices.shape
+    ([0, 1, 2, 3], (4, 2))
+    >>> knn.to_sparse().shape
+    (4, 4)
     """
 
     indices: np.ndarray
@@ -58,9 +81,22 @@ class KnnResult:
     seconds: dict = field(default_factory=dict)
 
     def to_sparse(self, field: str = "value", include_self: bool = True) -> scipy.sparse.csr_array:
-        """``(n, n)`` sparse matrix with entry [i, indices[i, m]] = ``field`` ('value' or
-        'sqdist'); ``include_self=False`` leaves out the diagonal (column 0). Row i holds
-        sample i's list, so the matrix is not symmetric in general."""
+        """The lists as an ``(n, n)`` sparse matrix.
+
+        Row i holds sample i's list, so the matrix is not symmetric in general.
+
+        Parameters
+        ----------
+        field : {'value', 'sqdist'}, default 'value'
+            what entry ``[i, indices[i, m]]`` holds
+        include_self : bool, default True
+            False leaves out the diagonal (column 0)
+
+        Returns
+        -------
+        scipy.sparse.csr_array
+            of shape (n, n)
+        """
         if field not in ("value", "sqdist"):
             raise ValueError(f"field must be 'value' or 'sqdist', got {field!r}")
         if getattr(self, field) is None:
@@ -76,7 +112,17 @@ class KnnResult:
     @classmethod
     def itself_only(cls, n: int, k: int, n_params: int) -> KnnResult:
         """Lists of width ``k`` holding only each sample itself in column 0 (d2 = 0, kappa = 1,
-        identity transform); the kNN modes fill columns 1..k-1."""
+        identity transform); the kNN modes fill columns 1..k-1.
+
+        Parameters
+        ----------
+        n : int
+            samples
+        k : int
+            list width
+        n_params : int
+            parameters of a pose
+        """
         indices = np.zeros((n, k), dtype=np.int64)
         indices[:, 0] = np.arange(n)
         return cls(indices, np.zeros((n, k)), np.zeros((n, k, n_params)), np.ones((n, k)))
@@ -84,7 +130,13 @@ class KnnResult:
     def head(self, width: int) -> KnnResult:
         """The lists cut to their first ``width`` entries (the ``width`` nearest, itself
         first): what a dense result's :func:`knn_from_dense` with ``width`` gives when the
-        lists are exact. ``width`` must be in 1..k."""
+        lists are exact.
+
+        Parameters
+        ----------
+        width : int
+            1..k
+        """
         if not 1 <= width <= self.k:
             raise ValueError(f"k: lists of {self.k} neighbours cannot give {width}")
         cut = [None if a is None else a[:, :width] for a in (self.params, self.value)]

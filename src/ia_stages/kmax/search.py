@@ -70,17 +70,43 @@ SCAN_CHUNK_MB = 128  # working set of one chunk of the polar scan (products + sc
 
 
 class MemoryBudgetError(ValueError):
-    """``memory_mb`` is too small for the smallest chunk of the scan."""
+    """``memory_mb`` is too small for the smallest chunk of the scan.
+
+    A :class:`ValueError`, so that the command line and the pipeline report it in one line.
+
+    Examples
+    --------
+    >>> from ia_stages.kmax import MemoryBudgetError
+    >>> issubclass(MemoryBudgetError, ValueError)
+    True
+    """
 
 
 @dataclass
 class KappaMaxResult:
-    """kappa^max for a block of pairs.
+    """kappa^max for a block of pairs, as :func:`ia_stages.kappa_max` returns it.
 
-    value : ``(n_i, n_j)`` kappa^max(U[i], V[j])
-    params : ``(n_i, n_j, n_params)`` optimal tau with V[j] o tau ~ U[i]
-    sqdist : ``(n_i, n_j)`` ||U[i]||^2 + ||V[j]||^2 - 2 <U[i], V[j] o tau> after smoothing and
-        normalisation: the squared distance of a norm-preserving transform
+    Arrays are numpy or cupy, as the images were.
+
+    Attributes
+    ----------
+    value : ndarray of shape (n_i, n_j)
+        kappa^max(U[i], V[j]) = exp(-beta * sqdist)
+    params : ndarray of shape (n_i, n_j, n_params)
+        the optimal pose tau with ``V[j] o tau ~ U[i]`` (theta in radians, b_0, b_1 in px, then
+        the group's further parameters)
+    sqdist : ndarray of shape (n_i, n_j)
+        ``||U[i]||^2 + ||V[j]||^2 - 2 <U[i], V[j] o tau>`` after smoothing and normalisation:
+        the squared distance of a norm-preserving transform
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ia_stages import kappa_max
+    >>> X = np.zeros((2, 16, 16)); X[:, 4:12, 6:10] = 1.0
+    >>> km = kappa_max(X, beta=2.0)
+    >>> km.value.shape, km.params.shape
+    ((2, 2), (2, 2, 3))
     """
 
     value: Any

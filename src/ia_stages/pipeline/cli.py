@@ -516,11 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline stage."""
     p = OneLineParser(
         prog="ia-stages", description=DESCRIPTION,
+        epilog="Run 'ia-stages COMMAND --help' for the options of one command. An error in the "
+        "input (config, stores, images, settings) prints one line and exits with status 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("--version", action="version", version=f"ia-stages {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     _add_cluster(sub)
     sp = sub.add_parser("settings", help="print a preset's settings tree as YAML")
     sp.set_defaults(func=_cmd_settings)

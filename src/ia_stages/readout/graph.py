@@ -108,7 +108,7 @@ def sample_sqdist(
     sigma: float,
 ) -> np.ndarray:
     """``(s, s)`` kappa^max squared distances among the images ``V[pick]`` by ``search``: the
-    sample of :class:`KnnDistances` (the estimator's :meth:`ia_stages.ia.settings.IASettings.
+    sample of :class:`KnnDistances` (the estimator's :func:`ia_stages.ia.distances.
     sample_sqdist` and the pipeline's ``knn-features`` stage both call this).
 
     Parameters
@@ -203,7 +203,7 @@ def leiden_knn(
     engine : 'leidenalg' (leidenalg's optimiser, the default) or 'igraph'
         (``Graph.community_leiden``: the same quality function, optimised until no node
         moves; many times faster on large graphs and of higher modularity, but its partitions
-        are other local optima: README, "Read-outs")
+        are other local optima: docs/decisions/readout.md)
 
     Example
     -------
@@ -241,7 +241,7 @@ def _igraph_leiden(g: Any, seed: int, resolution: float) -> np.ndarray:
     every iteration moves a node (a 10-node kNN graph in ``tests/test_metrics_readout.py``).
     Partitions are finite, so stopping at the first recurring one always ends; where an
     iteration moves no node it stops where igraph's loop does (the same partition on 299 of
-    300 random kNN graphs, README "Read-outs").
+    300 random kNN graphs).
     """
     import random
 
@@ -292,7 +292,7 @@ def leiden_n_clusters(
     count nearest K, the one of highest modularity (resolution 1) on the graph is kept.
     Leiden's K-partitions of one graph differ between seeds (under rotations a 6 is a 9: the
     6/9 community is either cut by style or another digit is split), and the better one has
-    the higher modularity (README: sized to the data).
+    the higher modularity (docs/decisions/readout.md).
     ``with_k_engine`` is the Leiden implementation (:func:`leiden_knn`'s ``engine``): since
     the rule keeps the K-partition of highest modularity, igraph's (the default), which
     reaches a higher modularity in a fraction of leidenalg's time, serves it best.
@@ -478,7 +478,7 @@ def leiden_silhouette(
     sub-styles about as high as the whole class; ``tolerance`` settles such near-ties for the
     coarser partition. Splitting or joining one of m clusters moves the mean silhouette by
     about 1/m of the change in its members' own, hence t / m: the same tolerance per cluster
-    on 3 classes as on 10 (README: "Sized to the data").
+    on 3 classes as on 10 (docs/decisions/readout.md).
 
     Parameters
     ----------

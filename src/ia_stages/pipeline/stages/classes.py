@@ -9,7 +9,7 @@ kappa^max alignments onto each cluster's medoid. Writes
 stability as its own setting varies: :mod:`ia_stages.ia.stability`) and
 ``results/{dataset}/clusters.csv``: one row per image with its name, cluster, distance to the
 class average and the pose (theta in radians, b0, b1 in px; v o tau ~ class average in the
-package's pose convention), plus its label when the data has one.
+convention of docs/user-guide/method.md), plus its label when the data has one.
 """
 
 from __future__ import annotations
