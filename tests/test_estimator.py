@@ -129,7 +129,6 @@ def _with(value, where=(1, 2, 3)):
         (_with(np.nan), "NaN"),
         (_with(np.inf), "infinity"),
         (_with(-np.inf), "infinity"),
-        (np.zeros((4, 8, 8, 3)), "grayscale"),
         ([np.zeros((8, 8)), np.zeros((9, 8))], "ragged list"),
         ([[[0.0, 1.0], [2.0]], [[0.0, 1.0], [2.0, 3.0]]], "ragged list"),
         (GOOD[:1], "1 sample"),
@@ -141,7 +140,7 @@ def _with(value, where=(1, 2, 3)):
         (np.full((4, 8, 8), "a"), "could not convert"),
     ],
     ids=[
-        "nan", "inf", "-inf", "rgb", "ragged", "ragged-rows", "one", "empty", "2d", "1d", "5d",
+        "nan", "inf", "-inf", "ragged", "ragged-rows", "one", "empty", "2d", "1d", "5d",
         "complex", "strings",
     ],
 )  # fmt: skip

@@ -63,4 +63,5 @@ def test_a_wheel_install_runs_the_cluster_command_from_another_folder(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pd.read_csv(elsewhere / "out" / "clusters.csv")
     assert sorted(table.name) == sorted(str(p.relative_to(src)) for p in src.rglob("*.png"))
-    assert str(env_dir) in proc.stderr  # Snakemake read the packaged Snakefile
+    (log,) = (elsewhere / "out" / "logs").glob("*.log")  # the workflow's whole log
+    assert f"Snakefile: {env_dir}" in log.read_text()  # Snakemake read the packaged Snakefile

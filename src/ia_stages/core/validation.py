@@ -49,7 +49,7 @@ def check_images(
     Raises
     ------
     ValueError
-        ragged lists, NaN or infinite values, colour images ``(n, H, W, 3)``, wrong number of
+        ragged lists, NaN or infinite values, wrong number of
         dimensions, a shape that does not match ``image_shape``, fewer than ``min_samples``
         samples, non-numeric (complex, object, string) data.
     """
@@ -91,13 +91,34 @@ def check_images(
     return X
 
 
+LUMA = (0.299, 0.587, 0.114)
+"""ITU-R 601-2 luminance weights of R, G, B: Pillow's ``convert("L")``."""
+
+
+def rgb_to_gray(X: Any) -> Any:
+    """Colour images ``(..., H, W, 3|4)`` to grayscale ``(..., H, W)``: the ITU-R 601-2
+    luminance of R, G, B (:data:`LUMA`, as Pillow's ``L``); an alpha channel is dropped.
+
+    Example
+    -------
+    >>> rgb_to_gray(np.ones((2, 4, 4, 3))).shape
+    (2, 4, 4)
+    """
+    xp = array_module(X)
+    return X[..., :3] @ xp.asarray(LUMA, dtype=X.dtype if X.dtype.kind == "f" else float)
+
+
 def _as_images(X: Any, name: str, image_shape: tuple[int, int] | None, like: str | None) -> Any:
-    """``X`` reshaped/checked to ``(n, H, W)``."""
+    """``X`` reshaped/checked to ``(n, H, W)``; colour images ``(n, H, W, 3|4)`` converted
+    to grayscale with a warning (as the ``cluster`` command's reader does)."""
     if X.ndim == 4 and X.shape[-1] in (3, 4):
-        raise ValueError(
-            f"{name} has shape {X.shape}: colour images (n, H, W, {X.shape[-1]}) are not "
-            f"supported; convert them to grayscale (n, H, W) first, e.g. X.mean(-1)"
+        warnings.warn(
+            f"{name}: {X.shape[0]} RGB image(s) of shape {X.shape[1:]} converted to "
+            "grayscale (luminance 0.299 R + 0.587 G + 0.114 B)",
+            UserWarning,
+            stacklevel=4,
         )
+        X = rgb_to_gray(X)
     if X.ndim == 2:
         if image_shape is None:
             raise ValueError(

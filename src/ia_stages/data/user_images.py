@@ -353,9 +353,11 @@ def _to_float(a: np.ndarray) -> np.ndarray:
 
 
 def _gray(a: np.ndarray, where: str, rgb: list[str]) -> np.ndarray:
-    """(..., H, W, 3|4) -> (..., H, W) luminance (ITU-R 601-2, as Pillow's ``L``)."""
+    """(H, W, 3|4) -> (H, W) luminance (:func:`ia_stages.core.validation.rgb_to_gray`)."""
+    from ia_stages.core.validation import rgb_to_gray
+
     rgb.append(where)
-    return a[..., :3] @ np.array([0.299, 0.587, 0.114])
+    return rgb_to_gray(a)
 
 
 def _read_folder(files: list[Path], root: Path, rgb: list[str]) -> list[np.ndarray]:
@@ -410,8 +412,11 @@ def _read_stack(path: Path) -> tuple[np.ndarray, list[str]]:
     n, h, w = _stack_shape(a.shape, path)
     a = _to_float(np.asarray(a)).reshape((n, h, w, *a.shape[3:]))
     rgb: list[str] = []
-    if a.ndim == 4:
-        a = _gray(a, path.name, rgb)
+    if a.ndim == 4:  # every image of the stack is a colour one: one name each
+        from ia_stages.core.validation import rgb_to_gray
+
+        rgb = [f"{path.name}[{k}]" for k in range(n)]
+        a = rgb_to_gray(a)
     return a, rgb
 
 
@@ -650,6 +655,7 @@ def load_images(
     else:
         stack, rgb = _read_stack(path)
         planes = list(stack[keep])
+        rgb = [rgb[k] for k in keep] if rgb else []
     if rgb:
         warnings.warn(
             f"{path}: {len(rgb)} RGB image(s) converted to grayscale (e.g. {rgb[0]})",

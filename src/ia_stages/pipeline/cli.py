@@ -43,10 +43,18 @@ def expected_errors() -> tuple[type[Exception], ...]:
     )  # fmt: skip
 
 
+_JOB_OUT: str | None = None
+"""The running sub-command's ``--out`` (set by :func:`main`): the key of its progress file."""
+
+
 @contextmanager
 def _progress(total: int | None, desc: str):
-    """A tqdm bar on stderr (plain log lines when stderr is not a terminal)."""
+    """A tqdm bar on stderr (plain log lines when stderr is not a terminal), and the same
+    count in the job's progress file when ``ia-stages cluster`` asked for one
+    (:mod:`ia_stages.pipeline.job_progress`)."""
     from tqdm import tqdm
+
+    from ia_stages.pipeline.job_progress import ProgressWriter
 
     bar = tqdm(
         total=total,
@@ -56,9 +64,17 @@ def _progress(total: int | None, desc: str):
         mininterval=0.5 if sys.stderr.isatty() else 10.0,
         ascii=not sys.stderr.isatty(),
     )
+    writer = ProgressWriter(_JOB_OUT)
+
+    def tick(k: int = 1) -> None:
+        bar.update(k)
+        writer.update(desc, bar.n, total)
+
+    writer.update(desc, 0, total)
     try:
-        yield bar.update
+        yield tick
     finally:
+        writer.close()
         bar.close()
 
 
@@ -274,23 +290,55 @@ def _cmd_classes(a: argparse.Namespace) -> None:
 
 def _cmd_cluster(a: argparse.Namespace) -> None:
     from ia_stages.pipeline import cluster_command as user_run
+    from ia_stages.pipeline.run_display import one_line_warnings
 
-    cfg = user_run.images_config(
-        a.path,
-        settings_of_flags(a),
-        canvas=a.canvas,
-        downsample=a.downsample,
-        invert=a.invert,
-        labels=a.labels,
-        max_images=a.max_images,
-        block_size=a.block_size,
-        seed=a.seed,
-    )
-    written = user_run.run(
-        cfg, a.out, a.cores, a.snakefile or user_run.SNAKEFILE, a.report, unlock=a.unlock
-    )
-    for name, path in written.items():
-        print(f"{name}: {path}")
+    with one_line_warnings("ia-stages cluster"):
+        cfg = user_run.images_config(
+            a.path,
+            settings_of_flags(a),
+            canvas=a.canvas,
+            downsample=a.downsample,
+            invert=a.invert,
+            labels=a.labels,
+            max_images=a.max_images,
+            block_size=a.block_size,
+            seed=a.seed,
+            pixel_size=a.pixel_size,
+        )
+        result = user_run.run(
+            cfg,
+            a.out,
+            a.cores,
+            a.snakefile or user_run.SNAKEFILE,
+            a.report,
+            unlock=a.unlock,
+            force=a.force,
+            aligned=a.aligned,
+            verbose=a.live_log,
+        )
+    for line in user_run.summary_lines(result):
+        print(line)
+
+
+def _cmd_export(a: argparse.Namespace) -> None:
+    """The class averages as MRC and TIFF stacks with ``particles.star`` beside them, or the
+    members aligned onto their class averages as a TIFF stack."""
+    from pathlib import Path
+
+    from ia_stages.pipeline import exports
+
+    pixel_size = _settings(a.settings).get("pixel_size")
+    out = Path(a.out)
+    if a.what == "classes":
+        written = exports.write_classes(a.dataset, a.classes, out.parent, pixel_size)
+        if exports.star_available():
+            star = out.parent / "particles.star"
+            written.append(exports.write_star(a.dataset, a.classes, star, pixel_size))
+    elif a.what == "star":
+        written = [exports.write_star(a.dataset, a.classes, out, pixel_size)]
+    else:
+        written = [exports.write_aligned(a.dataset, a.classes, out)]
+    log.info("wrote %s", ", ".join(str(p) for p in written))
 
 
 def _cmd_settings(a: argparse.Namespace) -> None:
@@ -461,6 +509,10 @@ STAGES: dict[str, tuple[Callable, str, list[tuple]]] = {
         _arg("--datasets", nargs="*", default=[], help="dataset stores (clustering)"),
         _arg("--out-stem", required=True, help="writes STEM.csv, STEM.md, STEM.tex"),
     ]),
+    "export": (_cmd_export, "exports a cryo-EM or microscopy tool opens (MRC, TIFF, STAR)", [
+        _arg("what", choices=["classes", "star", "aligned"]),
+        _arg("--dataset", required=True), _arg("--classes", required=True),
+    ]),
     "figure": (_cmd_figure, "draw one figure (clusters: the gallery and the stability)", [
         _arg("name", choices=["fig2", "fig3", "fig4", "fig5", "benchmark", "classes",
                               "stability", "clusters"]),
@@ -470,45 +522,83 @@ STAGES: dict[str, tuple[Callable, str, list[tuple]]] = {
 OWN_OUTPUTS = ("run-method", "tables", "bench-table", "figure")  # no --settings/--out of theirs
 
 
+CLUSTER_USAGE = """ia-stages cluster PATH --out OUT [options]
+  ia-stages cluster my_images/ --out my_run
+  ia-stages cluster particles.mrcs --out run --n-clusters 10 --pixel-size 1.06 --aligned
+  ia-stages cluster cells/ --out run --invert --canvas 64 --sigma auto --report"""
+
+CLUSTER_DESCRIPTION = """\
+Cluster a folder or stack of images, whatever their rotation and position: the whole
+pipeline, in OUT. It shows one line per stage and ends with the clusters found and where
+the results are: clusters.csv (each image's cluster, pose and distance), classes.png (the
+gallery), stability.png, summary.csv, the class averages as classes.mrcs and classes.tif,
+and particles.star (RELION) with the stack it points into. OUT's results change only when a
+run succeeds."""
+
+
 def _add_cluster(sub: argparse._SubParsersAction) -> None:
     """``ia-stages cluster``: the input's options, the settings (generated from the settings
     tree), the output's and the compute's."""
     sp = sub.add_parser(
         "cluster",
         help="cluster a folder or stack of images (the whole pipeline)",
-        description="Cluster a folder or stack of images: the whole pipeline, in OUT.",
+        usage=CLUSTER_USAGE,
+        description=CLUSTER_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sp.set_defaults(func=_cmd_cluster)
     sp.add_argument(
         "path",
-        help="folder of PNG/TIFF/JPEG (subfolders = labels), .npy/.npz, .zarr/.nc, .tif, .mrc(s)",
+        help="a folder of PNG/TIFF/JPEG images (subfolders: their labels), or one stack: "
+        ".npy/.npz, .zarr/.nc, a multi-page .tif, .mrc/.mrcs",
     )
     inp = sp.add_argument_group("input")
-    inp.add_argument("--canvas", type=int, help="pad or centre-crop every image to this side (px)")
-    inp.add_argument("--downsample", type=int, default=1, help="average k x k pixel blocks (1)")
-    inp.add_argument("--invert", action="store_true", help="dark objects on a light background")
-    inp.add_argument("--labels", help="CSV file,label (file name or stack index -> class)")
-    inp.add_argument("--max-images", type=int, help="a random subset of this many images")
-    add_settings_flags(sp.add_argument_group("clustering (the settings tree's keys)"))
+    inp.add_argument("--canvas", type=int, metavar="PX",
+                     help="pad or centre-crop every image to PX x PX (default: images of "
+                     "different sizes are an error)")  # fmt: skip
+    inp.add_argument("--downsample", type=int, default=1, metavar="K",
+                     help="average K x K pixel blocks first (default: 1, none)")  # fmt: skip
+    inp.add_argument("--invert", action="store_true",
+                     help="dark objects on a light background (default: light on "
+                     "dark)")  # fmt: skip
+    inp.add_argument("--labels", metavar="CSV",
+                     help="a CSV of file,label (file name or stack index -> class) for the "
+                     "scores in summary.csv (default: the subfolders' names, if any)")  # fmt: skip
+    inp.add_argument("--max-images", type=int, metavar="N",
+                     help="cluster a random subset of N images (default: all)")  # fmt: skip
+    add_settings_flags(sp.add_argument_group("clustering"))
     out = sp.add_argument_group("output")
-    out.add_argument("--out", required=True, help="the folder for clusters.csv, the gallery, "
-                     "results/")  # fmt: skip
-    out.add_argument("--report", action="store_true", help="also write OUT/report.html")
+    out.add_argument("--out", required=True,
+                     help="the output folder (required; not inside the input folder)")  # fmt: skip
+    out.add_argument("--report", action="store_true",
+                     help="also write OUT/report.html (default: no)")  # fmt: skip
+    out.add_argument("--aligned", action="store_true",
+                     help="also write aligned.tif: every image moved onto its class average "
+                     "(default: no)")  # fmt: skip
+    out.add_argument("--pixel-size", type=float, metavar="A",
+                     help="pixel size in angstrom for the MRC and STAR files (default: an MRC "
+                     "input's header, else none)")  # fmt: skip
+    out.add_argument("--force", action="store_true",
+                     help="replace the results of another input that OUT holds (default: "
+                     "refused)")  # fmt: skip
+    out.add_argument("--verbose", dest="live_log", action="store_true",
+                     help="show the workflow's whole log instead of one line per stage "
+                     "(default: no; the log is always in OUT/logs/)")  # fmt: skip
+    out.add_argument("--unlock", action="store_true",
+                     help="remove the lock a killed run left in OUT and resume where it "
+                     "stopped (default: a locked OUT is refused)")  # fmt: skip
     comp = sp.add_argument_group("compute")
-    comp.add_argument(
-        "--cores",
-        type=int,
-        default=len(os.sched_getaffinity(0)),
-        help="CPU cores for the workflow (default: all this process may use)",
-    )
-    comp.add_argument("--block-size", type=int, default=256, help="samples per kappa^max job (256)")
-    comp.add_argument("--seed", type=int, default=0, help="the run's seed (0)")
-    comp.add_argument(
-        "--unlock",
-        action="store_true",
-        help="remove the lock a killed run left in OUT and resume where it stopped",
-    )
-    comp.add_argument("--snakefile", help="the workflow's Snakefile (default: the installed one)")
+    comp.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                      help="CPU cores for the workflow (default: all this process may "
+                      "use)")  # fmt: skip
+    comp.add_argument("--block-size", type=int, default=256, metavar="N",
+                      help="images per kappa^max job (default: 256)")  # fmt: skip
+    comp.add_argument("--seed", type=int, default=0,
+                      help="the run's random seed: the same seed gives the same clusters "
+                      "(default: 0)")  # fmt: skip
+    comp.add_argument("--snakefile",
+                      help="another workflow's Snakefile (default: the one inside the "
+                      "installed package)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -547,6 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ia-stages`` console script."""
     args = build_parser().parse_args(argv)
+    global _JOB_OUT
+    out = getattr(args, "out", None)
+    _JOB_OUT = (out[0] if isinstance(out, list) else out) if args.command == "stage" else None
     # the package's own logger only: Snakemake (run by `ia-stages cluster`) prints its lines
     # itself, and a root handler would print every one of them a second time
     if not log.handlers:

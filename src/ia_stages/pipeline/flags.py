@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ia_stages.pipeline.errors import ConfigError
-from ia_stages.settings.spec import Spec, describe, leaves
+from ia_stages.settings.spec import SettingError, Spec, describe, leaves
 from ia_stages.settings.tree import PRESETS, SPECS, Settings
 
 DEFAULTS = {path: default for path, _, default in leaves(Settings)}
@@ -104,7 +104,8 @@ def add_settings_flags(group: argparse._ActionsContainer) -> None:
         "--settings",
         metavar="FILE",
         dest="settings_file",
-        help="a YAML file of settings keys (as a config's settings: block), under the flags",
+        help="a YAML file of settings keys (as a config's settings: block), under the flags "
+        "(default: none)",
     )
     for path, spec in flagged():
         name = flag_name(path, spec)
@@ -113,9 +114,11 @@ def add_settings_flags(group: argparse._ActionsContainer) -> None:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["type"] = _parse(spec, path)
+            kwargs["metavar"] = path.rsplit(".", 1)[-1].upper()
             if spec.kind == "choice":
                 kwargs["choices"] = list(spec.choices)
                 kwargs["type"] = str
+                del kwargs["metavar"]
         old = [o for o, new in RENAMED_FLAGS.items() if new == name]
         group.add_argument(name, help=_help(path, spec), **kwargs)
         for o in old:
@@ -128,7 +131,7 @@ def add_settings_flags(group: argparse._ActionsContainer) -> None:
         default=[],
         dest="set_settings",
         help="any other setting by its path, e.g. --set readout.k=8 --set "
-        "path.features.n_expand=0 (repeatable; the value is read as YAML)",
+        "path.features.n_expand=0 (repeatable; the value is read as YAML; default: none)",
     )
 
 
@@ -155,7 +158,22 @@ def settings_of_flags(args: argparse.Namespace) -> dict[str, Any]:
             _put(out, path, value)
     if args.preset is not None:
         out["preset"] = args.preset
+    _check_flags(args, out)
     return out
+
+
+def _check_flags(args: argparse.Namespace, given: dict[str, Any]) -> None:
+    """Check the settings the options give as the tree does, naming a flag by its option:
+    ``--n-clusters 0: n_clusters must be >= 1, got 0``."""
+    try:
+        Settings.from_dict(given)
+    except SettingError as err:
+        text = str(err)
+        for path, spec in flagged():
+            value = getattr(args, f"setting:{path}")
+            if value is not None and text.startswith(f"{path} "):
+                raise ConfigError(f"{flag_name(path, spec)} {value}: {text}") from None
+        raise ConfigError(text) from None
 
 
 def _read_settings(path: str) -> dict[str, Any]:

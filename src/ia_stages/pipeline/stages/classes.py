@@ -142,6 +142,7 @@ def run(
         stopped_at=int(chosen),
         stop_reason=reason,
         readout_k=int(ia.readout.k),
+        n_clusters_given=ia.n_clusters if isinstance(ia.n_clusters, int) else None,
         stability_parameter=stable.parameter,
         stability_chosen=stable.chosen,
         wall_seconds=t["seconds"],

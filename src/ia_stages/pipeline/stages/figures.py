@@ -290,7 +290,8 @@ def classes(inputs: list[str], out: str | Path) -> None:
         aligned = warp(V[members], pose[members], group) if members.size else []
         panels = [(means[k], f"cluster {k}: n={int(sizes[k])}")]
         panels += [
-            (a, f"{names[i][-14:]} d={dist[i]:.2f}") for i, a in zip(members, aligned, strict=True)
+            (a, f"{short_name(names[i])} d={dist[i]:.2f}")
+            for i, a in zip(members, aligned, strict=True)
         ]
         _gallery_row(axes[row], panels)
     if singles.size:
@@ -299,7 +300,7 @@ def classes(inputs: list[str], out: str | Path) -> None:
         axes[-1][0].axis("off")
         axes[-1][0].text(0.5, 0.5, f"unassigned:\n{singles.size} image(s)\nalone in a\ncluster",
                          ha="center", va="center", fontsize=7.5)  # fmt: skip
-        _gallery_row(axes[-1][1:], [(V[i], names[i][-14:]) for i in members], first=False)
+        _gallery_row(axes[-1][1:], [(V[i], short_name(names[i])) for i in members], first=False)
     axes[0][0].set_ylabel("class average", fontsize=7)
     grouped = len(order) + singles.size
     shown = (
@@ -323,6 +324,18 @@ def classes(inputs: list[str], out: str | Path) -> None:
         "where the group holds mirrors), with "
         "its file name and distance d to the class average (normalised images).",
     )
+
+
+def short_name(name: str, most: int = 14) -> str:
+    """A file name cut to ``most`` characters for a gallery panel: its end kept (the file's
+    own name), the cut marked by an ellipsis.
+
+    Example
+    -------
+    >>> short_name("digit1/img10.png"), short_name("a.png")
+    ('…it1/img10.png', 'a.png')
+    """
+    return name if len(name) <= most else "…" + name[len(name) - most + 1 :]
 
 
 def _gallery_row(axes, panels: list[tuple[np.ndarray, str]], first: bool = True) -> None:

@@ -50,3 +50,57 @@ rule figure_clusters:
     shell:
         "ia-stages stage figure clusters --inputs {input} --out {output.gallery} {output.stability}"
         " 2> {log}"
+
+
+# Exports of a dataset's classes (ia_stages.pipeline.exports), in one job: the class averages
+# as an MRC stack and a TIFF, the images as the MRC stack particles.star points into, and the
+# STAR file where starfile is installed; asked for by name, the members aligned onto their
+# class averages.
+from ia_stages.pipeline.exports import star_available
+
+STAR = star_available()
+
+
+def export_settings_json(w):
+    import json
+
+    from ia_stages.pipeline.exports import export_settings
+
+    return shlex.quote(json.dumps(export_settings(config)))
+
+
+rule exports:
+    conda:
+        CONDA_ENV
+    input:
+        dataset="results/data/{dataset}.zarr",
+        classes="results/{dataset}/classes.zarr",
+    output:
+        mrcs="results/{dataset}/exports/classes.mrcs",
+        tif="results/{dataset}/exports/classes.tif",
+        particles="results/{dataset}/exports/particles.mrcs",
+        **({"star": "results/{dataset}/exports/particles.star"} if STAR else {}),
+    params:
+        settings=export_settings_json,
+    log:
+        "results/logs/{dataset}/exports.log",
+    shell:
+        "ia-stages stage export classes --dataset {input.dataset} --classes {input.classes}"
+        " --settings {params.settings} --out {output.mrcs} 2> {log}"
+
+
+rule export_aligned:
+    conda:
+        CONDA_ENV
+    input:
+        dataset="results/data/{dataset}.zarr",
+        classes="results/{dataset}/classes.zarr",
+    output:
+        "results/{dataset}/exports/aligned.tif",
+    params:
+        settings=export_settings_json,
+    log:
+        "results/logs/{dataset}/export_aligned.log",
+    shell:
+        "ia-stages stage export aligned --dataset {input.dataset} --classes {input.classes}"
+        " --settings {params.settings} --out {output} 2> {log}"
