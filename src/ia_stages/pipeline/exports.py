@@ -70,10 +70,12 @@ def _stores(dataset: str | Path, classes: str | Path):
 
 
 def _group(cls) -> object:
+    """The group the classes store's poses belong to (its settings tree's group and mirror)."""
     from ia_stages.core.groups import make_group
 
-    settings = json.loads(cls.attrs.get("settings", "{}"))
-    return make_group(**settings["group"]) if "group" in settings else make_group("se2")
+    job = json.loads(cls.attrs.get("settings", "{}"))
+    tree = job.get("settings", {})
+    return make_group(tree.get("group", "se2"), bool(tree.get("mirror", False)))
 
 
 def write_classes(

@@ -10,21 +10,14 @@ of the paper's pipeline only.
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 FRONT = "results/report/front.rst"
 """Where the front page goes, relative to the workflow's working directory."""
 
-_SETTINGS = (
-    ("beta", "beta"),
-    ("kernel_sigma", "kernel_sigma (px)"),
-    ("readout_threshold", "read-out threshold"),
-    ("background", "background"),
-    ("canvas", "canvas"),
-    ("downsample", "downsample"),
-    ("invert", "invert"),
-    ("max_images", "max_images"),
-)
+_INPUT = ("canvas", "downsample", "invert", "max_images")
+"""The dataset's input keys the page shows."""
 
 
 def _cell(value: object) -> str:
@@ -49,7 +42,7 @@ def front_page(workdir: str | Path, config: dict, dataset: str = "images") -> st
     attrs = classes.attrs
     shape = classes["class_average"].shape[1:]
     k = int(sizes.size)
-    given = ds.get("n_clusters")
+    given = (ds.get("settings") or {}).get("n_clusters")
     how = (
         f"K = {given} was given (--n-clusters)"
         if given is not None
@@ -86,20 +79,27 @@ def front_page(workdir: str | Path, config: dict, dataset: str = "images") -> st
                   "data:image/png;base64,"]  # fmt: skip
         lines += [f"   {chunk}" for chunk in data]
         lines += ['   ">', ""]
-    settings = [(label, ds.get(key)) for key, label in _SETTINGS]
-    group = ds.get("group") or {}
-    settings += [
-        ("iterations", ds.get("iterations") or config["ia"]["iterations"]),
-        ("group", group.get("name", "se2") + (" + mirror" if group.get("mirror") else "")),
-        ("kappa^max path", (ds.get("kmax") or {}).get("mode", "dense")),
+    tree = json.loads(attrs.get("settings", "{}")).get("settings", {})
+    group = tree.get("group") or {}
+    group_name = group.get("name", "se2") if isinstance(group, dict) else str(group)
+    settings = [
+        ("beta", tree.get("beta")),
+        ("sigma (px)", tree.get("sigma")),
+        ("background", tree.get("background")),
+        ("group", group_name + (" + mirror" if tree.get("mirror") else "")),
+        ("iterations", tree.get("iterations")),
+        ("kappa^max path", (tree.get("path") or {}).get("mode")),
         ("n_clusters", given),
+        ("mean steps / images", f"{(tree.get('mean') or {}).get('steps')} / "
+         f"{(tree.get('mean') or {}).get('max_images')}"),
+    ]  # fmt: skip
+    settings += [(key, ds.get(key)) for key in _INPUT]
+    settings += [
         ("seed", config.get("seed")),
         ("backend", config.get("backend")),
-        ("mean steps / images", f"{config['ia']['mean']['steps']} / "
-         f"{config['ia']['mean']['max_images']}"),
         ("pixel size (Å)", (config.get("exports") or {}).get("pixel_size")),
         ("iteration kept", attrs.get("stopped_at")),
-    ]  # fmt: skip
+    ]
     width = max(len(label) for label, _ in settings)
     rule = "=" * width + " " + "=" * 40
     lines += ["**Settings**", "", rule, f"{'setting':<{width}} value", rule]
