@@ -63,7 +63,7 @@ def _empty(tmp: Path) -> tuple[list[str], str]:
 
 def _k_zero(tmp: Path) -> tuple[list[str], str]:
     write_pngs(tmp / "in", per_class=1)
-    return [str(tmp / "in"), "--n-clusters", "0"], "--n-clusters 0: n_clusters must be >= 1"
+    return [str(tmp / "in"), "--n-clusters", "0"], "n_clusters must be >= 1, got 0 (given as --n-"
 
 
 def _k_above_n(tmp: Path) -> tuple[list[str], str]:

@@ -234,7 +234,7 @@ def _bad_case(tmp_path: Path, case: str) -> tuple[list[str], str]:
         return [str(root), "--cores", "0"], "--cores"
     if case == "NaN beta":
         _png_folder(root, _stack(3), classes=())
-        return [str(root), "--beta", "nan"], "datasets.images.settings.beta"
+        return [str(root), "--beta", "nan"], "beta must be finite, got nan (given as --beta nan)"
     raise AssertionError(case)
 
 

@@ -79,8 +79,8 @@ def test_the_estimator_and_the_cluster_command_choose_sigma_from_noisy_pixels(di
     assert est.fit(noisy).settings_.sigma == pytest.approx(choose_sigma(noisy))
     for i, im in enumerate(noisy):
         Image.fromarray(((im + 1) / 3 * 255).astype(np.uint8)).save(tmp_path / f"{i}.png")
-    chosen = check_images(validate_config(images_config(tmp_path, {"sigma": "auto"})))
+    chosen, _ = check_images(validate_config(images_config(tmp_path, {"sigma": "auto"})))
     sigma = chosen["images"]
     assert 1.5 < sigma < 4.0  # from the PNGs' pixels (8-bit), near the arrays' choice
     assert sigma == pytest.approx(choose_sigma(noisy), rel=0.1)
-    assert check_images(validate_config(images_config(tmp_path, {"sigma": 1.5}))) == {}
+    assert check_images(validate_config(images_config(tmp_path, {"sigma": 1.5})))[0] == {}

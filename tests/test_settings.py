@@ -114,11 +114,12 @@ def test_the_schema_the_dataclasses_and_the_flags_hold_the_same_settings():
     args = p.parse_args(["--sigma", "-1"])
     with pytest.raises(SettingError, match=r"^sigma must be >= 0"):
         Settings.from_dict(settings_of_flags(args))
-    args = p.parse_args(["--group", "affine", "--mask-threshold", "0", "--set", "readout.k=7"])
+    args = p.parse_args(["--group", "affine", "--mask-threshold", "2", "--set", "readout.k=7"])
     given = settings_of_flags(args)
-    assert given == {"group": {"name": "affine"}, "mask": {"threshold": 0.0}, "readout": {"k": 7}}
-    with pytest.raises(SettingError, match=r"^mask\.threshold must be > 0"):
-        Settings.from_dict(given)
+    assert given == {"group": {"name": "affine"}, "mask": {"threshold": 2.0}, "readout": {"k": 7}}
+    args = p.parse_args(["--mask-threshold", "0"])
+    with pytest.raises(SettingError, match=r"^mask\.threshold must be > 0, got 0.0 \(given as "):
+        settings_of_flags(args)
 
 
 def test_a_setting_has_one_name_in_the_estimator_the_yaml_and_the_flags():
@@ -312,7 +313,7 @@ def test_pipeline_stages_and_estimator_give_the_same_partition(tmp_path):
     X, y = _letters()
     np.save(tmp_path / "x.npy", X)
     cfg = validate_config(images_config(tmp_path / "x.npy", {"sigma": "auto"}, seed=0))
-    assert check_images(cfg) == {DATASET: 1.0}  # as ia-stages cluster: sigma 'auto' resolved
+    assert check_images(cfg)[0] == {DATASET: 1.0}  # as ia-stages cluster: sigma 'auto' resolved
     cfg["datasets"][DATASET]["settings"]["sigma"] = 1.0
     st = {s: stage_settings(cfg, s, DATASET) for s in ("kmax", "means", "classes")}
     n = len(X)

@@ -163,8 +163,9 @@ def settings_of_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_flags(args: argparse.Namespace, given: dict[str, Any]) -> None:
-    """Check the settings the options give as the tree does, naming a flag by its option:
-    ``--n-clusters 0: n_clusters must be >= 1, got 0``."""
+    """Check the settings the options give by the tree's one check, before anything runs; an
+    error keeps the setting's one name and says which option gave it:
+    ``n_clusters must be >= 1, got 0 (given as --n-clusters 0)``."""
     try:
         Settings.from_dict(given)
     except SettingError as err:
@@ -172,8 +173,8 @@ def _check_flags(args: argparse.Namespace, given: dict[str, Any]) -> None:
         for path, spec in flagged():
             value = getattr(args, f"setting:{path}")
             if value is not None and text.startswith(f"{path} "):
-                raise ConfigError(f"{flag_name(path, spec)} {value}: {text}") from None
-        raise ConfigError(text) from None
+                raise SettingError(f"{text} (given as {flag_name(path, spec)} {value})") from None
+        raise
 
 
 def _read_settings(path: str) -> dict[str, Any]:
