@@ -39,8 +39,8 @@ search above is over SE(2) with mirror images, as on the CPU in
 
 ``groups``: letters rendered under affine maps; starts = the SE(2) kappa^max optimum of every
 pair i < j. Prints the largest |d2_cuda - d2_cpu| and |q_cuda - q_cpu| (the CUDA kernels do
-not reorder sums, the CPU's fastmath does: agreement to ~1e-9 is expected) and the seconds per
-pair of each build in the same run.
+not reorder sums, the CPU's fastmath does: they agree to rounding, not bit for bit) and the
+seconds per pair of each build in the same run.
 """
 
 from __future__ import annotations
