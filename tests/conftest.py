@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -count[item.path.name]))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def schema_path() -> Path:
     """Absolute path of the package's workflow/schemas/config.schema.yaml."""
     return ROOT / "src" / "ia_stages" / "pipeline" / "workflow" / "schemas" / "config.schema.yaml"
@@ -59,12 +59,12 @@ def default_config() -> dict:
     return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_reference(tmp_path_factory, worker_id) -> Path:
     """A finished run of .test/config/tiny.yaml (written as ``tiny.yaml`` in the run's folder),
     shared by the workflow tests that read it and by those that compare another run with it.
-    Under pytest-xdist the first worker to ask makes it in the session's shared temporary
-    folder and the others wait for it (a lock), so the run is made once per session."""
+    Under pytest-xdist the first worker to ask makes it in the test run's shared temporary
+    folder and the others wait for it (a lock), so the run is made once per test run."""
     from .test_workflow import TINY, run_workflow
 
     base = tmp_path_factory.getbasetemp()

@@ -388,7 +388,7 @@ def test_kill_9_leaves_the_results_as_they_were_and_unlock_recovers_in_one_comma
         [str(EXE), "cluster", str(src), "--out", str(out), *FAST, "--seed", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        process_group=0,  # its own group: killpg ends it with its children
     )
     deadline = time.time() + 300
     store = out / "results/images/ia/iter0/kmax.zarr"

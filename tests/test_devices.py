@@ -58,8 +58,8 @@ def test_device_names_follow_cuda_visible_devices(monkeypatch):
     assert device_names(3) == ["0", "1", "2"]
 
 
-def test_gpu_check_script_without_cupy_says_so_in_one_line():
-    """bench/gpu_check.py loads (its imports resolve) and refuses cleanly where cupy cannot be
+def test_gpu_script_without_cupy_says_so_in_one_line():
+    """bench/gpu.py loads (its imports resolve) and refuses cleanly where cupy cannot be
     imported (made so in the subprocess, so the test means the same on a GPU machine)."""
     import subprocess
     import sys
@@ -68,12 +68,12 @@ def test_gpu_check_script_without_cupy_says_so_in_one_line():
     bench = Path(__file__).resolve().parents[1] / "bench"
     run = (
         "import runpy, sys; sys.modules['cupy'] = None; "
-        f"sys.path.insert(0, {str(bench)!r}); sys.argv = ['gpu_check.py', '--block', '4']; "
-        f"runpy.run_path({str(bench / 'gpu_check.py')!r}, run_name='__main__')"
+        f"sys.path.insert(0, {str(bench)!r}); sys.argv = ['gpu.py', 'check', '--block', '4']; "
+        f"runpy.run_path({str(bench / 'gpu.py')!r}, run_name='__main__')"
     )
     out = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True)
     assert out.returncode != 0
-    assert out.stderr.strip().startswith("gpu_check:"), out.stderr
+    assert out.stderr.strip().startswith("gpu:"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

@@ -2,7 +2,7 @@
 
 Both are compiled from the same scalar source (ia_stages.kmax.refine.SHARED). Without a GPU the
 CUDA kernel runs in numba's CUDA simulator, which must be switched on before numba.cuda is first
-imported, so each check runs in a fresh Python process and leaves this test session alone.
+imported, so each check runs in a fresh Python process and leaves this test process alone.
 A second check compiles the kernel to PTX for a real GPU (sm_90) where NVVM is installed: the
 simulator runs the Python source, and only the compiler sees CUDA typing errors.
 """

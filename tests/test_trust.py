@@ -338,7 +338,7 @@ def test_kill_9_then_unlock_resumes_to_the_same_stores_and_clusters(digits_run, 
         [str(exe), "cluster", str(src), "--out", str(out), *FAST],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        process_group=0,  # its own group: killpg ends it with its children
     )
     store = out / "results" / "data" / "images.zarr"
     deadline = time.time() + 300

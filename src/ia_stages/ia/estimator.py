@@ -147,7 +147,7 @@ class InvariantAttentionClustering(
         kappa^max of those features, ``(n, n)``; on the kNN path each sample's nearest.
     affinity_matrix_ : ndarray (n, n) or sparse array
         kappa^max of the final features (on the kNN path the listed neighbours only).
-    cluster_means_ : ndarray (n_clusters_, H, W)
+    cluster_means_ : ndarray (K, H, W)
         Invariant mean of every cluster's input images.
     poses_ : ndarray (n, n_params)
         Pose aligning each input image to its cluster's mean.
@@ -162,8 +162,8 @@ class InvariantAttentionClustering(
         One line saying why that iteration.
     iterations_run_ : int
         Iterations computed (>= ``n_iter_``; the rule may need one more).
-    partitions_ : ndarray (iterations_run_ + 1, n)
-        The read-out of every iteration, input first.
+    partitions_ : ndarray (T + 1, n)
+        The read-out of every iteration, input first (T = ``iterations_run_``).
     settings_ : Settings
         The settings tree used (preset and config filled in, sized to n, sigma resolved).
     result_ : IAResult

@@ -364,7 +364,8 @@ def invariant_attention(
     **settings: Any,
 ) -> list[InvariantAttentionStep]:
     """Run Invariant Attention's iterations on the images ``V`` ``(n, H, W)``: the loop of
-    :func:`run_ia` (and of the estimator), with the same defaults, without its read-out.
+    :func:`~ia_stages.ia.loop.run_ia` (and of the estimator), with the same defaults, without its
+    read-out.
 
     Parameters
     ----------
@@ -386,8 +387,8 @@ def invariant_attention(
     list of InvariantAttentionStep
         One per iteration; ``steps[-1].features`` are the final features.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import numpy as np
     >>> V = np.zeros((4, 12, 12)); V[:, 4:8, 5:7] = 1.0
     >>> steps = invariant_attention(V, iterations=1, attention={"k": 2})

@@ -22,7 +22,7 @@ again with the exact preset (:func:`second_pass`); each pair keeps the better op
 Each candidate pair is refined once (twice where screened and listed) and counts for both of
 its images. The lists are exact
 wherever every true neighbour is among the candidates of one of the pair's two images;
-``bench/scale.py`` measures that recall against the all-pairs kappa^max.
+``bench/knn_graph.py recall`` measures that recall against the all-pairs kappa^max.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ enter a list:
    same orientation: the later image warped onto the earlier), giving its current k-th refined
    d2, ``tau_i``. Refinement is taken to lower a pair's coarse d2 by at most ``knn_margin``
    (times the pair's mean squared norm; an assumption measured on digits by
-   ``bench/knn.py --margins``), so
+   ``bench/knn.py --margins`` at commit f2e6119), so
    every other pair with coarse d2 <= tau_i + knn_margin may still enter i's list: those are
    refined too. Where the pool of i is full and its last entry is itself within that bound,
    pairs outside the pool may qualify: a second scan refines every pair within the bound of

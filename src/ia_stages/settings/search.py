@@ -15,6 +15,11 @@ class SearchSettings:
     pair, a local Newton / Levenberg-Marquardt refinement finishes them
     (:func:`ia_stages.kmax.kappa_max`). The refinement's tolerances change results; their
     defaults are the tuned ones.
+
+    Examples
+    --------
+    >>> SearchSettings(n_candidates=8).n_candidates
+    8
     """
 
     method: str = choice(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
 import numbers as _numbers
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
@@ -332,11 +333,14 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
+EXAMPLES = "\n\nExamples\n--------\n"  # a docstring's Examples section stays last
+
+
 def settings_part(path: str) -> Any:
     """Class decorator that makes a frozen settings dataclass living at ``path`` in the tree
     (messages name its fields from there): it checks its fields when built (and on every
     ``replace``), and its docstring gets an ``Attributes`` section listing each field's type,
-    default and doc."""
+    default and doc (before an Examples section)."""
 
     def wrap(cls: type) -> type:
         cls.PATH = path
@@ -349,7 +353,9 @@ def settings_part(path: str) -> Any:
 
         cls.__post_init__ = __post_init__
         cls = dataclass(frozen=True)(cls)
-        cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + _attributes_doc(cls)
+        head, sep, examples = inspect.cleandoc(cls.__doc__ or "").partition(EXAMPLES)
+        tail = sep + examples if sep else ""
+        cls.__doc__ = head.rstrip() + "\n\n" + _attributes_doc(cls) + tail
         return cls
 
     return wrap
@@ -406,7 +412,7 @@ def _attributes_doc(cls: type) -> str:
         if spec is None:
             continue
         lines.append(f"{f.name} : {describe(spec, _default(f))}")
-        lines.append(f"    {spec.doc}")
+        lines.append("    " + spec.doc.replace("|", "\\|"))  # not an rst substitution
     return "\n".join(lines)
 
 
