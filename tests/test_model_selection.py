@@ -17,6 +17,7 @@ from ia_stages.readout.graph import graph_partition
 from ia_stages.readout.model_selection import (
     ModelSelection,
     check_k,
+    cluster_hierarchy,
     eigengap_scores,
     exact_k,
     select_k,
@@ -88,6 +89,7 @@ def test_estimator_honours_the_k_given(digits24, K: int) -> None:
     assert np.unique(est.labels_).size == K
     assert est.model_selection_.n_clusters == K and est.model_selection_.criterion == "given"
     assert est.cluster_means_.shape[0] == K
+    assert len(est.model_selection_.merges) == K - 1
 
 
 @pytest.mark.parametrize(
@@ -174,3 +176,19 @@ def test_linkage_read_out_with_a_range_and_with_k() -> None:
 
     assert accuracy(y, read_out(sq, readout, (2, 5), 0)) == 1.0
     assert np.unique(read_out(sq, readout, 7, 0)).size == 7
+
+
+def test_hierarchy_joins_sub_clusters_before_classes() -> None:
+    """Each of three blobs cut in two: the first three joins put the halves of one blob
+    together, at distances below every join of two blobs."""
+    sq, y = blobs((20, 20, 20))
+    halves = y * 2 + (np.arange(60) % 2)
+    merges = cluster_hierarchy(sq, halves)
+    assert len(merges) == 5
+    assert {tuple(sorted(a + b)) for a, b, _ in merges[:3]} == {(0, 1), (2, 3), (4, 5)}
+    distances = [d for _, _, d in merges]
+    assert max(distances[:3]) < min(distances[3:])
+    assert distances == sorted(distances)  # average linkage of these blobs is monotone
+    ms = select_k(sq, ReadoutSettings(k=8), (2, 4), seed=0)
+    assert len(ms.merges) == ms.n_clusters - 1
+    assert ms.next_merge().startswith("next merge: clusters")

@@ -40,7 +40,13 @@ from ia_stages.readout.graph import (
     spectral_affinity,
 )
 from ia_stages.readout.linkage import cluster_by_distance
-from ia_stages.readout.model_selection import ModelSelection, check_k, exact_k, select_k
+from ia_stages.readout.model_selection import (
+    ModelSelection,
+    check_k,
+    cluster_hierarchy,
+    exact_k,
+    select_k,
+)
 from ia_stages.readout.stopping import stop_iteration
 from ia_stages.settings.readout import ReadoutSettings
 from ia_stages.settings.sizing import fixed_k, sized
@@ -396,7 +402,11 @@ def model_selection(sqdist: Any, s: Settings, seed: int, labels: np.ndarray) -> 
     )
     if not selects:
         crit = "given" if K is not None else f"{s.readout.kind} {s.readout.community}"
-        return ModelSelection(m, crit, {}, None, 1, 1, None, {m: np.asarray(labels)})
+        if isinstance(sqdist, KnnDistances):
+            merges = cluster_hierarchy(sqdist.sample_sqdist, labels, sqdist.sample)
+        else:
+            merges = cluster_hierarchy(to_numpy(sqdist), labels)
+        return ModelSelection(m, crit, {}, None, 1, 1, None, {m: np.asarray(labels)}, merges)
     if isinstance(sqdist, KnnDistances):
         sq = sqdist
     else:

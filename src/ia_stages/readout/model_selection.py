@@ -202,6 +202,8 @@ class ModelSelection:
     bounds : the range searched (lo, hi), or None (any K)
     partitions : K -> the candidate partition with K clusters, ``(n,)`` int64: the K = k
         read-out without computing kappa^max again (:meth:`partition`)
+    merges : the hierarchy above the chosen partition (:func:`cluster_hierarchy`): which
+        clusters would merge next, and at what mean kappa^max distance
 
     Example
     -------
@@ -218,6 +220,7 @@ class ModelSelection:
     trials: int
     bounds: tuple[int, int] | None
     partitions: dict[int, np.ndarray] = field(repr=False)
+    merges: list[tuple[tuple[int, ...], tuple[int, ...], float]] = field(default_factory=list)
 
     @property
     def labels(self) -> np.ndarray:
@@ -241,6 +244,13 @@ class ModelSelection:
         if self.runner_up is not None:
             parts.append(f"next best {self.runner_up}")
         return head + (f" ({'; '.join(parts)})" if parts else "")
+
+    def next_merge(self) -> str:
+        """One line: the clusters that would merge next (:attr:`merges`) and at what distance."""
+        if not self.merges:
+            return "no merge above this partition"
+        a, b, d = self.merges[0]
+        return f"next merge: clusters {list(a)} and {list(b)} at kappa^max distance {d:.3g}"
 
     def as_dict(self) -> dict[str, Any]:
         """The record's scalars (for a summary table or a store's attributes)."""
@@ -307,6 +317,53 @@ def eigengap_scores(knn: KnnResult, ks: list[int]) -> dict[int, float]:
     out = {}
     for k in ks:
         out[k] = float(lam[k] - lam[k - 1]) if k < lam.size else float("nan")
+    return out
+
+
+def cluster_hierarchy(
+    sqdist: Any, labels: np.ndarray, sample: np.ndarray | None = None, most: int = 500
+) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
+    """The average-linkage hierarchy above a partition: starting from its clusters, the pair
+    of groups with the smallest mean kappa^max distance sqrt(sqdist) between their members is
+    joined, again and again; returns the joins in order, each (clusters of one group,
+    clusters of the other, their distance). The first join is the one a K - 1 read-out by
+    distance would make. With ``sample``, ``sqdist`` is ``(s, s)`` among those samples
+    (the kNN path); partitions of more than ``most`` clusters (or fewer than 2 on the sample)
+    get an empty list.
+
+    Example
+    -------
+    >>> P = np.array([0.0, 0.1, 1.0, 1.1, 5.0, 5.1])
+    >>> sq = (P[:, None] - P[None]) ** 2
+    >>> [(a, b, round(d, 2)) for a, b, d in cluster_hierarchy(sq, np.repeat([0, 1, 2], 2))]
+    [((0,), (1,), 1.0), ((0, 1), (2,), 4.5)]
+    """
+    D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
+    D = 0.5 * (D + D.T)
+    lab = np.asarray(labels) if sample is None else np.asarray(labels)[sample]
+    ks = np.unique(lab)
+    if not 2 <= ks.size <= most:
+        return []
+    onehot = (lab[:, None] == ks[None, :]).astype(float)
+    size = onehot.sum(axis=0)
+    total = onehot.T @ D @ onehot  # sums of distances between (and within) clusters
+    groups: dict[int, tuple[int, ...]] = {i: (int(k),) for i, k in enumerate(ks)}
+    alive = list(range(ks.size))
+    out = []
+    while len(alive) > 1:
+        best = None
+        for x, i in enumerate(alive):
+            for j in alive[x + 1 :]:
+                d = total[i, j] / (size[i] * size[j])
+                if best is None or d < best[0]:
+                    best = (d, i, j)
+        d, i, j = best
+        out.append((groups[i], groups[j], float(d)))
+        total[i, :] += total[j, :]
+        total[:, i] += total[:, j]
+        size[i] += size[j]
+        groups[i] = tuple(sorted(groups[i] + groups[j]))
+        alive.remove(j)
     return out
 
 
@@ -450,4 +507,10 @@ def select_k(
         if p and _choose(p, s, g, readout)[0] == chosen:
             stable += 1
     crit = getattr(readout, "select", "silhouette")
-    return ModelSelection(chosen, crit, values, runner, stable, trials, bounds, parts)
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    merges = (
+        cluster_hierarchy(kd.sample_sqdist, parts[chosen], kd.sample)
+        if kd is not None
+        else cluster_hierarchy(sqdist, parts[chosen])
+    )
+    return ModelSelection(chosen, crit, values, runner, stable, trials, bounds, parts, merges)
