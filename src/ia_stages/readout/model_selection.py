@@ -368,12 +368,17 @@ def cluster_hierarchy(
 
 
 def _candidates(
-    sqdist: Any, readout: Any, bounds: tuple[int, int] | None, seed: int
+    sqdist: Any,
+    readout: Any,
+    bounds: tuple[int, int] | None,
+    seed: int,
+    fill: tuple[dict[int, np.ndarray], dict[int, float]] | None = None,
 ) -> tuple[dict[int, np.ndarray], dict[int, float], KnnResult | None]:
     """Candidate partitions by K and the silhouette of each: the graph read-out's Leiden sweep
     over ``readout.resolutions`` (the best partition per K by silhouette), and with a range
-    every K of it the sweep missed (Leiden bisected to K and :func:`exact_k`); the linkage
-    and spectral read-outs cut into every K of the range."""
+    every K of it the sweep missed (Leiden bisected to K and :func:`exact_k`, or taken from
+    ``fill``, the partitions and scores of an earlier call); the linkage read-out cut into
+    every K of the range."""
     from ia_stages.readout.graph import (
         KnnDistances,
         leiden_n_clusters,
@@ -384,7 +389,6 @@ def _candidates(
     kd = sqdist if isinstance(sqdist, KnnDistances) else None
     sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
     sample = kd.sample if kd is not None else None
-    n = kd.n if kd is not None else sq.shape[0]
     parts: dict[int, np.ndarray] = {}
     scores: dict[int, float] = {}
 
@@ -414,11 +418,13 @@ def _candidates(
         for k in range(bounds[0], bounds[1] + 1):
             if k in parts:
                 continue
+            if fill is not None and k in fill[0]:
+                offer(fill[0][k], fill[1][k])
+                continue
             labels = leiden_n_clusters(
                 lists, k, seed, restarts=1, with_k_engine=readout.with_k_engine
             )
             offer(exact_k(labels, k, lists, seed))
-    del n
     return parts, scores, lists
 
 
@@ -471,7 +477,9 @@ def select_k(
     readout : :class:`~ia_stages.settings.ReadoutSettings` with ``k`` set
     n_clusters : None (any K) or a range ``(lo, hi)``
     seed : Leiden's seed
-    trials : seeds over which the choice is repeated to measure its stability (1: not)
+    trials : seeds over which the choice is repeated to measure its stability (1: not; the
+        graph read-out only): the Leiden sweep is run again with each seed, the partitions
+        bisected to the range's other K are those of ``seed``
 
     Returns
     -------
@@ -501,9 +509,9 @@ def select_k(
                     key=lambda k: (-values[k], k))  # fmt: skip
     runner = ranked[0] if ranked else None
     stable = 1
-    trials = max(1, int(trials))
+    trials = max(1, int(trials)) if readout.kind == "graph" else 1  # the others: no seed
     for t in range(1, trials):
-        p, s, g = _candidates(sqdist, readout, bounds, seed + t)
+        p, s, g = _candidates(sqdist, readout, bounds, seed + t, (parts, scores))
         if p and _choose(p, s, g, readout)[0] == chosen:
             stable += 1
     crit = getattr(readout, "select", "silhouette")
