@@ -192,3 +192,24 @@ def test_hierarchy_joins_sub_clusters_before_classes() -> None:
     ms = select_k(sq, ReadoutSettings(k=8), (2, 4), seed=0)
     assert len(ms.merges) == ms.n_clusters - 1
     assert ms.next_merge().startswith("next merge: clusters")
+
+
+def test_pipeline_read_out_takes_the_range_and_the_knn_path() -> None:
+    """The stages' read-out (read_iterations) with a range, on the dense distances and on the
+    kNN path's lists and sample: the same K in the range, the same record for the same seed."""
+    from ia_stages.ia.loop import read_iterations
+    from ia_stages.readout.graph import KnnDistances, sample_indices
+    from ia_stages.settings.sizing import sized
+
+    sq, y = blobs((30, 30, 30, 30))
+    s = sized(Settings(n_clusters=(2, 6)), 120)
+    parts, chosen, _ = read_iterations([sq], s, seed=0)
+    assert chosen == 0 and 2 <= np.unique(parts[0]).size <= 6
+    assert accuracy(y, parts[0]) == 1.0
+    pick = sample_indices(120, 60, 0)
+    kd = KnnDistances(knn_from_dense(sq, 30), pick, sq[np.ix_(pick, pick)])
+    a = select_k(kd, s.readout, (2, 6), seed=3, trials=3)
+    b = select_k(kd, s.readout, (2, 6), seed=3, trials=3)
+    assert a.n_clusters == 4 and accuracy(y, a.labels) == 1.0
+    assert a.scores == b.scores and a.stable == b.stable and a.merges == b.merges
+    assert all(np.array_equal(a.partitions[k], b.partitions[k]) for k in a.partitions)
