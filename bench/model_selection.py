@@ -9,7 +9,8 @@ once (cached in ``--cache``); every criterion then reads K off the same graph. P
 prints the true K, the K each criterion chooses and its ACC, and ACC with K given (the
 read-out the estimator runs with ``n_clusters=K``); then, per criterion, the share of sets
 with K exact, the share within 0.03 ACC of ACC with K, the median and worst gap, and the
-worst 5 sets of the default criterion. Deterministic for a given ``--seed``.
+worst 5 sets of the default criterion. Deterministic for a given ``--seed`` (``kmax_s``, the
+seconds of a set's kappa^max, is 0 where it was read from the cache).
 
 Usage::
 
@@ -249,6 +250,17 @@ def crit_sil_range(sq, seed):
     return select_k(sq, ro, (2, max(2, min(20, n // 2))), seed).labels
 
 
+def crit_mode(sq, seed, seeds: int = 5):
+    """The K the default silhouette choice makes most often over Leiden seeds seed..seed+4
+    (the first seed's on a tie), with the partition of the first seed that chose it."""
+    ro = readout_for(sq.shape[0], None)
+    picks = [select_k(sq, ro, None, seed + t) for t in range(seeds)]
+    ks = [m.n_clusters for m in picks]
+    top = max(ks.count(k) for k in ks)
+    k = next(k for k in ks if ks.count(k) == top)
+    return next(m.labels for m in picks if m.n_clusters == k)
+
+
 CRITERIA = {
     "silhouette": crit_silhouette(0.1),
     "silhouette_t0": crit_silhouette(0.0),
@@ -258,6 +270,7 @@ CRITERIA = {
     "silhouette_r3": crit_silhouette(0.1, (2.0, 2.5, 3.0)),
     "silhouette_t0_r3": crit_silhouette(0.0, (2.0, 2.5, 3.0)),
     "silhouette_range": crit_sil_range,
+    "silhouette_mode": crit_mode,
     "eigengap": crit_eigengap,
     "consensus": crit_consensus,
     "merge_1.5": crit_merge(1.5),
