@@ -23,7 +23,6 @@ from ia_stages.core.groups import group_of
 from ia_stages.ia.distances import kmax as kmax_of
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult, KnnResult
-from ia_stages.settings.sizing import fixed_k
 from ia_stages.settings.tree import Settings
 
 
@@ -248,14 +247,15 @@ def cluster_averages(
     settings: Settings,
     progress: Any = None,
 ) -> tuple[np.ndarray, ClassAverages]:
-    """The final clusters and their class averages: :func:`class_averages`, then, without a
-    fixed K (``settings.n_clusters``), :func:`merge_clusters` and the class averages of the
-    joined clusters. The estimator and the pipeline's ``classes`` stage both call this.
+    """The final clusters and their class averages: :func:`class_averages`, then, without K
+    (``settings.n_clusters`` None: neither a K nor a range of K given), :func:`merge_clusters`
+    and the class averages of the joined clusters. The estimator and the pipeline's
+    ``classes`` stage both call this.
 
     Returns ``(labels (n,), ClassAverages)``.
     """
     averages = class_averages(V, labels, kmax, settings, progress)
-    if fixed_k(settings) is not None or settings.readout.merge <= 0:
+    if settings.n_clusters is not None or settings.readout.merge <= 0:
         return np.asarray(labels, dtype=np.int64), averages
     merged = merge_clusters(labels, averages, settings)
     if int(merged.max()) == int(labels.max()):

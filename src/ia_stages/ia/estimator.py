@@ -138,7 +138,13 @@ class InvariantAttentionClustering(
     labels_ : ndarray (n,)
         int64 cluster index of every sample.
     n_clusters_ : int
-        Number of clusters found.
+        Number of clusters: the K given (honoured exactly), else the K chosen.
+    model_selection_ : ModelSelection
+        How K was chosen (:class:`~ia_stages.readout.model_selection.ModelSelection`): the K, the
+        criterion's value of every candidate K and of the runner-up, the stability of the
+        choice over Leiden seeds (``summary()``: ``'3 clusters (stable in 5 of 5 seeds; next
+        best 4)'``), and every candidate partition (``partition(k)``: the K = k read-out,
+        without computing kappa^max again).
     features_ : ndarray (n, H, W)
         Features of the chosen iteration ``n_iter_`` (the input when 0).
     steps_ : list of InvariantAttentionStep
@@ -283,7 +289,8 @@ class InvariantAttentionClustering(
             self.kmax_ = km
             self.affinity_matrix_ = km.value
         self.labels_ = res.labels
-        self.n_clusters_ = int(res.labels.max()) + 1
+        self.n_clusters_ = int(np.unique(res.labels).size)
+        self.model_selection_ = res.selection
         self.cluster_means_ = res.averages.means
         self.poses_ = res.averages.params
         self.distances_ = res.averages.distance

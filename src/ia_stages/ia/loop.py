@@ -31,6 +31,7 @@ from ia_stages.ia.class_averages import ClassAverages, cluster_averages
 from ia_stages.ia.distances import kmax, knn_distances
 from ia_stages.ia.prepare import prepare, resolve_sigma
 from ia_stages.kmax import KappaMaxResult
+from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.readout.graph import (
     KnnDistances,
     graph_partition,
@@ -39,6 +40,13 @@ from ia_stages.readout.graph import (
     spectral_affinity,
 )
 from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.readout.model_selection import (
+    ModelSelection,
+    check_k,
+    cluster_hierarchy,
+    exact_k,
+    select_k,
+)
 from ia_stages.readout.stopping import stop_iteration
 from ia_stages.settings.readout import ReadoutSettings
 from ia_stages.settings.sizing import fixed_k, sized
@@ -48,7 +56,7 @@ from ia_stages.settings.tree import Settings, settings_of
 def read_out(
     sqdist: Any,
     readout: ReadoutSettings,
-    n_clusters: int | None = None,
+    n_clusters: int | tuple[int, int] | None = None,
     seed: int = 0,
     value: Any = None,
 ) -> np.ndarray:
@@ -60,7 +68,9 @@ def read_out(
         :class:`~ia_stages.readout.graph.KnnDistances` (the pipeline's kNN path; graph
         read-outs only)
     readout : :class:`~ia_stages.settings.ReadoutSettings` with ``k`` set
-    n_clusters : K, or None (the read-out finds the number)
+    n_clusters : K (honoured exactly, or refused with one line), a range ``(lo, hi)``
+        searched (:func:`~ia_stages.readout.model_selection.select_k`), or None (the read-out
+        finds the number)
     seed : seed of the randomised read-outs (Leiden, spectral)
     value : ``(n, n)`` kappa^max affinity; read by ``kind='spectral'`` only
 
@@ -80,17 +90,25 @@ def read_out(
             )
         return graph_partition(sqdist, readout, n_clusters, seed)
     sq = to_numpy(sqdist)
+    if readout.kind == "graph":
+        return graph_partition(sq, readout, n_clusters, seed)
+    if isinstance(n_clusters, tuple | list):
+        return select_k(sq, readout, tuple(n_clusters), seed).labels
+    if n_clusters is not None:
+        check_k(n_clusters, sq.shape[0], sq)
     if readout.kind == "spectral":
         if n_clusters is None:
             raise ValueError("readout.kind 'spectral' needs n_clusters")
         if value is None:
             raise ValueError("readout.kind 'spectral' needs the kappa^max affinity")
-        return spectral_affinity(to_numpy(value), n_clusters, seed)
-    if readout.kind == "graph":
-        return graph_partition(sq, readout, n_clusters, seed)
-    if n_clusters is not None:
-        return cluster_by_distance(sq, 0.0, readout.linkage, n_clusters=n_clusters)
-    return cluster_by_distance(sq, readout.threshold, readout.linkage)
+        labels = spectral_affinity(to_numpy(value), n_clusters, seed)
+    elif n_clusters is not None:
+        labels = cluster_by_distance(sq, 0.0, readout.linkage, n_clusters=n_clusters)
+    else:
+        return cluster_by_distance(sq, readout.threshold, readout.linkage)
+    return exact_k(
+        labels, n_clusters, knn_from_dense(sq, min(int(readout.k or 1), sq.shape[0] - 1) + 1), seed
+    )
 
 
 def choose_iteration(
@@ -160,7 +178,7 @@ def read_iterations(
     if parts is None:
         parts = []
         for sq, v in zip(sqdists, values, strict=True):
-            parts.append(read_out(sq, s.readout, K, seed, v))
+            parts.append(read_out(sq, s.readout, s.n_clusters, seed, v))
             if progress is not None:
                 progress(1)
     chosen, reason = choose_iteration(parts, sqdists, s)
@@ -196,6 +214,8 @@ class IAResult:
     seed : the read-outs' seed
     seconds : wall seconds spent in every kappa^max ('kmax'), the read-outs and the stopping
         rule ('readout'), the attention steps ('means') and the class averages ('averages')
+    selection : :class:`~ia_stages.readout.model_selection.ModelSelection` of the kept iteration's
+        read-out (:func:`model_selection`): the K chosen, runner-up, stability, candidates
     """
 
     labels: np.ndarray
@@ -208,6 +228,7 @@ class IAResult:
     settings: Settings
     seed: int
     seconds: dict[str, float] = field(default_factory=dict)
+    selection: ModelSelection | None = None
 
     @property
     def features(self) -> Any:
@@ -301,7 +322,6 @@ def run_ia(
     def bar(total: int | None, desc: str, unit: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit=unit, disable=not verbose, leave=False)
 
-    K = fixed_k(s)
     with tqdm(total=2 * T + 2, disable=not verbose, desc="IA clustering", unit="stage") as top:
         steps: list[InvariantAttentionStep] = []
         kms: list[KappaMaxResult | KnnDistances] = []
@@ -315,7 +335,9 @@ def run_ia(
                 kms.append(iteration_kmax(V, s, seed, kms[-1] if kms else None, b.update, kernel))
             if read:
                 with clock("readout"):
-                    parts.append(read_out(distances(kms[-1]), s.readout, K, seed, value(kms[-1])))
+                    parts.append(
+                        read_out(distances(kms[-1]), s.readout, s.n_clusters, seed, value(kms[-1]))
+                    )
             top.update()
             if t == T or (read and settled(parts, [distances(k) for k in kms], s)):
                 break
@@ -334,6 +356,8 @@ def run_ia(
         with clock("readout"):
             chosen, reason = choose_iteration(parts, [distances(k) for k in kms], s)
         labels = parts[chosen]
+        with clock("readout"):
+            selection = model_selection(distances(kms[chosen]), s, seed, labels)
         top.total = top.n + 1
         top.refresh()
         with (
@@ -353,7 +377,41 @@ def run_ia(
         settings=s,
         seed=int(seed),
         seconds=dict(seconds),
+        selection=selection,
     )
+
+
+def model_selection(sqdist: Any, s: Settings, seed: int, labels: np.ndarray) -> ModelSelection:
+    """The record of how the read-out ``labels`` of one iteration got its number of clusters:
+    with one K given, K itself; without K or with a range, the model selection
+    (:func:`~ia_stages.readout.model_selection.select_k`, repeated over
+    ``readout.select_seeds`` Leiden seeds for its stability) of the graph read-out
+    (community 'silhouette') or of a range;
+    otherwise (a fixed resolution, a threshold) the count found, with no alternative.
+
+    Example
+    -------
+    >>> ms = model_selection(km.sqdist, sized(Settings(), n), 0, labels)  # doctest: +SKIP
+    >>> ms.summary()  # doctest: +SKIP
+    '3 clusters (stable in 5 of 5 seeds; next best 4)'
+    """
+    K = s.n_clusters
+    m = int(np.asarray(labels).max()) + 1
+    selects = isinstance(K, tuple) or (
+        K is None and s.readout.kind == "graph" and s.readout.community == "silhouette"
+    )
+    if not selects:
+        crit = "given" if K is not None else f"{s.readout.kind} {s.readout.community}"
+        if isinstance(sqdist, KnnDistances):
+            merges = cluster_hierarchy(sqdist.sample_sqdist, labels, sqdist.sample)
+        else:
+            merges = cluster_hierarchy(to_numpy(sqdist), labels)
+        return ModelSelection(m, crit, {}, None, 1, 1, None, {m: np.asarray(labels)}, merges)
+    if isinstance(sqdist, KnnDistances):
+        sq = sqdist
+    else:
+        sq = to_numpy(sqdist)
+    return select_k(sq, s.readout, K, seed, trials=int(s.readout.select_seeds))
 
 
 def invariant_attention(

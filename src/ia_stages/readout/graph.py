@@ -662,7 +662,10 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
 
 
 def graph_partition(
-    sqdist: Any | KnnDistances, readout: ReadoutSettings, n_clusters: int | None, seed: int
+    sqdist: Any | KnnDistances,
+    readout: ReadoutSettings,
+    n_clusters: int | tuple[int, int] | None,
+    seed: int,
 ) -> np.ndarray:
     """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``, or of a
     :class:`KnnDistances` (the kNN path: the lists, and the sample for the silhouette);
@@ -674,7 +677,11 @@ def graph_partition(
     with ``min_cluster_size``, which needs the dense matrix); with ``n_clusters`` given
     ``with_k`` ('spectral' clustering of the graph, or 'leiden' with the resolution that gives
     that many communities, the best of ``restarts`` seeds by modularity, as
-    :func:`leiden_n_clusters`).
+    :func:`leiden_n_clusters`), made exactly K by
+    :func:`~ia_stages.readout.model_selection.exact_k` (a K the data cannot hold is refused:
+    :func:`~ia_stages.readout.model_selection.check_k`); with a range ``(lo, hi)`` or
+    community 'silhouette', the model selection
+    :func:`~ia_stages.readout.model_selection.select_k`.
 
     Example
     -------
@@ -687,25 +694,28 @@ def graph_partition(
     k = int(readout.k)
     if not 1 <= k < n:
         raise SettingError(f"readout.k must satisfy 1 <= k < n (n={n}), got {k}")
+    from ia_stages.readout.model_selection import check_k, exact_k, select_k
+
     lists = readout_lists(sqdist if kd is not None else sq, k)
+    if isinstance(n_clusters, tuple | list):
+        return select_k(sqdist if kd is not None else sq, readout, tuple(n_clusters), seed).labels
     if n_clusters is not None:
+        check_k(n_clusters, n, sq)
         if readout.with_k == "spectral":
-            return spectral_knn(lists, n_clusters, seed)
-        return leiden_n_clusters(
-            lists,
-            n_clusters,
-            seed,
-            restarts=readout.restarts,
-            restart_bracket=readout.restart_bracket,
-            restart_tries=readout.restart_tries,
-            with_k_engine=readout.with_k_engine,
-        )
+            labels = spectral_knn(lists, n_clusters, seed)
+        else:
+            labels = leiden_n_clusters(
+                lists,
+                n_clusters,
+                seed,
+                restarts=readout.restarts,
+                restart_bracket=readout.restart_bracket,
+                restart_tries=readout.restart_tries,
+                with_k_engine=readout.with_k_engine,
+            )
+        return exact_k(labels, n_clusters, lists, seed)
     if readout.community == "silhouette":
-        res = tuple(readout.resolutions)
-        tol = float(readout.silhouette_tolerance)
-        if kd is not None:
-            return leiden_silhouette(lists, kd.sample_sqdist, res, seed, kd.sample, tol)
-        return leiden_silhouette(lists, sq, res, seed, tolerance=tol)
+        return select_k(sqdist if kd is not None else sq, readout, None, seed).labels
     if readout.community == "leiden":
         return leiden_knn(lists, seed, readout.resolution)
     if kd is not None:

@@ -10,6 +10,7 @@ LINKAGES = ("average", "single", "complete")
 WITH_K = ("spectral", "leiden")
 LEIDEN_ENGINES = ("leidenalg", "igraph")
 COMMUNITIES = ("silhouette", "leiden", "hdbscan")
+SELECT_CRITERIA = ("silhouette", "eigengap")
 STOP_RULES = ("stability", "partition", "contraction", "none")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
 
@@ -83,6 +84,19 @@ class ReadoutSettings:
         "community 'silhouette' keeps the fewest clusters among the partitions whose silhouette "
         "is within this / m of the highest, m the highest one's cluster count (0: the highest)",
         low=0.0,
+    )  # fmt: skip
+    select: str = choice(
+        "silhouette",
+        SELECT_CRITERIA,
+        "without K or with a range of K: the criterion that chooses K among the candidate "
+        "partitions: 'silhouette' (silhouette_tolerance) or 'eigengap' (the largest gap of the "
+        "read-out graph's normalised Laplacian)",
+    )
+    select_seeds: int = integer(
+        5,
+        "without K or with a range of K: Leiden seeds over which the choice of K is repeated "
+        "for its stability (reported, not used to choose)",
+        low=1, high=100,
     )  # fmt: skip
     min_cluster_size: int = integer(10, "community 'hdbscan': HDBSCAN's", low=2)
     merge: float = number(

