@@ -330,15 +330,27 @@ def test_the_run_prints_a_line_per_stage_and_a_summary_in_at_most_15_lines(digit
     sizes = pd.read_csv(out / "clusters.csv").cluster.value_counts().tolist()
     summary = proc.stdout.splitlines()
     k = len(sizes)
-    assert summary[0] == (
+    assert summary[0].startswith(
         f"{k} cluster{'s' if k > 1 else ''} ({', '.join(map(str, sorted(sizes, reverse=True)))}"
-        " images) of 60 images, K found by the read-out"
+        " images) of 60 images, K found by the read-out (stable in "
     )
+    assert re.search(r"stable in \d of 5 seeds(; next best \d+)?\)$", summary[0]), summary[0]
     assert summary[1].startswith(f"results in {out}: clusters.csv")
     assert re.match(r"done in \d+ s \(\d+ jobs\); workflow log .+\.log$", summary[2])
     log = Path(summary[2].rsplit(" ", 1)[1])
     assert log.parent == out / "logs" and "rule kmax_whole" in log.read_text()
     assert all((out / name).is_file() for name in TOP)
+    # every candidate partition is kept: the K = k read-out without computing kappa^max again
+    from sklearn.metrics import adjusted_rand_score
+
+    from ia_stages.pipeline.store import read_store
+
+    cl = read_store(out / "results/images/classes.zarr")
+    assert k in cl["candidate_k"].values.tolist() and cl.attrs["selection_chosen_k"] == k
+    kept = cl["candidate_partition"].sel(candidate_k=k).values
+    assert adjusted_rand_score(kept, pd.read_csv(out / "clusters.csv").cluster) == 1.0
+    for c in cl["candidate_k"].values:
+        assert len(set(cl["candidate_partition"].sel(candidate_k=c).values.tolist())) == c
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from ia_stages.pipeline.job_progress import PROGRESS_DIR
 from ia_stages.pipeline.paths import SNAKEFILE
 from ia_stages.pipeline.report_front import FRONT, write_front_page
 from ia_stages.pipeline.run_display import RunDisplay
+from ia_stages.pipeline.store import read_store
 from ia_stages.settings.tree import Settings
 
 DATASET = "images"
@@ -139,8 +140,9 @@ class RunResult:
     seconds: float
     jobs: int
     log: Path
-    n_clusters: int | None = None
+    n_clusters: int | tuple[int, int] | list[int] | None = None
     notes: list[str] = field(default_factory=list)
+    selection: dict = field(default_factory=dict)
 
 
 def summary_lines(result: RunResult, most: int = 12) -> list[str]:
@@ -153,7 +155,14 @@ def summary_lines(result: RunResult, most: int = 12) -> list[str]:
     clusters = f"{k} cluster{'s' if k != 1 else ''} ({shown} images)"
     if result.jobs == 0:
         return [f"nothing changed since the last run: {result.out} is up to date ({clusters})"]
-    how = "K given" if result.n_clusters is not None else "K found by the read-out"
+    how = "K given" if isinstance(result.n_clusters, int) else "K found by the read-out"
+    if isinstance(result.n_clusters, (list, tuple)):
+        how += f" in {result.n_clusters[0]}..{result.n_clusters[1]}"
+    sel = result.selection
+    if not isinstance(result.n_clusters, int) and sel.get("selection_trials", 1) > 1:
+        how += f" (stable in {sel['selection_stable']} of {sel['selection_trials']} seeds"
+        runner_up = sel.get("selection_runner_up_k", -1)
+        how += f"; next best {runner_up})" if runner_up >= 0 else ")"
     names = ", ".join(n for n in result.written if n != "config.yaml")
     return [
         f"{clusters} of {result.n_images} images, {how}",
@@ -294,9 +303,11 @@ def run(
     written = {name: out / name for name in ["config.yaml", *files]}
     table = pd.read_csv(written["clusters.csv"])
     sizes = sorted(table["cluster"].value_counts().tolist(), reverse=True)
+    attrs = read_store(out / "results" / DATASET / "classes.zarr").attrs
+    selection = {k: v for k, v in attrs.items() if k.startswith("selection_")}
     return RunResult(
         out, written, sizes, len(table), time.time() - started, len(display.finished),
-        log_path, K, notes,
+        log_path, K, notes, selection,
     )  # fmt: skip
 
 

@@ -43,13 +43,17 @@ def front_page(workdir: str | Path, config: dict, dataset: str = "images") -> st
     shape = classes["class_average"].shape[1:]
     k = int(sizes.size)
     given = (ds.get("settings") or {}).get("n_clusters")
-    how = (
-        f"K = {given} was given (--n-clusters)"
-        if given is not None
-        else f"K = {k} was found by the read-out (its {attrs.get('stability_parameter', '')} "
-        f"{attrs.get('stability_chosen', '')} chosen; iteration {attrs.get('stopped_at', '')} "
-        f"kept: {attrs.get('stop_reason', '')})"
-    )
+    if isinstance(given, int):
+        how = f"K = {given} was given (--n-clusters)"
+    else:
+        searched = f" in {given[0]}..{given[1]}" if isinstance(given, (list, tuple)) else ""
+        how = (
+            f"K = {k} was found by the read-out{searched}: "
+            f"{attrs.get('selection_summary', f'{k} clusters')}, by its "
+            f"{attrs.get('selection_criterion', 'read-out')}; "
+            f"{attrs.get('selection_next_merge', '')}; iteration {attrs.get('stopped_at', '')} "
+            f"kept ({attrs.get('stop_reason', '')})"
+        )
     title = f"ia-stages cluster: {k} clusters in {len(table)} images"
     lines = [
         title,

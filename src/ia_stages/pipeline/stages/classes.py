@@ -26,7 +26,7 @@ import xarray as xr
 from ia_stages.core.backend import to_numpy
 from ia_stages.core.groups import group_of
 from ia_stages.ia.class_averages import cluster_averages
-from ia_stages.ia.loop import read_iterations
+from ia_stages.ia.loop import model_selection, read_iterations
 from ia_stages.ia.stability import read_out_stability
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.pipeline.stages.common import (
@@ -103,6 +103,9 @@ def run(
                 )
         except ValueError as err:
             raise InputError(f"{kmax[0]}: settings key {err}") from None
+        # how the kept read-out got its K (the runner-up, the stability over seeds, every
+        # candidate partition): the estimator's model_selection_, from the same function
+        selection = model_selection(sqs[chosen], ia, int(settings["seed"]), parts[chosen])
         with bar(None, "class averages: images aligned") as tick:
             pred, res = cluster_averages(V, parts[chosen], km0, ia, progress=tick)
         # the read-out's own setting varied (its Leiden runs are the read-out's, kept)
@@ -123,11 +126,20 @@ def run(
             "stability_ari": (("stability_value",), stable.ari),
             "stability_silhouette": (("stability_value",), stable.silhouette),
             "pred_iter": (("iteration", "sample"), np.stack(parts)),
+            "candidate_partition": (
+                ("candidate_k", "sample"),
+                np.stack([selection.partitions[k] for k in sorted(selection.partitions)]),
+            ),
+            "candidate_score": (
+                ("candidate_k",),
+                np.array([selection.scores.get(k, np.nan) for k in sorted(selection.partitions)]),
+            ),
         },
         coords={
             "sample": np.arange(n),
             "cluster_id": np.arange(res.sizes.size),
             "stability_value": stable.values,
+            "candidate_k": np.array(sorted(selection.partitions), dtype=np.int64),
             "param": strings(param_names),
         },
     )
@@ -145,6 +157,9 @@ def run(
         n_clusters_given=ia.n_clusters if isinstance(ia.n_clusters, int) else None,
         stability_parameter=stable.parameter,
         stability_chosen=stable.chosen,
+        selection_summary=selection.summary(),
+        selection_next_merge=selection.next_merge(),
+        **{f"selection_{k}": v for k, v in selection.as_dict().items()},
         wall_seconds=t["seconds"],
     )
     table = pd.DataFrame({"sample": np.arange(n), "name": names, "cluster": pred})

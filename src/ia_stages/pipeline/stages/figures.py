@@ -390,9 +390,12 @@ def stability(inputs: list[str], out: str | Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel(label)
     at = int(np.argmin(np.abs(values - chosen)))
+    kept = int(cl.sizes["cluster_id"])
+    axes[0].axhline(kept, color="C3", ls="--", lw=1)  # the K in clusters.csv
+    choice = cl.attrs.get("selection_summary", f"{kept} clusters")
     fig.suptitle(
         f"Stability of the read-out: {cl.attrs.get('dataset', '')} "
-        f"({found[at]} clusters at {label} {chosen:g}; {cl.sizes['cluster_id']} in clusters.csv)"
+        f"({found[at]} clusters at {label} {chosen:g}; chosen: {choice})"
     )
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.25, top=0.86, wspace=0.35)
     chose = (
@@ -404,7 +407,8 @@ def stability(inputs: list[str], out: str | Path) -> None:
         fig,
         out,
         f"Clusters found (left) and adjusted Rand index against the read-out's clusters "
-        f"(right) as the read-out's {label} varies; dotted: {chose}, {chosen:g}. "
+        f"(right) as the read-out's {label} varies; dotted: {chose}, {chosen:g}; dashed: the "
+        f"K of clusters.csv, {kept}. "
         + (
             "Middle: each partition's silhouette on the kappa^max distances. "
             if panels == 3
