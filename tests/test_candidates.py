@@ -157,7 +157,9 @@ def test_given_candidates_are_refined_in_place_of_the_features(copies):
         with pytest.raises(ValueError, match=needle):
             kappa_max(X, k=4, mode="candidates", features=fs, candidates=bad)
     with pytest.raises(ValueError, match="candidates: given candidate pairs need k and mode"):
-        kappa_max(X, k=4, candidates=found.indices)
+        kappa_max(X, k=4, mode="exact", candidates=found.indices)
+    with pytest.raises(ValueError, match="candidates: given candidate pairs need k and mode"):
+        kappa_max(X, candidates=found.indices)
 
 
 @pytest.mark.slow

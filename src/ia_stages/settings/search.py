@@ -7,6 +7,7 @@ from ia_stages.settings.spec import choice, integer, number, settings_part
 SEARCH_METHODS = ("polar", "grid")
 PEAK_RULES = ("envelope", "joint")
 INTERPOLATIONS = ("bspline", "keys")
+CANDIDATES_FROM = 5000  # images from which mode='auto' takes the candidates route
 
 
 @settings_part("search")
@@ -153,6 +154,12 @@ class SearchSettings:
         "mean squared norm) of a sample's k-th refined d2 is refined",
         low=0.0,
     )  # fmt: skip
+    candidates_from: int = integer(
+        CANDIDATES_FROM,
+        "kappa_max(X, k=...) with mode='auto': the candidates route from this many images (or "
+        "where the exact kNN scan does not fit memory_mb), the exact kNN scan below",
+        low=2,
+    )
     knn_pool: int = integer(
         64, "kNN modes only: scan candidates kept per sample (more within knn_margin cost a "
         "second scan)", low=1,
