@@ -7,7 +7,7 @@ from ia_stages.settings.spec import choice, integer, number, settings_part
 SEARCH_METHODS = ("polar", "grid")
 PEAK_RULES = ("envelope", "joint")
 INTERPOLATIONS = ("bspline", "keys")
-CANDIDATES_FROM = 5000  # images from which mode='auto' takes the candidates route
+CANDIDATES_FROM = 2000  # images from which mode='auto' takes the candidates route
 
 
 @settings_part("search")
