@@ -57,6 +57,7 @@ from ia_stages.kmax.refine import (
     search_pairs,
 )
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
+from ia_stages.kmax.settle import SettleCheck, unsettled
 from ia_stages.settings.search import SearchSettings
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
@@ -194,9 +195,12 @@ def search_listed(
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror)
     images = _pair_layout(Un, Vn, sigma, settings, mirror)
     n_plain = settings.n_candidates if mirror else None
+    check = None if mirror else settle_check(Un, Vn, sigma, settings)
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         won = xp.empty(i.size, dtype=bool)
         p, d2 = _refine_candidates(images, i, j, starts, settings, beta, n_plain, won)
+        if check is not None:
+            p, d2 = settle(check, images, i, j, p, d2, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         flipped[i, j] = won
@@ -647,6 +651,47 @@ def _pair_layout(
     if xp is np:
         return pair_images(*host, interpolation=interp, mirror=mirror)
     return pair_images(*host, packed=False, interpolation=interp, mirror=mirror).to(xp)
+
+
+def settle_check(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> SettleCheck | None:
+    """The settling check of targets ``Un`` against moving images ``Vn``
+    (:class:`ia_stages.kmax.settle.SettleCheck`), or None where it is off
+    (``settle_shift`` 0) or the image sizes are odd."""
+    H, W = Un.shape[1:]
+    if settings.settle_shift < 2 or H % 2 or W % 2:
+        return None
+    return SettleCheck(Un, Vn, sigma, settings)
+
+
+def settle(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any]:
+    """The pairs' optima ``params (m, 3)``, ``sqdist (m,)`` after the settling check: each
+    pair with starts that may beat its optimum (:func:`ia_stages.kmax.settle.unsettled`) is
+    refined again from its optimum and those starts, the better kept."""
+    score, away, near, start = check.scan(i, j, params)
+    redo = unsettled(score, away, near, sqdist, beta, settings)  # (m, c)
+    rows = np.flatnonzero(to_numpy(redo.any(1)))
+    if rows.size == 0:
+        return params, sqdist
+    xp = array_module(params)
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    # the optimum first (the bound the others must beat), then the starts that may beat it
+    starts = xp.concatenate([found, xp.where(redo[k][..., None], start[k], found)], 1)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta)
+    better = d2 < sqdist[k]
+    params, sqdist = params.copy(), sqdist.copy()
+    params[k[better]] = p[better]
+    sqdist[k[better]] = d2[better]
+    return params, sqdist
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:
