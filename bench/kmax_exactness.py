@@ -165,8 +165,13 @@ def spread(d2: np.ndarray, labels: np.ndarray) -> float:
 
 
 def searches() -> dict[str, SearchSettings]:
-    """The searches compared: the default and the exact preset."""
-    return {"default": SearchSettings(), "exact": EXACT_SEARCH}
+    """The searches compared: the default, the default without its settling check (the
+    search before that check existed) and the exact preset."""
+    return {
+        "default": SearchSettings(),
+        "no settle": SearchSettings(settle_shift=0),
+        "exact": EXACT_SEARCH,
+    }
 
 
 def main() -> None:

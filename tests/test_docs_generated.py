@@ -49,9 +49,7 @@ def test_every_setting_of_the_tree_is_in_the_reference_with_its_default():
         row = rows[f"settings.{path}"]
         shown = row.default.strip("`")
         want = list(default) if isinstance(default, tuple) else default
-        assert shown == (want if isinstance(want, str) else json.dumps(want).replace('"', "")), (
-            path
-        )
+        assert shown == (want if isinstance(want, str) else json.dumps(want).replace('"', "")), path
 
 
 def test_the_dataset_kinds_get_their_own_defaults_and_the_shared_blocks_are_linked():

@@ -48,7 +48,7 @@ class SettleCheck:
     >>> check = SettleCheck(X, X, 0.0, SearchSettings())
     >>> score, away, near, start = check.scan(np.array([0]), np.array([1]), np.zeros((1, 3)))
     >>> bool(score.max() <= near[0] + 1e-6), start.shape  # the identity is the best
-    (True, (1, 2, 3))
+    (True, (1, 6, 3))
     """
 
     def __init__(self, Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> None:

@@ -155,19 +155,20 @@ class SearchSettings:
         low=0.0,
     )  # fmt: skip
     settle_shift: int = integer(
-        4,
-        "after the search, each pair is checked by an exhaustive scan of the half-resolution "
-        "pair over settle_angles rotations x every shift within this (px, in steps of 2); "
-        "where its starts may beat the pair's optimum (settle_margin), the refinement runs "
-        "again from them (SE(2) without mirror images, even image sizes); 0: no check",
+        6,
+        "after the all-pairs search, each pair is checked by an exhaustive scan of the "
+        "half-resolution pair over settle_angles rotations x every shift within this (px, in "
+        "steps of 2); where its starts may beat the pair's optimum (settle_margin), the "
+        "refinement runs again from them (SE(2) without mirror images, even image sizes); "
+        "0: no check",
         low=0, high=64,
     )  # fmt: skip
-    settle_angles: int = integer(36, "rotations of the settling check's scan (evenly over "
+    settle_angles: int = integer(24, "rotations of the settling check's scan (evenly over "
                                  "360 degrees)", low=4, high=720)  # fmt: skip
-    settle_starts: int = integer(2, "starts the settling check proposes per unsettled pair "
+    settle_starts: int = integer(6, "starts the settling check proposes per unsettled pair "
                                  "(its best distinct rotations)", low=1, high=16)  # fmt: skip
     settle_margin: float = number(
-        0.05,
+        0.1,
         "the settling check refines again from each of its starts away from the pair's "
         "optimum that it scores at most this much (d2) below the optimum's neighbourhood and "
         "that, by as much, promises the kernel value more than prune_kappa",
