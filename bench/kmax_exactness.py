@@ -19,7 +19,9 @@ library's refinement, every start at full resolution (no pruning). For each sear
 gives the share of pairs whose kappa^max is within 1e-4 of the reference (or above it), the
 worst miss (reference minus search, in kappa), the CPU time per pair (all threads) and its
 ratio to the default's. ``spread d2`` (shapes only): the largest difference in d2 between two
-renderings of the same two letters (0 for an invariant search).
+renderings of the same two letters (0 for an invariant search; at a large beta it also shows
+the far pairs whose refinement the pruning stops early, as their kernel value cannot matter).
+The reference is exhaustive in its window only: a search may beat it (a negative miss).
 """
 
 from __future__ import annotations
