@@ -3,8 +3,8 @@
 The polar scan looks for rotations about a few centres near each image's centroid; a pair whose
 best alignment lies a few pixels from the centroid-matched translation can then end in a local
 optimum. After the search, every pair is checked against an exhaustive coarse scan: the
-correlation of the half-resolution pair (``half_sigma`` smoothing, 2 x 2 block means, unit
-norm) at ``settle_angles`` rotations x every half-resolution shift within ``settle_shift``
+correlation of the half-resolution pair (``settle_sigma`` smoothing, 2 x 2 block means,
+unit norm) at ``settle_angles`` rotations x every half-resolution shift within ``settle_shift``
 px, as float32 matrix products per moving image (numpy or cupy: the same array code on
 either). A pair is *unsettled* where that scan's best lies ``settle_margin`` (in d2) above the
 best it scores near the pair's optimum (within one step of rotation and of shift) and the
@@ -38,7 +38,7 @@ class SettleCheck:
     sigma : float
         kappa^max's smoothing, already in ``Un``, ``Vn``
     settings : SearchSettings
-        ``half_sigma``, ``settle_angles``, ``settle_shift``, ``interpolation``
+        ``settle_sigma``, ``settle_angles``, ``settle_shift``, ``settle_starts``
 
     Examples
     --------
@@ -54,7 +54,7 @@ class SettleCheck:
     def __init__(self, Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> None:
         xp = array_module(Un)
         self.xp = xp
-        extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
+        extra = float(np.sqrt(max(settings.settle_sigma**2 - sigma**2, 0.0)))
         V2 = half_resolution(smooth(Vn, extra))
         U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
         self.V2 = V2
@@ -86,8 +86,8 @@ class SettleCheck:
 
     def scan(self, i: np.ndarray, j: np.ndarray, params: Any) -> tuple[Any, Any, Any, Any]:
         """For the pairs (U[i[k]], V[j[k]]) with optima ``params (m, 3)``, the scan's starts
-        ``(m, c, 3)`` (c = ``settle_starts``, at full resolution: the best shift at each of its
-        best distinct local maxima over rotation) with their correlations ``(m, c)``, whether
+        ``(m, c, 3)`` (c = ``settle_starts``, at full resolution: the c best rotations, each at
+        its best shift, of those away from the optimum) with their correlations ``(m, c)``, whether
         each lies further than one step of rotation or shift from ``params`` ``(m, c)``, and
         the scan's best within one step of ``params`` ``(m,)`` (-inf where the optimum lies
         outside the window): ``score, away, near, start``. Pairs are scored by tiles of
@@ -134,11 +134,16 @@ class SettleCheck:
             block = corr[lj[:, None, None], rr[k][:, None, :], li[:, None, None], yx[k][:, :, None]]
             inside = ok[k].reshape(-1, 9, 1)
             near[k] = xp.where(inside, block, -xp.inf).reshape(sel.size, -1).max(1)
-        ang = _distinct_maxima(per_rot, self.c)  # (m, c)
+        # a rotation's best is away from the optimum where it lies more than one step from
+        # it in rotation or in shift; the starts are the c best of those
+        at_all = xp.asarray(self.shifts)[arg_s]  # (m, R, 2)
+        turn = xp.abs(xp.arange(R)[None, :] - r0[:, None]) % R
+        away_r = (xp.minimum(turn, R - turn) > 1) | (xp.abs(at_all - s0[:, None]).max(2) > 1)
+        key = xp.where(away_r, per_rot, -xp.inf)
+        ang = xp.argsort(-key, axis=1)[:, : self.c]  # (m, c)
+        away = xp.isfinite(xp.take_along_axis(key, ang, 1))
         score = xp.take_along_axis(per_rot, ang, 1).astype(np.float64)
-        at = xp.asarray(self.shifts)[xp.take_along_axis(arg_s, ang, 1)]  # (m, c, 2)
-        turn = xp.abs(ang - r0[:, None]) % R
-        away = (xp.minimum(turn, R - turn) > 1) | (xp.abs(at - s0[:, None]).max(2) > 1)
+        at = xp.take_along_axis(at_all, ang[..., None], 1)  # (m, c, 2)
         start = xp.zeros((m, self.c, 3))
         start[..., 0] = xp.asarray(self.angles)[ang]
         start[..., 1:3] = xp.einsum("mcij,mcj->mci", g.matrix(start), 2.0 * at)
@@ -167,17 +172,6 @@ def _bilinear_rotation(xp: Any, shape: tuple[int, int], angles: np.ndarray) -> t
         taps.append(np.where(inside, y * w + x, 0))
         weights.append(np.where(inside, wt, 0.0))
     return xp.asarray(np.stack(taps, -1)), xp.asarray(np.stack(weights, -1), dtype=np.float32)
-
-
-def _distinct_maxima(x: Any, c: int) -> Any:
-    """Indices ``(m, c)`` of the ``c`` largest circular local maxima along axis 1 of ``x``
-    (rows with fewer repeat their best)."""
-    xp = array_module(x)
-    is_max = (x >= xp.roll(x, 1, axis=1)) & (x >= xp.roll(x, -1, axis=1))
-    score = xp.where(is_max, x, -xp.inf)
-    order = xp.argsort(-score, axis=1)[:, :c]
-    valid = xp.isfinite(xp.take_along_axis(score, order, 1))
-    return xp.where(valid, order, order[:, :1])
 
 
 def unsettled(

@@ -165,8 +165,15 @@ class SearchSettings:
     )  # fmt: skip
     settle_angles: int = integer(24, "rotations of the settling check's scan (evenly over "
                                  "360 degrees)", low=4, high=720)  # fmt: skip
-    settle_starts: int = integer(6, "starts the settling check proposes per unsettled pair "
-                                 "(its best distinct rotations)", low=1, high=16)  # fmt: skip
+    settle_starts: int = integer(6, "starts the settling check proposes per pair: its best "
+                                 "rotations away from the pair's optimum", low=1,
+                                 high=16)  # fmt: skip
+    settle_sigma: float = number(
+        1.0,
+        "total Gaussian smoothing (px, kappa^max's own sigma included) of the images the "
+        "settling check's scan sees, before their 2 x 2 block means",
+        low=0.0, high=10.0,
+    )  # fmt: skip
     settle_margin: float = number(
         0.1,
         "the settling check refines again from each of its starts away from the pair's "
