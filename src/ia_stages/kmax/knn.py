@@ -57,6 +57,9 @@ from ia_stages.kmax.search import (
     PolarScan,
     _pair_layout,
     _refine_candidates,
+    settle,
+    settle_check,
+    settle_mirrored,
 )
 from ia_stages.settings.search import SearchSettings
 
@@ -407,6 +410,9 @@ class _Refiner:
         self.mirror = has_mirror(group)
         self.images = _pair_layout(Un, Un, sigma, settings, self.mirror)
         self.n = Un.shape[0]
+        moving = np.concatenate([Un, Un[..., ::-1]]) if self.mirror else Un
+        self.check = settle_check(Un, moving, sigma, settings)  # as the all-pairs search's
+        self.n = Un.shape[0]
         self.uu = (Un**2).reshape(self.n, -1).sum(1)
         self.seconds = self.cpu = 0.0
         self.count = 0
@@ -452,6 +458,12 @@ class _Refiner:
                 self.images, i[s], j[s], starts[s], self.settings, self.beta,
                 *((self.settings.n_candidates, won) if self.mirror else ()),
             )  # fmt: skip
+            if self.check is not None and self.mirror:
+                p, d2, won = settle_mirrored(self.check, self.images, i[s], j[s], p, d2, won,
+                                             self.n, self.settings, self.beta)  # fmt: skip
+            elif self.check is not None:
+                p, d2 = settle(self.check, self.images, i[s], j[s], p, d2, self.settings,
+                               self.beta)  # fmt: skip
             p = self.group.of_mirror_image(p, won)
             info = np.concatenate([np.c_[p, scanned[s]], np.c_[self.group.inverse(p), scanned[s]]])
             lists.merge(

@@ -195,11 +195,15 @@ def search_listed(
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror)
     images = _pair_layout(Un, Vn, sigma, settings, mirror)
     n_plain = settings.n_candidates if mirror else None
-    check = None if mirror else settle_check(Un, Vn, sigma, settings)
+    check = settle_check(Un, xp.concatenate([Vn, Vn[..., ::-1]]) if mirror else Vn, sigma,
+                         settings)  # fmt: skip
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         won = xp.empty(i.size, dtype=bool)
         p, d2 = _refine_candidates(images, i, j, starts, settings, beta, n_plain, won)
-        if check is not None:
+        if check is not None and mirror:
+            p, d2, won = settle_mirrored(check, images, i, j, p, d2, won, Vn.shape[0],
+                                         settings, beta)  # fmt: skip
+        elif check is not None:
             p, d2 = settle(check, images, i, j, p, d2, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
@@ -692,6 +696,50 @@ def settle(
     params[k[better]] = p[better]
     sqdist[k[better]] = d2[better]
     return params, sqdist
+
+
+def settle_mirrored(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    won: Any,
+    n_j: int,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any, Any]:
+    """:func:`settle` of a search with mirror images (``check`` of the moving images followed
+    by their mirror images, ``won`` where a pair's optimum is of the mirror image): the side
+    of the optimum is checked about it, the other side everywhere, against the optimum's
+    neighbourhood; the pairs with starts that may beat it are refined again on both sides
+    together. Returns params, sqdist and won."""
+    xp = array_module(params)
+    side = to_numpy(won).astype(np.int64)
+    sc_a, aw_a, near, st_a = check.scan(i, j + n_j * side, params)
+    sc_b, _, _, st_b = check.scan(i, j + n_j * (1 - side), params)
+    redo_a = unsettled(sc_a, aw_a, near, sqdist, beta, settings)
+    redo_b = unsettled(sc_b, xp.ones_like(aw_a), near, sqdist, beta, settings)
+    rows = np.flatnonzero(to_numpy(redo_a.any(1) | redo_b.any(1)))
+    if rows.size == 0:
+        return params, sqdist, won
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    own = xp.concatenate([found, xp.where(redo_a[k][..., None], st_a[k], found)], 1)
+    first = st_b[k][:, :1]  # the other side's best, so that its starts are real ones
+    other = xp.concatenate([first, xp.where(redo_b[k][..., None], st_b[k], first)], 1)
+    flip = xp.asarray(side[rows].astype(bool))[:, None, None]
+    starts = xp.concatenate([xp.where(flip, other, own), xp.where(flip, own, other)], 1)
+    won_again = xp.empty(rows.size, dtype=bool)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta,
+                               own.shape[1], won_again)  # fmt: skip
+    better = d2 < sqdist[k]
+    params, sqdist, won = params.copy(), sqdist.copy(), won.copy()
+    params[k[better]] = p[better]
+    sqdist[k[better]] = d2[better]
+    won[k[better]] = won_again[better]
+    return params, sqdist, won
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:

@@ -15,6 +15,7 @@ optimum and the scan's best, and the better is kept.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ class SettleCheck:
     def __init__(self, Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> None:
         xp = array_module(Un)
         self.xp = xp
-        extra = float(np.sqrt(max(settings.settle_sigma**2 - sigma**2, 0.0)))
+        self.extra = extra = float(np.sqrt(max(settings.settle_sigma**2 - sigma**2, 0.0)))
         V2 = half_resolution(smooth(Vn, extra))
         U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
         self.V2 = V2
@@ -73,6 +74,22 @@ class SettleCheck:
         big[:, S : S + h, S : S + w] = U2
         parts = [big[:, S - a : S - a + h, S - b : S - b + w] for a, b in self.shifts]
         self.u_shift = xp.stack(parts, 1).reshape(n, len(self.shifts), h * w)
+
+    def with_moving(self, Vn: Any) -> SettleCheck:
+        """The same check of the same targets against other moving images ``Vn``.
+
+        Example
+        -------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).random((3, 16, 16))
+        >>> check = SettleCheck(X, X, 0.0, SearchSettings()).with_moving(X[:1])
+        >>> check.V2.shape, check.u_shift.shape[0]
+        ((1, 8, 8), 3)
+        """
+        other = copy.copy(self)
+        other.V2 = half_resolution(smooth(Vn, self.extra))
+        other._cache = {}
+        return other
 
     def _rotated(self, j0: int) -> Any:
         """``(cols * R, h * w)`` float32: the moving images j0 : j0 + TILE rotated by every
@@ -118,21 +135,27 @@ class SettleCheck:
         for a in range(keys.size):
             sel = order[bounds[a] : bounds[a + 1]]
             i0, j0 = (i[sel[0]] // TILE) * TILE, (j[sel[0]] // TILE) * TILE
-            T = self.u_shift[i0 : i0 + TILE]
-            rows = T.shape[0]
-            rot = self._rotated(j0)  # (cols * R, P)
-            cols = rot.shape[0] // R
-            # (cols, R, rows, n_s): the shifts last, so that the reductions over them are
-            # contiguous
-            corr = (rot @ T.reshape(-1, P).T).reshape(cols, R, rows, n_s)
-            li, lj = xp.asarray(i[sel] - i0), xp.asarray(j[sel] - j0)
             k = xp.asarray(sel)
-            pair = corr[lj, :, li]  # (p, R, n_s)
+            if sel.size * 4 >= TILE * TILE:  # a dense tile: one product for all its pairs
+                T = self.u_shift[i0 : i0 + TILE]
+                rows = T.shape[0]
+                rot = self._rotated(j0)  # (cols * R, P)
+                cols = rot.shape[0] // R
+                # (cols, R, rows, n_s): the shifts last, so that reductions over them are
+                # contiguous
+                corr = (rot @ T.reshape(-1, P).T).reshape(cols, R, rows, n_s)
+                pair = corr[xp.asarray(j[sel] - j0), :, xp.asarray(i[sel] - i0)]  # (p, R, n_s)
+            else:  # a few pairs (the kNN modes' lists): one small product per pair
+                V = self.V2[xp.asarray(j[sel])].reshape(sel.size, -1).astype(np.float32)
+                rot = (V[:, self.taps] * self.weights).sum(-1)  # (p, R, P)
+                T = self.u_shift[xp.asarray(i[sel])]  # (p, n_s, P)
+                pair = xp.matmul(rot, T.transpose(0, 2, 1))  # (p, R, n_s)
             arg = xp.argmax(pair, 2)
             arg_s[k] = arg
             per_rot[k] = xp.take_along_axis(pair, arg[..., None], 2)[..., 0]
-            block = corr[lj[:, None, None], rr[k][:, None, :], li[:, None, None], yx[k][:, :, None]]
-            inside = ok[k].reshape(-1, 9, 1)
+            idx = xp.arange(sel.size)[:, None, None]
+            block = pair[idx, rr[k][:, :, None], yx[k][:, None, :]]  # (p, 3, 9)
+            inside = ok[k].reshape(-1, 1, 9)
             near[k] = xp.where(inside, block, -xp.inf).reshape(sel.size, -1).max(1)
         # a rotation's best is away from the optimum where it lies more than one step from
         # it in rotation or in shift; the starts are the c best of those

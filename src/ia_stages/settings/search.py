@@ -156,10 +156,11 @@ class SearchSettings:
     )  # fmt: skip
     settle_shift: int = integer(
         6,
-        "after the all-pairs search, each pair is checked by an exhaustive scan of the "
+        "after the search (all pairs, the kNN routes' pairs), each pair is checked by an "
+        "exhaustive scan of the "
         "half-resolution pair over settle_angles rotations x every shift within this (px, in "
         "steps of 2); where its starts may beat the pair's optimum (settle_margin), the "
-        "refinement runs again from them (SE(2) without mirror images, even image sizes); "
+        "refinement runs again from them (even image sizes); "
         "0: no check",
         low=0, high=64,
     )  # fmt: skip
