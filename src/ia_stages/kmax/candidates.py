@@ -63,6 +63,7 @@ from ia_stages.kmax.search import (
     settle_check,
     settle_mirrored,
 )
+from ia_stages.kmax.settle import settle_bytes
 from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.settings.path import first_pass_search
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
@@ -563,7 +564,7 @@ def _targets_per_chunk(shape: tuple[int, ...], settings: SearchSettings) -> int:
     ``settings.memory_mb`` holds at the layout's bytes per pixel (pixel coordinates and value,
     float64, at full resolution twice over — all pixels, and those split at ``full_floor`` —
     and at half resolution), at least one."""
-    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape))
+    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape)) + settle_bytes(shape, settings)
     return max(1, int(settings.memory_mb * 2**20 // per_image))
 
 

@@ -61,6 +61,7 @@ from ia_stages.kmax.search import (
     settle_check,
     settle_mirrored,
 )
+from ia_stages.kmax.settle import settle_bytes
 from ia_stages.settings.search import SearchSettings
 
 
@@ -241,6 +242,7 @@ def knn_scan_memory_mb(
     sides = 1 + mirror
     per_image = probe.fixed  # the spectra and images of one image (targets = moving images)
     state = _knn_state_bytes(n, k, settings, sides)
+    per_image += settle_bytes((h, w), settings)  # the settling check's shifted targets
     return (n * per_image + state + probe.per_pair * sides) / MB
 
 

@@ -57,7 +57,7 @@ from ia_stages.kmax.refine import (
     search_pairs,
 )
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
-from ia_stages.kmax.settle import SettleCheck, unsettled
+from ia_stages.kmax.settle import SettleCheck, settle_bytes, unsettled
 from ia_stages.settings.search import SearchSettings
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
@@ -264,7 +264,7 @@ def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings, mirror: bool =
     if settings.method != "polar":
         return max(Un.shape[0], Vn.shape[0])
     probe = PolarScan(Un[:1], Vn[:1], settings, mirror)  # a block of U and one of V: both held
-    per_image = probe.fixed + probe.per_pair
+    per_image = probe.fixed + probe.per_pair + settle_bytes(Un.shape[1:], settings)
     return max(1, int(settings.memory_mb * MB / 2 // per_image))
 
 

@@ -28,6 +28,24 @@ from ia_stages.settings.search import SearchSettings
 TILE = 64  # targets (and moving images) per tile of the scan (memory only)
 
 
+def settle_bytes(shape: tuple[int, ...], settings: SearchSettings) -> int:
+    """Bytes the settling check holds per target image of ``shape = (H, W)``: its
+    half-resolution copies at every shift of the scan, float32 (0 where the check is off).
+
+    Example
+    -------
+    >>> settle_bytes((40, 40), SearchSettings())
+    78400
+    >>> settle_bytes((40, 40), SearchSettings(settle_shift=0))
+    0
+    """
+    h, w = (int(x) for x in shape[-2:])
+    if settings.settle_shift < 2 or h % 2 or w % 2:
+        return 0
+    side = 2 * (settings.settle_shift // 2) + 1
+    return side * side * (h // 2) * (w // 2) * 4
+
+
 class SettleCheck:
     """The exhaustive coarse scan of half-resolution pairs, set up once for targets ``Un`` and
     moving images ``Vn`` (smoothed, normalised, ``(n, H, W)`` with H, W even).
