@@ -126,9 +126,13 @@ class SettleCheck:
         each lies further than one step of rotation or shift from ``params`` ``(m, c)``, and
         the scan's best within one step of ``params`` ``(m,)`` (-inf where the optimum lies
         outside the window): ``score, away, near, start``. Pairs are scored by tiles of
-        ``TILE`` targets x ``TILE`` moving images, one float32 matrix product each."""
+        ``TILE`` targets x ``TILE`` moving images, one float32 matrix product per tile where
+        the pairs fill a quarter of it or more, one per pair otherwise."""
         xp, R, S = self.xp, self.R, self.S
         m, side = i.size, 2 * S + 1
+        if m == 0:
+            empty = xp.zeros((0, self.c))
+            return empty, empty.astype(bool), xp.zeros(0), xp.zeros((0, self.c, 3))
         n_s = side * side
         P = self.u_shift.shape[2]
         per_rot = xp.empty((m, R), dtype=np.float32)
