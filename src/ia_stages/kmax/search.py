@@ -688,8 +688,14 @@ def settle(
     xp = array_module(params)
     k = xp.asarray(rows)
     found = params[k][:, None]
-    # the optimum first (the bound the others must beat), then the starts that may beat it
-    starts = xp.concatenate([found, xp.where(redo[k][..., None], start[k], found)], 1)
+    # the optimum first (the bound the others must beat), then the starts that may beat it,
+    # as many columns as the pair with most has (the others repeat the optimum)
+    order = xp.argsort(~redo[k], axis=1, kind="stable")
+    chosen = xp.take_along_axis(redo[k], order, 1)
+    width = int(chosen.sum(1).max())
+    chosen = chosen[:, :width, None]
+    picked = xp.take_along_axis(start[k], order[..., None], 1)[:, :width]
+    starts = xp.concatenate([found, xp.where(chosen, picked, found)], 1)
     p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta)
     better = d2 < sqdist[k]
     params, sqdist = params.copy(), sqdist.copy()

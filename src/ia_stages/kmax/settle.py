@@ -26,6 +26,7 @@ from ia_stages.core.smoothing import half_resolution, smooth
 from ia_stages.settings.search import SearchSettings
 
 TILE = 64  # targets (and moving images) per tile of the scan (memory only)
+DENSE = 8  # a tile's pairs are scored by one product when they fill 1 / DENSE of it or more
 
 
 def settle_bytes(shape: tuple[int, ...], settings: SearchSettings) -> int:
@@ -127,7 +128,7 @@ class SettleCheck:
         the scan's best within one step of ``params`` ``(m,)`` (-inf where the optimum lies
         outside the window): ``score, away, near, start``. Pairs are scored by tiles of
         ``TILE`` targets x ``TILE`` moving images, one float32 matrix product per tile where
-        the pairs fill a quarter of it or more, one per pair otherwise."""
+        the pairs fill 1 / ``DENSE`` of it or more, one per pair otherwise."""
         xp, R, S = self.xp, self.R, self.S
         m, side = i.size, 2 * S + 1
         if m == 0:
@@ -158,7 +159,9 @@ class SettleCheck:
             sel = order[bounds[a] : bounds[a + 1]]
             i0, j0 = (i[sel[0]] // TILE) * TILE, (j[sel[0]] // TILE) * TILE
             k = xp.asarray(sel)
-            if sel.size * 4 >= TILE * TILE:  # a dense tile: one product for all its pairs
+            n_rows = min(TILE, self.u_shift.shape[0] - i0)
+            n_cols = min(TILE, self.V2.shape[0] - j0)
+            if sel.size * DENSE >= n_rows * n_cols:  # one product for all the tile's pairs
                 T = self.u_shift[i0 : i0 + TILE]
                 rows = T.shape[0]
                 rot = self._rotated(j0)  # (cols * R, P)
@@ -168,8 +171,9 @@ class SettleCheck:
                 corr = (rot @ T.reshape(-1, P).T).reshape(cols, R, rows, n_s)
                 pair = corr[xp.asarray(j[sel] - j0), :, xp.asarray(i[sel] - i0)]  # (p, R, n_s)
             else:  # a few pairs (the kNN modes' lists): one small product per pair
-                V = self.V2[xp.asarray(j[sel])].reshape(sel.size, -1).astype(np.float32)
-                rot = (V[:, self.taps] * self.weights).sum(-1)  # (p, R, P)
+                cols, which = np.unique(j[sel], return_inverse=True)
+                V = self.V2[xp.asarray(cols)].reshape(cols.size, -1).astype(np.float32)
+                rot = (V[:, self.taps] * self.weights).sum(-1)[xp.asarray(which)]  # (p, R, P)
                 T = self.u_shift[xp.asarray(i[sel])]  # (p, n_s, P)
                 pair = xp.matmul(rot, T.transpose(0, 2, 1))  # (p, R, n_s)
             arg = xp.argmax(pair, 2)
