@@ -157,7 +157,9 @@ def test_given_candidates_are_refined_in_place_of_the_features(copies):
         with pytest.raises(ValueError, match=needle):
             kappa_max(X, k=4, mode="candidates", features=fs, candidates=bad)
     with pytest.raises(ValueError, match="candidates: given candidate pairs need k and mode"):
-        kappa_max(X, k=4, candidates=found.indices)
+        kappa_max(X, k=4, mode="exact", candidates=found.indices)
+    with pytest.raises(ValueError, match="candidates: given candidate pairs need k and mode"):
+        kappa_max(X, candidates=found.indices)
 
 
 @pytest.mark.slow
@@ -380,7 +382,10 @@ def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
     cand = candidate_lists(Un, invariant_features(Un, fs), fs)
     owner = np.arange(X.shape[0])
     one = refine_pairs(Un, owner, cand, 3, 2.0, sigma=1.0)
-    tiny = replace(EXACT_SEARCH, memory_mb=2 * TARGET_BYTES_PER_PIXEL * X[0].size / 2**20)
+    from ia_stages.kmax.settle import settle_bytes
+
+    per_image = TARGET_BYTES_PER_PIXEL * X[0].size + settle_bytes(X.shape[1:], EXACT_SEARCH)
+    tiny = replace(EXACT_SEARCH, memory_mb=2 * per_image / 2**20)
     assert _targets_per_chunk(X.shape[1:], tiny) == 2
     chunked = refine_pairs(Un, owner, cand, 3, 2.0, settings=tiny, sigma=1.0)
     assert one.a.size > 24

@@ -155,7 +155,7 @@ def test_bad_input_names_the_culprit(digits):
     with pytest.raises(ValueError, match="knn_margin must be >= 0"):
         kappa_max(X, k=3, settings=SearchSettings(knn_margin=-0.1))
     with pytest.raises(MemoryBudgetError, match=r"memory_mb=0\.5 is too small for the kNN scan"):
-        kappa_max(X, k=3, settings=SearchSettings(memory_mb=0.5))
+        kappa_max(X, k=3, mode="exact", settings=SearchSettings(memory_mb=0.5))
     X[5, 3, 4] = np.nan
     for call, name in (
         (lambda: kappa_max(X, k=3), "X"),

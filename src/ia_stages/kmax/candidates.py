@@ -59,7 +59,11 @@ from ia_stages.kmax.search import (
     lattice_neighbours,
     mirrored_centroids,
     mirrored_lattice,
+    settle,
+    settle_check,
+    settle_mirrored,
 )
+from ia_stages.kmax.settle import settle_bytes
 from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.settings.path import first_pass_search
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
@@ -498,6 +502,7 @@ def refine_pairs(
         # on a GPU the refinement's layout (several copies of each image) of all images, once
         chunks = [range(0, need.size)]
         layout = _pair_layout(Ul, Ul, sigma, settings, mirror)
+    check = fixed_check = None
     for chunk in chunks:
         ours = np.flatnonzero((la >= chunk.start) & (la < chunk.stop))
         if ours.size == 0:
@@ -505,6 +510,10 @@ def refine_pairs(
         if xp is np:
             fixed_side = images = None  # the last chunk's layout goes before this one's is made
             fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
+            targets = Ul[chunk.start : chunk.stop]
+            fixed_check = settle_check(targets, targets[:1], sigma, settings)
+        elif check is None:
+            check = settle_check(Ul, _with_mirrors(Ul) if mirror else Ul, sigma, settings)
         by_b = ours[np.argsort(lb[ours], kind="stable")]  # one moving image's pairs together
         cols, first = np.unique(lb[by_b], return_index=True)
         bounds = np.r_[first, by_b.size]
@@ -516,8 +525,12 @@ def refine_pairs(
                 moving_side = _pair_layout(Ul[:1], Ul[block], sigma, settings, mirror)
                 images = fixed_side.with_moving(moving_side)
                 fixed, moving = la[sel] - chunk.start, np.searchsorted(block, lb[sel])
+                if fixed_check is not None:
+                    V = Ul[block]
+                    check = fixed_check.with_moving(_with_mirrors(V) if mirror else V)
             else:
                 images, fixed, moving = layout, la[sel], lb[sel]
+            n_moving = block.size if xp is np else need.size
             n_plain = settings.n_candidates if mirror else None
             for r in range(0, sel.size, REFINE_BATCH):
                 s, part = sel[r : r + REFINE_BATCH], slice(r, r + REFINE_BATCH)
@@ -525,6 +538,12 @@ def refine_pairs(
                 p, d2 = _refine_candidates(images, fixed[part], moving[part],
                                            xp.asarray(starts[part]), settings, beta, n_plain,
                                            won if mirror else None)  # fmt: skip
+                if check is not None and mirror:  # as the all-pairs search's
+                    p, d2, won = settle_mirrored(check, images, fixed[part], moving[part], p,
+                                                 d2, won, n_moving, settings, beta)  # fmt: skip
+                elif check is not None:
+                    p, d2 = settle(check, images, fixed[part], moving[part], p, d2, settings,
+                                   beta)  # fmt: skip
                 out.params[s] = group.of_mirror_image(to_numpy(p), to_numpy(won))
                 out.sqdist[s] = to_numpy(d2)
             out.scanned[sel] = scanned
@@ -533,12 +552,19 @@ def refine_pairs(
     return out
 
 
+def _with_mirrors(V: Any) -> Any:
+    """``V`` followed by its mirror images (columns reversed), as the settling check of a
+    search with mirror images takes its moving images."""
+    xp = array_module(V)
+    return xp.concatenate([V, V[..., ::-1]])
+
+
 def _targets_per_chunk(shape: tuple[int, ...], settings: SearchSettings) -> int:
     """How many images' refinement targets the CPU lays out at once: as many as
     ``settings.memory_mb`` holds at the layout's bytes per pixel (pixel coordinates and value,
     float64, at full resolution twice over — all pixels, and those split at ``full_floor`` —
     and at half resolution), at least one."""
-    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape))
+    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape)) + settle_bytes(shape, settings)
     return max(1, int(settings.memory_mb * 2**20 // per_image))
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ia_stages.core.groups import SE2, AffineFamily, lists_group
+from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group
 from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
 from ia_stages.kmax.candidates import kappa_max_candidates
 from ia_stages.kmax.group_search import kappa_max_group, refine_knn
-from ia_stages.kmax.knn import kappa_max_knn
+from ia_stages.kmax.knn import _check_k, kappa_max_knn, knn_scan_memory_mb
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import FLOATS, KappaMaxResult, kappa_max_all_pairs
 from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.settings.images import NORMALIZATIONS
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
 
-KNN_MODES = ("exact", "candidates")
+KNN_MODES = ("auto", "exact", "candidates")
 
 
 def kappa_max(
@@ -29,7 +29,7 @@ def kappa_max(
     progress: Callable[[int], None] | None = None,
     sigma: float = 2.0,
     k: int | None = None,
-    mode: str = "exact",
+    mode: str = "auto",
     features: FeatureSettings = DEFAULT_FEATURES,
     candidates: Any = None,
 ) -> KappaMaxResult | KnnResult:
@@ -75,12 +75,15 @@ def kappa_max(
     k : int or None, default None
         None: all pairs. An integer (``V`` None): each sample's k nearest, itself included,
         by ``mode``; the kNN modes run on the CPU, cupy images are copied to the host.
-    mode : {'exact', 'candidates'}, default 'exact'
+    mode : {'auto', 'exact', 'candidates'}, default 'auto'
         with ``k``: 'exact' scans all pairs and refines those that can enter a list (the
         reference); 'candidates' refines only each image's ``features.n_candidates`` nearest
         in invariant-feature space, for large n (:doc:`/user-guide/large-image-sets`); with
         ``features.screen`` (default) every candidate pair by the default search first and
-        only the lists' pairs again by ``settings``
+        only the lists' pairs again by ``settings``; 'auto' takes 'candidates' from
+        ``settings.candidates_from`` images or where the exact scan would not fit
+        ``settings.memory_mb``, 'exact' otherwise (:func:`knn_route`). Without ``k`` only
+        'auto' (all pairs)
     features : FeatureSettings, default DEFAULT_FEATURES
         the invariant features and candidate count of ``mode='candidates'``
         (:class:`ia_stages.kmax.features.FeatureSettings`)
@@ -99,7 +102,12 @@ def kappa_max(
     ValueError
         one line naming the culprit: ``beta`` not > 0 and finite, ``sigma`` < 0, an unknown
         ``normalization``, images that are not finite ``(n, H, W)`` arrays, a constant image
-        or images smaller than the search can use.
+        or images smaller than the search can use, ``settings`` that are not
+        :class:`SearchSettings`, a ``mode`` the request cannot use (a kNN mode without ``k``
+        or with ``V``).
+    MemoryBudgetError
+        ``settings.memory_mb`` cannot hold the route asked for; the line names the route or
+        the budget that would fit.
 
     Examples
     --------
@@ -130,15 +138,12 @@ def kappa_max(
     for name, images in ((first, U), ("V", V)):
         if images is not None:
             check_image_content(images, name, sigma)
-    if candidates is not None and (k is None or mode != "candidates"):
-        raise ValueError("candidates: given candidate pairs need k and mode='candidates'")
+    _check_request(settings, k, V, mode, candidates)
     if k is not None:
-        if V is not None:
-            raise ValueError("k: the kNN mode compares one set of images with itself (V=None)")
-        if mode not in KNN_MODES:
-            raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
+        k = _check_k(k, U)
         lists = lists_group(group)
-        if mode == "candidates":
+        route = knn_route(U.shape, k, settings, mode, has_mirror(lists), candidates is not None)
+        if route == "candidates":
             settings = EXACT_SEARCH if settings is None else settings
             knn = kappa_max_candidates(
                 U, k, beta, normalization, lists, settings, progress, sigma, features, candidates
@@ -154,3 +159,80 @@ def kappa_max(
         return kappa_max_group(U, V, beta, normalization, group, settings, progress, sigma)
     settings = SearchSettings() if settings is None else settings
     return kappa_max_all_pairs(U, V, beta, normalization, group, settings, progress, sigma)
+
+
+def knn_route(
+    shape: tuple[int, ...],
+    k: int,
+    settings: SearchSettings | None = None,
+    mode: str = "auto",
+    mirror: bool = False,
+    candidates_given: bool = False,
+) -> str:
+    """The route of ``kappa_max(X, k=k, mode=mode)`` for images of ``shape = (n, H, W)``:
+    ``mode`` itself unless 'auto', which takes 'candidates' from ``settings.candidates_from``
+    images, where candidate pairs are given, or where the exact kNN scan needs more than
+    ``settings.memory_mb``
+    (:func:`ia_stages.kmax.knn.knn_scan_memory_mb`), 'exact' otherwise.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(n, H, W)`` of the images
+    k : int
+        list length, the sample itself included
+    settings : SearchSettings or None, default None
+        the search (None: ``SearchSettings()``)
+    mode : {'auto', 'exact', 'candidates'}, default 'auto'
+        as :func:`kappa_max` takes it
+    mirror : bool, default False
+        the scan also takes the mirror images
+    candidates_given : bool, default False
+        the request names each sample's candidate pairs ('auto' then takes 'candidates')
+
+    Returns
+    -------
+    str
+        'exact' or 'candidates'
+
+    Examples
+    --------
+    >>> knn_route((1_000, 40, 40), 10), knn_route((100_000, 40, 40), 10)
+    ('exact', 'candidates')
+    >>> knn_route((100_000, 40, 40), 10, mode="exact")
+    'exact'
+    """
+    if mode != "auto":
+        return mode
+    if candidates_given:
+        return "candidates"
+    s = SearchSettings() if settings is None else settings
+    if shape[0] >= s.candidates_from:
+        return "candidates"
+    if knn_scan_memory_mb(shape, k, s, mirror) > s.memory_mb:
+        return "candidates"
+    return "exact"
+
+
+def _check_request(settings: Any, k: int | None, V: Any | None, mode: Any, candidates: Any) -> None:
+    """One line naming what of a :func:`kappa_max` request cannot be used together."""
+    if settings is not None and not isinstance(settings, SearchSettings):
+        raise ValueError(
+            f"settings must be a SearchSettings (or None), got {type(settings).__name__}"
+        )
+    if mode not in KNN_MODES:
+        raise ValueError(f"mode must be one of {KNN_MODES}, got {mode!r}")
+    if k is None and mode != "auto":
+        raise ValueError(
+            f"mode={mode!r} is a kNN route and needs k (each sample's k nearest); all pairs "
+            "(k=None) take mode='auto'"
+        )
+    if k is not None and V is not None:
+        raise ValueError(
+            f"V: the kNN mode (k={k}, mode={mode!r}) compares one set of images with itself; "
+            "pass V=None, or k=None for all pairs of U and V"
+        )
+    if candidates is not None and (k is None or mode == "exact"):
+        raise ValueError(
+            "candidates: given candidate pairs need k and mode='candidates' (or 'auto')"
+        )

@@ -57,7 +57,11 @@ from ia_stages.kmax.search import (
     PolarScan,
     _pair_layout,
     _refine_candidates,
+    settle,
+    settle_check,
+    settle_mirrored,
 )
+from ia_stages.kmax.settle import settle_bytes
 from ia_stages.settings.search import SearchSettings
 
 
@@ -121,16 +125,17 @@ def kappa_max_knn(
         raise ValueError(f"settings.knn_pool must be >= 1, got {settings.knn_pool}")
     X = np.asarray(to_numpy(X), dtype=np.float64)  # the kNN mode runs on the CPU
     n = X.shape[0]
+    mirror = has_mirror(group)
+    need = knn_scan_memory_mb(X.shape, k, settings, mirror)
+    if need > settings.memory_mb:  # refused before the scan's spectra are set up
+        raise MemoryBudgetError(_knn_memory_message(X.shape, need, settings))
     Un = smooth_normalize(X, sigma, normalization)
     uu = (Un**2).reshape(n, -1).sum(1)
     others = k - 1
     pool = max(settings.knn_pool, others)
-    mirror = has_mirror(group)
     scan = PolarScan(Un, Un, settings, mirror)
     sides = 1 + mirror  # starts per pair: c of the later image, then c of its mirror image
-    # the pools, the lists and the refinement batch of the second scan
-    starts_bytes = 3 * 8 * settings.n_candidates * sides
-    state = (n * pool + REFINE_BATCH) * (8 + 8 + starts_bytes) + n * k * 40
+    state = _knn_state_bytes(n, k, settings, sides)
     tile_pairs, lanes = _tile_size(scan, state, settings, X.shape, sides)
     refiner = _Refiner(Un, group, settings, beta, sigma)
     result = KnnResult.itself_only(n, k, group.n_params)
@@ -216,6 +221,47 @@ def _check_k(k: Any, X: Any) -> int:
     return int(k)
 
 
+def knn_scan_memory_mb(
+    shape: tuple[int, ...], k: int, settings: SearchSettings, mirror: bool = False
+) -> float:
+    """Least ``memory_mb`` the exact kNN scan (:func:`kappa_max_knn`) of ``shape = (n, H, W)``
+    images with lists of ``k`` needs: the scan's spectra of every image, the pools, the lists
+    and one tile of scores, from a set-up for one image (nothing of size n is allocated).
+
+    Example
+    -------
+    >>> s = SearchSettings()
+    >>> knn_scan_memory_mb((100_000, 40, 40), 10, s) > s.memory_mb
+    True
+    >>> knn_scan_memory_mb((1_000, 40, 40), 10, s) < s.memory_mb
+    True
+    """
+    n, h, w = (int(x) for x in shape[:3])
+    one = np.ones((1, h, w))
+    probe = PolarScan(one, one, settings, mirror)
+    sides = 1 + mirror
+    per_image = probe.fixed  # the spectra and images of one image (targets = moving images)
+    state = _knn_state_bytes(n, k, settings, sides)
+    per_image += settle_bytes((h, w), settings)  # the settling check's shifted targets
+    return (n * per_image + state + probe.per_pair * sides) / MB
+
+
+def _knn_state_bytes(n: int, k: int, settings: SearchSettings, sides: int) -> int:
+    """Bytes of the pools, the lists and the refinement batch of the second scan."""
+    pool = max(settings.knn_pool, k - 1)
+    starts_bytes = 3 * 8 * settings.n_candidates * sides
+    return (n * pool + REFINE_BATCH) * (8 + 8 + starts_bytes) + n * k * 40
+
+
+def _knn_memory_message(shape: tuple[int, ...], need: float, settings: SearchSettings) -> str:
+    """The one line of a kNN scan that ``memory_mb`` cannot hold, naming the routes that fit."""
+    return (
+        f"memory_mb={settings.memory_mb:g} is too small for the kNN scan of {shape[0]} "
+        f"images of {shape[1]} x {shape[2]} px (needs {need:.1f} MB): use mode='candidates' "
+        f"(or mode='auto', which chooses it) or raise memory_mb to {np.ceil(need):.0f}"
+    )
+
+
 def _tile_size(
     scan: PolarScan, state: int, settings: SearchSettings, shape: tuple[int, ...], sides: int = 1
 ) -> tuple[int, int]:
@@ -225,10 +271,7 @@ def _tile_size(
     room = settings.memory_mb * MB - scan.fixed - state
     if room < per_pair:
         need = (scan.fixed + state + per_pair) / MB
-        raise MemoryBudgetError(
-            f"memory_mb={settings.memory_mb:g} is too small for the kNN scan of {shape[0]} "
-            f"images of {shape[1]} x {shape[2]} px (needs {need:.1f} MB): raise memory_mb"
-        )
+        raise MemoryBudgetError(_knn_memory_message(shape, need, settings))
     lanes = max(1, min(numba.get_num_threads(), int(room // per_pair)))
     pairs = int(min(room // lanes, SCAN_CHUNK_MB * MB) // per_pair)
     return max(1, pairs), lanes
@@ -369,6 +412,9 @@ class _Refiner:
         self.mirror = has_mirror(group)
         self.images = _pair_layout(Un, Un, sigma, settings, self.mirror)
         self.n = Un.shape[0]
+        moving = np.concatenate([Un, Un[..., ::-1]]) if self.mirror else Un
+        self.check = settle_check(Un, moving, sigma, settings)  # as the all-pairs search's
+        self.n = Un.shape[0]
         self.uu = (Un**2).reshape(self.n, -1).sum(1)
         self.seconds = self.cpu = 0.0
         self.count = 0
@@ -414,6 +460,12 @@ class _Refiner:
                 self.images, i[s], j[s], starts[s], self.settings, self.beta,
                 *((self.settings.n_candidates, won) if self.mirror else ()),
             )  # fmt: skip
+            if self.check is not None and self.mirror:
+                p, d2, won = settle_mirrored(self.check, self.images, i[s], j[s], p, d2, won,
+                                             self.n, self.settings, self.beta)  # fmt: skip
+            elif self.check is not None:
+                p, d2 = settle(self.check, self.images, i[s], j[s], p, d2, self.settings,
+                               self.beta)  # fmt: skip
             p = self.group.of_mirror_image(p, won)
             info = np.concatenate([np.c_[p, scanned[s]], np.c_[self.group.inverse(p), scanned[s]]])
             lists.merge(

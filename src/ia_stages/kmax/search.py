@@ -57,6 +57,7 @@ from ia_stages.kmax.refine import (
     search_pairs,
 )
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
+from ia_stages.kmax.settle import SettleCheck, settle_bytes, unsettled
 from ia_stages.settings.search import SearchSettings
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
@@ -194,9 +195,16 @@ def search_listed(
         chunks = _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror)
     images = _pair_layout(Un, Vn, sigma, settings, mirror)
     n_plain = settings.n_candidates if mirror else None
+    check = settle_check(Un, xp.concatenate([Vn, Vn[..., ::-1]]) if mirror else Vn, sigma,
+                         settings)  # fmt: skip
     for i, j, starts in _batched(chunks, REFINE_BATCH):
         won = xp.empty(i.size, dtype=bool)
         p, d2 = _refine_candidates(images, i, j, starts, settings, beta, n_plain, won)
+        if check is not None and mirror:
+            p, d2, won = settle_mirrored(check, images, i, j, p, d2, won, Vn.shape[0],
+                                         settings, beta)  # fmt: skip
+        elif check is not None:
+            p, d2 = settle(check, images, i, j, p, d2, settings, beta)
         params[i, j] = p
         sqdist[i, j] = d2
         flipped[i, j] = won
@@ -256,7 +264,7 @@ def _images_per_block(Un: Any, Vn: Any, settings: SearchSettings, mirror: bool =
     if settings.method != "polar":
         return max(Un.shape[0], Vn.shape[0])
     probe = PolarScan(Un[:1], Vn[:1], settings, mirror)  # a block of U and one of V: both held
-    per_image = probe.fixed + probe.per_pair
+    per_image = probe.fixed + probe.per_pair + settle_bytes(Un.shape[1:], settings)
     return max(1, int(settings.memory_mb * MB / 2 // per_image))
 
 
@@ -647,6 +655,97 @@ def _pair_layout(
     if xp is np:
         return pair_images(*host, interpolation=interp, mirror=mirror)
     return pair_images(*host, packed=False, interpolation=interp, mirror=mirror).to(xp)
+
+
+def settle_check(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> SettleCheck | None:
+    """The settling check of targets ``Un`` against moving images ``Vn``
+    (:class:`ia_stages.kmax.settle.SettleCheck`), or None where it is off
+    (``settle_shift`` 0) or the image sizes are odd."""
+    H, W = Un.shape[1:]
+    if settings.settle_shift < 2 or H % 2 or W % 2:
+        return None
+    return SettleCheck(Un, Vn, sigma, settings)
+
+
+def settle(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any]:
+    """The pairs' optima ``params (m, 3)``, ``sqdist (m,)`` after the settling check: each
+    pair with starts that may beat its optimum (:func:`ia_stages.kmax.settle.unsettled`) is
+    refined again from its optimum and those starts, the better kept."""
+    score, away, near, start = check.scan(i, j, params)
+    redo = unsettled(score, away, near, sqdist, beta, settings)  # (m, c)
+    rows = np.flatnonzero(to_numpy(redo.any(1)))
+    if rows.size == 0:
+        return params, sqdist
+    xp = array_module(params)
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    # the optimum first (the bound the others must beat), then the starts that may beat it,
+    # as many columns as the pair with most has (the others repeat the optimum)
+    order = xp.argsort(~redo[k], axis=1, kind="stable")
+    chosen = xp.take_along_axis(redo[k], order, 1)
+    width = int(chosen.sum(1).max())
+    chosen = chosen[:, :width, None]
+    picked = xp.take_along_axis(start[k], order[..., None], 1)[:, :width]
+    starts = xp.concatenate([found, xp.where(chosen, picked, found)], 1)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta)
+    better = d2 < sqdist[k]
+    params, sqdist = params.copy(), sqdist.copy()
+    params[k[better]] = p[better]
+    sqdist[k[better]] = d2[better]
+    return params, sqdist
+
+
+def settle_mirrored(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    won: Any,
+    n_j: int,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any, Any]:
+    """:func:`settle` of a search with mirror images (``check`` of the moving images followed
+    by their mirror images, ``won`` where a pair's optimum is of the mirror image): the side
+    of the optimum is checked about it, the other side everywhere, against the optimum's
+    neighbourhood; the pairs with starts that may beat it are refined again on both sides
+    together. Returns params, sqdist and won."""
+    xp = array_module(params)
+    side = to_numpy(won).astype(np.int64)
+    sc_a, aw_a, near, st_a = check.scan(i, j + n_j * side, params)
+    sc_b, _, _, st_b = check.scan(i, j + n_j * (1 - side), params)
+    redo_a = unsettled(sc_a, aw_a, near, sqdist, beta, settings)
+    redo_b = unsettled(sc_b, xp.ones_like(aw_a), near, sqdist, beta, settings)
+    rows = np.flatnonzero(to_numpy(redo_a.any(1) | redo_b.any(1)))
+    if rows.size == 0:
+        return params, sqdist, won
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    own = xp.concatenate([found, xp.where(redo_a[k][..., None], st_a[k], found)], 1)
+    first = st_b[k][:, :1]  # the other side's best, so that its starts are real ones
+    other = xp.concatenate([first, xp.where(redo_b[k][..., None], st_b[k], first)], 1)
+    flip = xp.asarray(side[rows].astype(bool))[:, None, None]
+    starts = xp.concatenate([xp.where(flip, other, own), xp.where(flip, own, other)], 1)
+    won_again = xp.empty(rows.size, dtype=bool)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta,
+                               own.shape[1], won_again)  # fmt: skip
+    better = d2 < sqdist[k]
+    params, sqdist, won = params.copy(), sqdist.copy(), won.copy()
+    params[k[better]] = p[better]
+    sqdist[k[better]] = d2[better]
+    won[k[better]] = won_again[better]
+    return params, sqdist, won
 
 
 def _policy(settings: SearchSettings) -> RefinePolicy:

@@ -7,6 +7,7 @@ from ia_stages.settings.spec import choice, integer, number, settings_part
 SEARCH_METHODS = ("polar", "grid")
 PEAK_RULES = ("envelope", "joint")
 INTERPOLATIONS = ("bspline", "keys")
+CANDIDATES_FROM = 2000  # images from which mode='auto' takes the candidates route
 
 
 @settings_part("search")
@@ -158,6 +159,40 @@ class SearchSettings:
         "mean squared norm) of a sample's k-th refined d2 is refined",
         low=0.0,
     )  # fmt: skip
+    settle_shift: int = integer(
+        6,
+        "after the search (all pairs, the kNN routes' pairs), each pair is checked by an "
+        "exhaustive scan of the "
+        "half-resolution pair over settle_angles rotations x every shift within this (px, in "
+        "steps of 2); where its starts may beat the pair's optimum (settle_margin), the "
+        "refinement runs again from them (even image sizes); "
+        "0: no check",
+        low=0, high=64,
+    )  # fmt: skip
+    settle_angles: int = integer(24, "rotations of the settling check's scan (evenly over "
+                                 "360 degrees)", low=4, high=720)  # fmt: skip
+    settle_starts: int = integer(6, "starts the settling check proposes per pair: its best "
+                                 "rotations away from the pair's optimum", low=1,
+                                 high=16)  # fmt: skip
+    settle_sigma: float = number(
+        1.0,
+        "total Gaussian smoothing (px, kappa^max's own sigma included) of the images the "
+        "settling check's scan sees, before their 2 x 2 block means",
+        low=0.0, high=10.0,
+    )  # fmt: skip
+    settle_margin: float = number(
+        0.1,
+        "the settling check refines again from each of its starts away from the pair's "
+        "optimum that it scores at most this much (d2) below the optimum's neighbourhood and "
+        "that, by as much, promises the kernel value more than prune_kappa",
+        low=0.0,
+    )  # fmt: skip
+    candidates_from: int = integer(
+        CANDIDATES_FROM,
+        "kappa_max(X, k=...) with mode='auto': the candidates route from this many images (or "
+        "where the exact kNN scan does not fit memory_mb), the exact kNN scan below",
+        low=2,
+    )
     knn_pool: int = integer(
         64, "kNN modes only: scan candidates kept per sample (more within knn_margin cost a "
         "second scan)", low=1,
