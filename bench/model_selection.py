@@ -39,8 +39,9 @@ from ia_stages.ia.attention import attention_step
 from ia_stages.ia.loop import iteration_kmax
 from ia_stages.ia.prepare import prepare, resolve_sigma
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import graph_partition, igraph_of, leiden_knn
+from ia_stages.readout.graph import igraph_of, leiden_knn
 from ia_stages.readout.model_selection import eigengap_scores, select_k
+from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import Settings
 from ia_stages.settings.sizing import sized
 

@@ -19,8 +19,8 @@ from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.core.warp import warp
 from ia_stages.data.datasets import shapes3
 from ia_stages.ia.loop import invariant_attention
-from ia_stages.readout.graph import graph_partition
 from ia_stages.readout.linkage import cluster_by_distance
+from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import (
     DEFAULT_PRESET,
     PRESETS,

@@ -15,7 +15,6 @@ from ia_stages.ia.weights import dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.neighbours import knn_from_dense, symmetrize
 from ia_stages.readout.graph import (
-    graph_partition,
     leiden_knn,
     leiden_n_clusters,
     leiden_silhouette,
@@ -23,6 +22,7 @@ from ia_stages.readout.graph import (
     leiden_sweeps,
     prefetch_sweeps,
 )
+from ia_stages.readout.partition import graph_partition
 from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 from ia_stages.settings.attention import AttentionSettings, MeanSettings
 from ia_stages.settings.readout import ReadoutSettings, StopSettings
@@ -248,11 +248,12 @@ def test_prefetched_sweeps_serve_the_read_outs_without_k(monkeypatch: pytest.Mon
     """After :func:`prefetch_sweeps` of two iterations, their silhouette read-outs run no
     Leiden of their own and return what they return without the prefetch."""
     import ia_stages.readout.graph as graph
+    import ia_stages.readout.partition as partition
 
     sqs = [_four_blobs(5), _four_blobs(6)]
     g = ReadoutSettings(k=10, resolutions=(1.0, 0.3, 2.0), silhouette_tolerance=0.0)
     monkeypatch.setattr(graph, "_SWEEPS", {})
-    expected = [graph.graph_partition(sq, g, None, 4) for sq in sqs]
+    expected = [partition.graph_partition(sq, g, None, 4) for sq in sqs]
     monkeypatch.setattr(graph, "_SWEEPS", {})
     monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
     prefetch_sweeps(sqs, g, None, 4)
@@ -263,7 +264,7 @@ def test_prefetched_sweeps_serve_the_read_outs_without_k(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(graph, "_leidenalg_leiden", no_run)
     for sq, labels in zip(sqs, expected, strict=True):
-        assert np.array_equal(graph.graph_partition(sq, g, None, 4), labels)
+        assert np.array_equal(partition.graph_partition(sq, g, None, 4), labels)
     prefetch_sweeps(sqs, g, 4, 4)  # with K: nothing to run ahead (no_run would raise)
 
 
@@ -276,18 +277,19 @@ def test_read_outs_with_k_in_worker_processes_are_this_processes(
     import numba
 
     import ia_stages.readout.graph as graph
+    import ia_stages.readout.partition as partition
 
     sqs = [_four_blobs(5), _four_blobs(6)]
     g = ReadoutSettings(k=10, with_k="leiden", restarts=3)
-    here = [graph.graph_partition(sq, g, 3, 4) for sq in sqs]
+    here = [partition.graph_partition(sq, g, 3, 4) for sq in sqs]
     assert not np.array_equal(here[0], here[1]) and all(p.max() + 1 == 3 for p in here)
-    assert graph.partitions_with_k(sqs, g, 3, 4) is None  # 200 nodes: not worth a worker
+    assert partition.partitions_with_k(sqs, g, 3, 4) is None  # 200 nodes: not worth a worker
     monkeypatch.setattr(graph, "PARALLEL_MIN_NODES", 0)
     if numba.get_num_threads() >= 2:
-        apart = graph.partitions_with_k(sqs, g, 3, 4)
+        apart = partition.partitions_with_k(sqs, g, 3, 4)
         assert all(np.array_equal(a, b) for a, b in zip(here, apart, strict=True))
     monkeypatch.setattr(numba, "get_num_threads", lambda: 1)
-    assert graph.partitions_with_k(sqs, g, 3, 4) is None
+    assert partition.partitions_with_k(sqs, g, 3, 4) is None
 
 
 def test_silhouette_read_out_of_one_group_returns_one_cluster() -> None:

@@ -26,7 +26,8 @@ from ia_stages.pipeline.config import (
     validate_config,
 )
 from ia_stages.pipeline.stages.common import job_tree
-from ia_stages.readout.graph import KnnDistances, graph_partition
+from ia_stages.readout.graph import KnnDistances
+from ia_stages.readout.partition import graph_partition
 from ia_stages.readout.stopping import community_stability, contraction_ratio
 from ia_stages.settings import Settings
 from ia_stages.settings.attention import AttentionSettings

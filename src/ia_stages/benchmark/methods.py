@@ -186,7 +186,7 @@ def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
     'spectral' or 'leiden' with K given, None: community detection without K."""
 
     def predict(job: Job) -> Prediction:
-        from ia_stages.readout.graph import graph_partition
+        from ia_stages.readout.partition import graph_partition
 
         readout = replace(job_tree(job).readout, k=job.settings["graph_k"])
         K = None if with_k is None else job.n_clusters

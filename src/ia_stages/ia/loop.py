@@ -32,13 +32,7 @@ from ia_stages.ia.distances import kmax, knn_distances
 from ia_stages.ia.prepare import prepare, resolve_sigma
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import (
-    KnnDistances,
-    graph_partition,
-    partitions_with_k,
-    prefetch_sweeps,
-    spectral_affinity,
-)
+from ia_stages.readout.graph import KnnDistances, prefetch_sweeps, spectral_affinity
 from ia_stages.readout.linkage import cluster_by_distance
 from ia_stages.readout.model_selection import (
     ModelSelection,
@@ -47,6 +41,7 @@ from ia_stages.readout.model_selection import (
     exact_k,
     select_k,
 )
+from ia_stages.readout.partition import graph_partition, partitions_with_k
 from ia_stages.readout.stopping import stop_iteration
 from ia_stages.settings.readout import ReadoutSettings
 from ia_stages.settings.sizing import fixed_k, sized

@@ -35,7 +35,7 @@ def settle_bytes(shape: tuple[int, ...], settings: SearchSettings) -> int:
 
     Example
     -------
-    >>> settle_bytes((40, 40), SearchSettings())
+    >>> settle_bytes((40, 40), SearchSettings(settle_shift=6))
     78400
     >>> settle_bytes((40, 40), SearchSettings(settle_shift=0))
     0
@@ -65,7 +65,7 @@ class SettleCheck:
     >>> import numpy as np
     >>> X = np.zeros((2, 16, 16)); X[:, 4:12, 6:10] = 1.0
     >>> X = X / np.linalg.norm(X.reshape(2, -1), axis=1)[:, None, None]
-    >>> check = SettleCheck(X, X, 0.0, SearchSettings())
+    >>> check = SettleCheck(X, X, 0.0, SearchSettings(settle_shift=6))
     >>> score, away, near, start = check.scan(np.array([0]), np.array([1]), np.zeros((1, 3)))
     >>> bool(score.max() <= near[0] + 1e-6), start.shape  # the identity is the best
     (True, (1, 6, 3))
@@ -101,7 +101,7 @@ class SettleCheck:
         -------
         >>> import numpy as np
         >>> X = np.random.default_rng(0).random((3, 16, 16))
-        >>> check = SettleCheck(X, X, 0.0, SearchSettings()).with_moving(X[:1])
+        >>> check = SettleCheck(X, X, 0.0, SearchSettings(settle_shift=6)).with_moving(X[:1])
         >>> check.V2.shape, check.u_shift.shape[0]
         ((1, 8, 8), 3)
         """
@@ -235,7 +235,8 @@ def unsettled(
     -------
     >>> import numpy as np
     >>> score = np.array([[0.84, 0.90, 0.70]]); away = np.array([[True, True, False]])
-    >>> unsettled(score, away, np.array([0.85]), np.array([0.3]), 2.0, SearchSettings()).tolist()
+    >>> s = SearchSettings(settle_shift=6)
+    >>> unsettled(score, away, np.array([0.85]), np.array([0.3]), 2.0, s).tolist()
     [[True, True, False]]
     """
     xp = array_module(score)

@@ -575,33 +575,6 @@ def prefetch_sweeps(
     leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in readout.resolutions)))
 
 
-def partitions_with_k(
-    sqdists: list[Any], readout: ReadoutSettings, n_clusters: int, seed: int
-) -> list[np.ndarray] | None:
-    """:func:`graph_partition` with K of each of ``sqdists`` (an IA run's iterations), one
-    graph per worker process (as many as numba's threads: the ``metrics`` job's ``--threads``
-    in the pipeline, every core in a notebook); the partitions are those this process would
-    make (each run seeded alone). None where workers would not gain (fewer than 2 graphs or
-    workers, or a graph below :data:`PARALLEL_MIN_NODES` nodes): the caller reads them out
-    itself.
-
-    Example
-    -------
-    >>> partitions_with_k([kd0, kd1], ReadoutSettings(k=10), 10, 0)  # doctest: +SKIP
-    """
-    import numba
-
-    workers = min(numba.get_num_threads(), len(sqdists))
-    sizes = [sq.n if isinstance(sq, KnnDistances) else np.shape(sq)[0] for sq in sqdists]
-    if workers < 2 or min(sizes) < PARALLEL_MIN_NODES:
-        return None
-    from joblib import Parallel, delayed
-
-    return Parallel(n_jobs=workers, backend="loky")(
-        delayed(graph_partition)(sq, readout, n_clusters, seed) for sq in sqdists
-    )
-
-
 def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, tolerance: float) -> int:
     """Index of the partition :func:`leiden_silhouette` keeps among a
     :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
@@ -659,68 +632,3 @@ def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:
     np.fill_diagonal(D, 0.0)
     hd = HDBSCAN(min_cluster_size=min_cluster_size, metric="precomputed", copy=False)
     return hd.fit_predict(D).astype(np.int64)
-
-
-def graph_partition(
-    sqdist: Any | KnnDistances,
-    readout: ReadoutSettings,
-    n_clusters: int | tuple[int, int] | None,
-    seed: int,
-) -> np.ndarray:
-    """The kNN-graph read-out of a kappa^max squared-distance matrix ``(n, n)``, or of a
-    :class:`KnnDistances` (the kNN path: the lists, and the sample for the silhouette);
-    labels.
-
-    Of ``readout`` (:class:`~ia_stages.settings.ReadoutSettings`, ``k`` set) it reads ``k``
-    (neighbours of every sample, itself excluded); without K ``community`` ('silhouette' with
-    ``resolutions`` and ``silhouette_tolerance``, 'leiden' at ``resolution``, or 'hdbscan'
-    with ``min_cluster_size``, which needs the dense matrix); with ``n_clusters`` given
-    ``with_k`` ('spectral' clustering of the graph, or 'leiden' with the resolution that gives
-    that many communities, the best of ``restarts`` seeds by modularity, as
-    :func:`leiden_n_clusters`), made exactly K by
-    :func:`~ia_stages.readout.model_selection.exact_k` (a K the data cannot hold is refused:
-    :func:`~ia_stages.readout.model_selection.check_k`); with a range ``(lo, hi)`` or
-    community 'silhouette', the model selection
-    :func:`~ia_stages.readout.model_selection.select_k`.
-
-    Example
-    -------
-    >>> readout = ReadoutSettings(k=5, community="leiden")
-    >>> labels = graph_partition(sq, readout, None, 0)  # doctest: +SKIP
-    """
-    kd = sqdist if isinstance(sqdist, KnnDistances) else None
-    sq = None if kd is not None else np.asarray(sqdist, dtype=float)
-    n = kd.n if kd is not None else sq.shape[0]
-    k = int(readout.k)
-    if not 1 <= k < n:
-        raise SettingError(f"readout.k must satisfy 1 <= k < n (n={n}), got {k}")
-    from ia_stages.readout.model_selection import check_k, exact_k, select_k
-
-    lists = readout_lists(sqdist if kd is not None else sq, k)
-    if isinstance(n_clusters, tuple | list):
-        return select_k(sqdist if kd is not None else sq, readout, tuple(n_clusters), seed).labels
-    if n_clusters is not None:
-        check_k(n_clusters, n, sq)
-        if readout.with_k == "spectral":
-            labels = spectral_knn(lists, n_clusters, seed)
-        else:
-            labels = leiden_n_clusters(
-                lists,
-                n_clusters,
-                seed,
-                restarts=readout.restarts,
-                restart_bracket=readout.restart_bracket,
-                restart_tries=readout.restart_tries,
-                with_k_engine=readout.with_k_engine,
-            )
-        return exact_k(labels, n_clusters, lists, seed)
-    if readout.community == "silhouette":
-        return select_k(sqdist if kd is not None else sq, readout, None, seed).labels
-    if readout.community == "leiden":
-        return leiden_knn(lists, seed, readout.resolution)
-    if kd is not None:
-        raise SettingError(
-            "readout.community 'hdbscan' needs the dense kappa^max (path.mode 'dense'); the "
-            "kNN path has 'silhouette' and 'leiden'"
-        )
-    return hdbscan_distances(sq, int(readout.min_cluster_size))
