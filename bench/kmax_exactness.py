@@ -2,7 +2,7 @@
 an exhaustive reference of the same objective, on images our code did not make.
 
 Usage: python bench/kmax_exactness.py [--n 150] [--shapes 6 --renderings 8] [--sigma 1 2]
-       [--beta 2 20] [--quick]
+       [--beta 2 20] [--data digits shapes] [--variants] [--quick]
 
 Data sets:
 
@@ -22,6 +22,8 @@ ratio to the default's. ``spread d2`` (shapes only): the largest difference in d
 renderings of the same two letters (0 for an invariant search; at a large beta it also shows
 the far pairs whose refinement the pruning stops early, as their kernel value cannot matter).
 The reference is exhaustive in its window only: a search may beat it (a negative miss).
+``--variants`` adds the settling check's cheaper variants (a tighter ``settle_margin``, fewer or
+more ``settle_angles``, fewer ``settle_starts``, a smaller window), each against the default.
 """
 
 from __future__ import annotations
@@ -166,14 +168,30 @@ def spread(d2: np.ndarray, labels: np.ndarray) -> float:
     return worst
 
 
-def searches() -> dict[str, SearchSettings]:
-    """The searches compared: the default, the default without its settling check (the
-    search before that check existed) and the exact preset."""
-    return {
+# the settling check's variants of ``--variants``: name -> its settings beside settle_shift 6
+VARIANTS = {
+    "margin .03": {"settle_margin": 0.03},
+    "margin .01": {"settle_margin": 0.01},
+    "angles 12": {"settle_angles": 12},
+    "angles 36": {"settle_angles": 36},
+    "starts 3": {"settle_starts": 3},
+    "shift 4": {"settle_shift": 4},
+}
+
+
+def searches(variants: bool = False) -> dict[str, SearchSettings]:
+    """The searches compared: the default, the default with its settling check (opt-in,
+    ``settle_shift`` 6) and the exact preset; with ``variants`` also the check's cheaper
+    variants (:data:`VARIANTS`)."""
+    out = {
         "settle 6": SearchSettings(settle_shift=6),
         "default": SearchSettings(),
         "exact": EXACT_SEARCH,
     }
+    if variants:
+        for name, change in VARIANTS.items():
+            out[name] = SearchSettings(**{"settle_shift": 6, **change})
+    return out
 
 
 def main() -> None:
@@ -185,13 +203,20 @@ def main() -> None:
     ap.add_argument("--beta", type=float, nargs="+", default=[2.0, 20.0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="40 digits, 4 letters x 5 renderings")
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="also the settling check's cheaper variants (VARIANTS)",
+    )
+    ap.add_argument("--data", nargs="+", choices=["digits", "shapes"], default=["digits", "shapes"])
     args = ap.parse_args()
     if args.quick:
         args.n, args.shapes, args.renderings = 40, 4, 5
-    sets = [rotated_digits(args.n, args.seed),
-            rendered_shapes(args.shapes, args.renderings, args.seed)]  # fmt: skip
+    sets = [rotated_digits(args.n, args.seed)] if "digits" in args.data else []
+    if "shapes" in args.data:
+        sets.append(rendered_shapes(args.shapes, args.renderings, args.seed))
     warm = sets[0].images[:6]
-    for s in searches().values():  # compile (and load the compiled kernels) before timing
+    for s in searches(args.variants).values():  # compile before timing
         kappa_max(warm, beta=2.0, settings=s)
     exhaustive(warm, 2.0, 1.0)
     print(f"# reference: {REF_ANGLES} rotations x shifts within +-{REF_SHIFT} px, "
@@ -207,7 +232,7 @@ def main() -> None:
                 print(head + ("  spread d2" if data.name == "shapes" else ""), flush=True)
                 ref, ref_cpu = timed(exhaustive, data.images, beta, sigma)
                 found = {name: timed(searched, data.images, beta, sigma, s)
-                         for name, s in searches().items()}  # fmt: skip
+                         for name, s in searches(args.variants).items()}  # fmt: skip
                 base = found["default"][1] / (n * (n - 1) / 2) * 1e6
                 for name, (d2, cpu) in found.items():
                     print(row(name, d2, ref, beta, cpu, base, data))

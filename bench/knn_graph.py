@@ -5,7 +5,8 @@ Usage: python bench/knn_graph.py build [--digits 5000] [--copies 20] [--k 10] [-
            [--out DIR] [--quick]
        python bench/knn_graph.py recall [--digits 1000] [--copies 20] [--k 10] [--sigma 1 2]
            [--c auto] [--r 0] [--x 32] [--rows 200] [--route both] [--data digits|letters]
-           [--noise STD | --snr RATIO] [--beta 1] [--search exact default] [--exact-width W]
+           [--noise STD | --snr RATIO] [--elastic-alpha 2] [--beta 1]
+           [--search exact default] [--exact-width W]
            [--centroid-noise 3] [--mirror] [--background none mask] [--quick]
 
 ``build``: the labelled ``.npz`` stack of ``bench/cluster.py large``
@@ -20,7 +21,9 @@ the stack and the process's peak RSS.
 ``recall``: data: ``--data digits`` as ``build`` (made in this process); ``--data letters``:
 letters rendered from their outlines at random angles and shifts (:mod:`ia_stages.data.render`,
 40 x 40 px, psf 0.7), ``--digits`` letters of A-Z cycled x ``--copies``. ``--noise``/``--snr``
-add white noise (seeded) to either kind.
+add white noise (seeded) to either kind; ``--elastic-alpha`` sets the digits' deformation
+(:func:`~ia_stages.data.large.digit_copies`' ``elastic_alpha``, px; 2 by default, 6 deforms
+strongly).
 
 Reference: the exact rectangular kappa^max (``EXACT_SEARCH``) of ``--rows`` random images
 against every image; a row's true k - 1 nearest others are its lowest d2 outside itself.
@@ -126,10 +129,18 @@ def recall(args: argparse.Namespace) -> None:
 
         noise = args.noise
         if args.snr is not None:
-            clean = digit_copies(args.copies, n_digits=args.digits, seed=args.seed).data
+            clean = digit_copies(
+                args.copies, n_digits=args.digits, seed=args.seed, elastic_alpha=args.elastic_alpha
+            ).data
             noise = float(np.sqrt(clean.astype(np.float64).var(axis=(1, 2)).mean() / args.snr))
             print(f"SNR {args.snr:g}: white noise std {noise:.4f}")
-        data = digit_copies(args.copies, n_digits=args.digits, noise=noise, seed=args.seed)
+        data = digit_copies(
+            args.copies,
+            n_digits=args.digits,
+            noise=noise,
+            seed=args.seed,
+            elastic_alpha=args.elastic_alpha,
+        )
         X, label = data.data, np.asarray(data.label)
     else:
         X = letters(args.digits, args.copies, args.seed)
@@ -246,6 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--route", default="both")
     ap.add_argument("--data", choices=["digits", "letters"], default="digits")
     ap.add_argument("--noise", type=float, default=0.0, help="white noise std (images in [0, 1])")
+    ap.add_argument(
+        "--elastic-alpha",
+        type=float,
+        default=2.0,
+        help="digits: the elastic deformation's displacement scale (px)",
+    )
     ap.add_argument("--snr", type=float, default=None,
                     help="digits: noise at this signal-to-noise power ratio instead of --noise "
                     "(the clean images' mean pixel variance over the noise variance)")  # fmt: skip
