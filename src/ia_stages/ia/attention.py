@@ -16,7 +16,7 @@ import numpy as np
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import normalize, rbf_kernel
-from ia_stages.core.validation import check_images, check_number
+from ia_stages.core.validation import check_images
 from ia_stages.ia.invariant_mean import InvariantMeanResult, _invariant_mean
 from ia_stages.ia.weights import dense_weights, knn_weights
 from ia_stages.kmax import KappaMaxResult
@@ -82,7 +82,7 @@ def kernel_attention(
     [[0.1, 0.0], [0.1, 0.0], [5.1, 5.0], [5.1, 5.0]]
     """
     check_setting("beta", beta)
-    check_number(iterations, "iterations", integer=True, low=0)
+    check_setting("iterations", iterations)
     check_setting("normalization", normalization)
     X = check_images(X, "X") if getattr(X, "ndim", 3) == 3 else X
     xp = array_module(X)

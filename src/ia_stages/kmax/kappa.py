@@ -6,15 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ia_stages.core.groups import SE2, AffineFamily, has_mirror, lists_group
-from ia_stages.core.validation import check_choice, check_image_content, check_images, check_number
+from ia_stages.core.validation import check_image_content, check_images
 from ia_stages.kmax.candidates import kappa_max_candidates
 from ia_stages.kmax.group_search import kappa_max_group, refine_knn
 from ia_stages.kmax.knn import _check_k, kappa_max_knn, knn_scan_memory_mb
 from ia_stages.kmax.neighbours import KnnResult
 from ia_stages.kmax.search import FLOATS, KappaMaxResult, kappa_max_all_pairs
 from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
-from ia_stages.settings.images import NORMALIZATIONS
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
+from ia_stages.settings.spec import SettingError
+from ia_stages.settings.tree import check_setting
 
 KNN_MODES = ("auto", "exact", "candidates")
 
@@ -129,9 +130,11 @@ def kappa_max(
     >>> kappa_max(X, k=2, beta=2.0).indices[:, 0].tolist()
     [0, 1, 2]
     """
-    check_number(beta, "beta", low=0.0, low_open=True)
-    check_number(sigma, "sigma", low=0.0)
-    check_choice(normalization, "normalization", NORMALIZATIONS)
+    check_setting("beta", beta)
+    if isinstance(sigma, str):  # 'auto' is the estimator's: it needs the noise settings
+        raise SettingError(f"sigma must be a number >= 0 here, got {sigma!r}")
+    check_setting("sigma", sigma)
+    check_setting("normalization", normalization)
     first = "U" if k is None else "X"  # the kNN mode compares one set X with itself
     U = check_images(U, first, dtype=FLOATS)
     V = None if V is None else check_images(V, "V", image_shape=U.shape[1:], dtype=FLOATS, like="U")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,15 +23,24 @@ from ia_stages.settings.tree import Settings
 def job_tree(settings: dict) -> Settings:
     """The job's settings tree from its settings JSON: the part of the dataset's tree its
     stage reads (:data:`ia_stages.pipeline.config.STAGE_SETTINGS`), every other setting
-    unset, so that the job cannot depend on what its settings hash does not cover.
+    unset, so that the job cannot depend on what its settings hash does not cover. Built and
+    checked once per job: the stage's helpers that ask again get the same (frozen) tree.
 
     Example
     -------
     >>> job_tree({"settings": {"beta": 2.0}}).beta
     2.0
+    >>> job_tree({"settings": {"beta": 2.0}}) is job_tree({"settings": {"beta": 2.0}})
+    True
     """
+    return _tree_of(json.dumps(settings.get("settings", {}), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _tree_of(text: str) -> Settings:
+    """:func:`job_tree` of the settings JSON ``text`` (keys sorted)."""
     try:
-        return Settings.from_dict(settings.get("settings", {}), partial=True)
+        return Settings.from_dict(json.loads(text), partial=True)
     except SettingError as err:
         raise InputError(f"settings key {err}") from None
 
