@@ -11,9 +11,12 @@ Modules (imports point from the top of this list downwards):
   to kNN lists alone (from a dense result, symmetrised);
 - :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.rings`: the polar rotation
   scan (matrix products) and its compiled ring sampling and peak picking;
-- :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
-  for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and the scan's peak
-  picking) with numba-cuda for the GPU;
+- :mod:`~ia_stages.kmax.refine`: the per-pair search from Python (the pairs' layout, its
+  limits, :func:`~ia_stages.kmax.refine.search_pairs`); its one scalar source is
+  :mod:`~ia_stages.kmax.refine_kernels` (cost, derivatives, Newton-LM steps) and
+  :mod:`~ia_stages.kmax.search_kernels` (a pair's search over its starts, the CPU drivers),
+  compiled with numba for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and
+  the scan's peak picking) with numba-cuda for the GPU;
 - :mod:`~ia_stages.kmax.align`: Gauss-Newton Levenberg-Marquardt alignment in array code
   (the paper-style local descent; a reference in tests and benchmarks).
 """

@@ -1,12 +1,12 @@
 """The per-pair search kernel compiled in a background process while a job's first steps run.
 
-numba compiles :func:`ia_stages.kmax.refine._search_range` once per install and keeps it in its
-cache (``cache=True``). On a fresh install that compile would stall the first kNN job at its
-first search, after the images, features and candidates were made on the job's own cores; a
-second process compiles it while those steps run instead, and the job loads it from the cache
-when it needs it. Nothing here changes a result: the kernel read from the cache is the one this
-process would have compiled, and where the background compile fails or cannot help (the kernel
-is cached already, numba cannot cache, a GPU runs the search) the job compiles as before.
+numba compiles :func:`ia_stages.kmax.search_kernels._search_range` once per install and keeps it in
+its cache (``cache=True``). On a fresh install that compile would stall the first kNN job at its
+first search, after the images, features and candidates were made on the job's own cores; a second
+process compiles it while those steps run instead, and the job loads it from the cache when it needs
+it. Nothing here changes a result: the kernel read from the cache is the one this process would have
+compiled, and where the background compile fails or cannot help (the kernel is cached already, numba
+cannot cache, a GPU runs the search) the job compiles as before.
 
 Example
 -------
@@ -62,7 +62,7 @@ def search_kernel_cached() -> bool:
     >>> isinstance(search_kernel_cached(), bool)
     True
     """
-    from ia_stages.kmax.refine import _search_range
+    from ia_stages.kmax.search_kernels import _search_range
 
     cache_file = getattr(getattr(_search_range, "_cache", None), "_cache_file", None)
     index = getattr(cache_file, "_index_path", None)
