@@ -3,6 +3,10 @@
 Modules (imports point from the top of this list downwards):
 
 - :mod:`~ia_stages.kmax.kappa`: :func:`kappa_max`, the public entry, which picks a mode;
+- :mod:`~ia_stages.kmax.candidates`: the candidates mode for large sets
+  (``mode="candidates"``): the driver of its passes; :mod:`~ia_stages.kmax.pair_refinement`
+  refines its chosen pairs (their polar scan and the per-pair search) and
+  :mod:`~ia_stages.kmax.candidate_pairs` keeps the refined pairs and makes the lists of them;
 - :mod:`~ia_stages.kmax.knn`: the exact kNN mode (``kappa_max(X, k=...)``): each sample's k
   nearest, from the same scan and refinement run on the pairs that can enter a list;
 - :mod:`~ia_stages.kmax.search`: the all-pairs search, its settings, the coarse scans and the

@@ -14,11 +14,11 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
   KnnDistances`);
 - ``knn-block`` (row blocks, one job each): the refinement of the candidate pairs whose
-  later image is in its rows (:func:`ia_stages.kmax.candidates.refine_rows`; each pair in one
+  later image is in its rows (:func:`ia_stages.kmax.pair_refinement.refine_rows`; each pair in one
   block), as refined pairs: by the screen (the default search) with ``features.screen``, else
   by the exact preset;
 - ``knn-gather``: every sample's k nearest from all blocks' pairs
-  (:func:`ia_stages.kmax.candidates.knn_from_pairs`), for a dataset group with more
+  (:func:`ia_stages.kmax.candidate_pairs.knn_from_pairs`), for a dataset group with more
   parameters than SE(2) refined over the group: the kNN store, equal to one unsharded
   ``kappa_max(X, k=k, mode="candidates", group=...)``.
 
@@ -51,20 +51,19 @@ from ia_stages.core.backend import BackendError, resolve_backend, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily, group_of, has_mirror, lists_group
 from ia_stages.ia.distances import knn_sample_search, knn_search
 from ia_stages.kmax import SearchSettings
+from ia_stages.kmax.candidate_pairs import CandidatePairs, knn_from_pairs
 from ia_stages.kmax.candidates import (
-    CandidatePairs,
     candidate_lists,
     has_second_pass,
-    knn_from_pairs,
     listed_candidates,
     prepared_images,
-    refine_rows,
     second_pass,
 )
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
 from ia_stages.kmax.features import invariant_features
 from ia_stages.kmax.group_search import refine_knn
 from ia_stages.kmax.neighbours import KnnResult
+from ia_stages.kmax.pair_refinement import refine_rows
 from ia_stages.pipeline.stages.common import (
     InputError,
     job_tree,
