@@ -70,9 +70,10 @@ def kappa_max_candidates(
 
     The steps a sharded run takes as separate jobs, here in one call:
     :func:`prepared_images`, :func:`invariant_features` and :func:`candidate_lists` (global,
-    once), :func:`.refine_rows` over all rows, :func:`.knn_from_pairs`, and with
-    ``features.n_expand`` the expansion pass (:func:`.expansion_candidates`, refined, merged).
-    A run sharded into row blocks (the pipeline's ``knn`` stage) gives the same lists. On a
+    once), then :func:`knn_passes`: :func:`first_pass` over all rows, :func:`.knn_from_pairs`,
+    and where :func:`has_second_pass` the second pass (:func:`second_pass`: the screened lists
+    refined exactly, the expansion's candidates refined), merged. A run sharded into row
+    blocks (the pipeline's ``knn`` stage) gives the same lists. On a
     fresh install the search kernel is compiled in a background process while the features
     and candidates are made (:mod:`ia_stages.kmax.compile_ahead`; the time only).
 
@@ -134,24 +135,110 @@ def kappa_max_candidates(
         else:
             cand = check_candidates(candidates, n)
         ready()
-    pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
-    result = knn_from_pairs(n, k, pairs, beta, uu, group)
-    clock.lap("refine")
-    if has_second_pass(settings, features, k):
-        skip = pairs.a * n + pairs.b
-        # a first-pass pair outside both its images' lists stays beaten by their k - 1 listed
-        # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
-        pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
-        more = second_pass(
-            Un, result, skip, range(n), beta, group, settings, sigma, features, progress
-        )
-        refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
-        del skip
-        result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
-        result.pairs_scanned = result.pairs_refined = refined
-        clock.lap("expand")
+    result = knn_passes(Un, cand, k, uu, beta, group, settings, sigma, features, progress, clock)
     result.seconds = clock.totals()
     return result
+
+
+def knn_passes(
+    Un: Any,
+    cand: np.ndarray,
+    k: int,
+    uu: np.ndarray,
+    beta: float = 1.0,
+    group: SE2 | AffineFamily = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
+    progress: Callable[[int], None] | None = None,
+    clock: Any = None,
+) -> KnnResult:
+    """Every sample's k nearest (itself first) from its candidates: the passes of the
+    candidates mode over all rows, in one process.
+
+    :func:`first_pass` over every row, :func:`.knn_from_pairs`, and where
+    :func:`has_second_pass`, :func:`second_pass` over those lists, merged with the first
+    pass's listed pairs by :func:`.knn_from_pairs`. A run sharded into row blocks (the
+    pipeline's ``knn-block``, ``knn-expand`` and ``knn-gather`` jobs) calls the same steps
+    per block and gives the same lists; :func:`kappa_max_candidates` and the one-job
+    ``knn-whole`` stage call this.
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images` (numpy, or cupy: the scan and refinement on
+        the GPU)
+    cand : ``(n, c)`` every sample's candidates (:func:`candidate_lists`, or given)
+    k : list length, the sample included
+    uu : ``(n,)`` the squared norms of the prepared images (for ``margin_used``)
+    beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+    clock : an internal timer (laps 'refine' and, with a second pass, 'expand')
+
+    Returns
+    -------
+    KnnResult with ``(n, k)`` arrays; ``pairs_refined`` (and ``pairs_scanned``) counts each
+    pair refined once however many passes refined it.
+
+    Example
+    -------
+    >>> Un = prepared_images(X, 3, features=fs)  # doctest: +SKIP
+    >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
+    >>> knn_passes(Un, cand, 3, sumsq_rows(Un), features=fs).indices.shape  # doctest: +SKIP
+    (n, 3)
+    """
+    n = Un.shape[0]
+    rows = range(n)
+    pairs = first_pass(Un, cand, rows, k, beta, group, settings, sigma, features, progress)
+    result = knn_from_pairs(n, k, pairs, beta, uu, group)
+    if clock is not None:
+        clock.lap("refine")
+    if not has_second_pass(settings, features, k):
+        return result
+    skip = pairs.a * n + pairs.b
+    # a first-pass pair outside both its images' lists stays beaten by their k - 1 listed
+    # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
+    pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
+    more = second_pass(Un, result, skip, rows, beta, group, settings, sigma, features, progress)
+    refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
+    del skip
+    result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
+    result.pairs_scanned = result.pairs_refined = refined
+    if clock is not None:
+        clock.lap("expand")
+    return result
+
+
+def first_pass(
+    Un: Any,
+    cand: np.ndarray,
+    rows: range,
+    k: int,
+    beta: float = 1.0,
+    group: SE2 | AffineFamily = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
+    progress: Callable[[int], None] | None = None,
+) -> CandidatePairs:
+    """The first pass of row block ``rows``: :func:`.refine_rows` with the first pass's search
+    (:func:`~ia_stages.settings.path.first_pass_search`: the screen with ``features.screen``,
+    else ``settings``).
+
+    Parameters
+    ----------
+    Un, cand : as :func:`knn_passes`
+    rows : the block's samples (``range(n)``: all)
+    k, beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+
+    Returns
+    -------
+    CandidatePairs
+
+    Example
+    -------
+    >>> pairs = first_pass(Un, cand, range(0, 10), 3)  # doctest: +SKIP
+    """
+    search = first_pass_search(settings, features)
+    return refine_rows(Un, cand, rows, k, beta, group, search, sigma, progress)
 
 
 def check_candidates(candidates: Any, n: int) -> np.ndarray:
