@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.kmax.search_kernels import _search_range
 from ia_stages.settings.search import SearchSettings
 
 log = logging.getLogger("ia_stages")
@@ -62,8 +63,6 @@ def search_kernel_cached() -> bool:
     >>> isinstance(search_kernel_cached(), bool)
     True
     """
-    from ia_stages.kmax.search_kernels import _search_range
-
     cache_file = getattr(getattr(_search_range, "_cache", None), "_cache_file", None)
     index = getattr(cache_file, "_index_path", None)
     return index is None or Path(index).exists()
@@ -156,6 +155,7 @@ def search_compiled_ahead(
 def _main() -> None:
     """The background process: one kappa^max among three small images under the settings
     :func:`start_search_compile` pickled into ``sys.argv[1]``."""
+    # lazy: a cycle: ia_stages.kmax imports this module (through kmax.candidates)
     from ia_stages.kmax import kappa_max
 
     beta, normalization, group, search, sigma = pickle.loads(base64.b64decode(sys.argv[1]))

@@ -369,6 +369,7 @@ class _PairScan:
             if joint:
                 return pair_joint_peaks(scores[:, None], rows, zero, c, self.neighbours)
             return pair_peaks(scores[:, None], rows, zero, c)
+        # lazy: numba.cuda is optional (arrays on a GPU only)
         from ia_stages.kmax.cuda import (
             lattice_pair_scores_cuda,
             pair_joint_peaks_cuda,
