@@ -96,7 +96,7 @@ class Resolution:
     V : ``(n_j, (H + 2 _PAD) (W + 2 _PAD))`` what the interpolation's taps weigh for the
         moving images (:func:`ia_stages.core.warp.spline_coefficients`: the images for 'keys',
         their B-spline coefficients for 'bspline'), zero-padded, flattened and
-        :func:`_packed` (the CPU kernels), or float32 (``packed=False``: the CUDA kernels);
+        :func:`._packed` (the CPU kernels), or float32 (``packed=False``: the CUDA kernels);
         the same float32 values either way
     uu, vv : squared norms of the targets and of the moving images (rounded to float32, as
         ``V`` stores them)

@@ -114,7 +114,7 @@ def _cost(gy, gx, t, v, Wp, H, W, uu, vv, th, b0, b1, m):
     """d2 = uu + vv - 2 sum_p t[p] (v o tau)[p] at tau = (th, b0, b1).
 
     ``gy, gx, t``: centred coordinates and values of the target's non-zero pixels
-    (:class:`Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
+    (:class:`.Resolution`); ``v``: the moving image zero-padded by ``_PAD``, flattened and
     :func:`_packed`, row length ``Wp``; ``H, W``: the unpadded image shape; ``m``: the
     interpolation's 16 tap coefficients (:func:`ia_stages.core.taps.taps`), ``v`` holding
     what its taps weigh (:func:`ia_stages.core.warp.spline_coefficients`).
@@ -274,7 +274,7 @@ def _lift_damping(Hm, lam, S):
 
 @njit(cache=True)
 def _workspace():
-    """Scratch for the refinements of one pair (:func:`_refine_from`; :func:`_search` makes one
+    """Scratch for the refinements of one pair (:func:`_refine_from`; :func:`._search` makes one
     per pair): the 3 x 3 algebra of every step then allocates nothing."""
     return np.empty((7, 3, 3))
 
@@ -285,7 +285,7 @@ def _refine_one(gy, gx, t, v, Wp, H, W, uu, vv, p, iters, tol, beta, kappa_stop,
     """Newton-LM from ``p (3,)`` (updated in place) on one pair (:func:`_cost` arguments),
     for at most ``iters`` steps (tried or taken), until a gain below ``tol`` or
     :func:`_converged`; returns the cost at the final ``p``. ``lm``: (lam0, lam_reject,
-    abandon) as in :class:`RefinePolicy`; ``ws``: :func:`_workspace`; ``m``: the tap
+    abandon) as in :class:`.RefinePolicy`; ``ws``: :func:`_workspace`; ``m``: the tap
     coefficients (:func:`_cost`)."""
     g = ws[0, 0]
     Hm = ws[1]

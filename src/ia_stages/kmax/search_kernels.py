@@ -87,14 +87,14 @@ def _search_pair(k, ii, jj, starts, n_plain, mirror_row, exact, full, tail, half
                  coarse_iters, beta, prune_kappa, margin, kappa_stop, coarse_stop, half_gap,
                  same_angle, same_shift, lm, polish, m_taps, costs, half_costs, g_c, H_c, p_c,
                  order, ws, out_p, out_c, out_m):  # fmt: skip
-    """Pair ``k`` of :func:`search_pairs` on the tuples of :meth:`Resolution.arrays`: ``full``
+    """Pair ``k`` of :func:`.search_pairs` on the tuples of :meth:`.Resolution.arrays`: ``full``
     ranks and refines at full resolution; with ``polish`` the winner is refined again on
     ``exact``, whose target pixels are those of ``full`` and ``tail``; ``m_taps``: the
-    interpolation's tap coefficients (:func:`_cost`). Candidates ``n_plain`` on are of the
+    interpolation's tap coefficients (:func:`._cost`). Candidates ``n_plain`` on are of the
     moving image ``mirror_row`` rows after ``jj[k]`` (its mirror image): they are ranked,
     pruned and refined with the others, and ``out_m[k]`` says whether one of them won.
     Scratch, all overwritten: ``costs, half_costs, order (n_c,)``, ``g_c, p_c (n_c, 3)``,
-    ``H_c (n_c, 3, 3)``, ``ws`` (:func:`_workspace`)."""
+    ``H_c (n_c, 3, 3)``, ``ws`` (:func:`._workspace`)."""
     off, gy, gx, t, V, uu, vv, shape = full
     offe, gye, gxe, te, uue = exact[0], exact[1], exact[2], exact[3], exact[5]
     offt, gyt, gxt, tt = tail[0], tail[1], tail[2], tail[3]
