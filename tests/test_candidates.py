@@ -219,14 +219,9 @@ def test_row_blocks_give_the_one_calls_lists(copies):
     its listed pairs refined exactly and its neighbours' neighbours; all pairs merged), the
     candidates mode gives exactly the lists of one call, even where the row blocks cut the
     feature search's batches."""
-    from ia_stages.kmax.candidates import (
-        CandidatePairs,
-        candidate_lists,
-        knn_from_pairs,
-        prepared_images,
-        refine_rows,
-        second_pass,
-    )
+    from ia_stages.kmax.candidate_pairs import CandidatePairs, knn_from_pairs
+    from ia_stages.kmax.candidates import candidate_lists, prepared_images, second_pass
+    from ia_stages.kmax.pair_refinement import refine_rows
     from ia_stages.settings.path import first_pass_search
 
     X = copies.data[:24].astype(float)
@@ -274,12 +269,9 @@ def test_the_screened_lists_keep_each_pairs_better_optimum_and_match_the_exact_o
     assert (screened.sqdist <= exact.sqdist + 1e-12).all()
     np.testing.assert_allclose(screened.sqdist, exact.sqdist, atol=1e-6)
     # the screen's own lists (not refined again) are nowhere nearer than the cascade's
-    from ia_stages.kmax.candidates import (
-        candidate_lists,
-        knn_from_pairs,
-        prepared_images,
-        refine_rows,
-    )
+    from ia_stages.kmax.candidate_pairs import knn_from_pairs
+    from ia_stages.kmax.candidates import candidate_lists, prepared_images
+    from ia_stages.kmax.pair_refinement import refine_rows
     from ia_stages.settings.path import first_pass_search
 
     Un = prepared_images(X, 4, 1.0, features=fs)
@@ -341,7 +333,7 @@ def test_ia_refines_its_candidates_with_its_own_search_unless_told_exact():
 
 def test_pairs_of_parts_that_are_all_empty_merge_to_no_pairs():
     """A row block whose second pass finds nothing new merges to an empty set of pairs."""
-    from ia_stages.kmax.candidates import CandidatePairs
+    from ia_stages.kmax.candidate_pairs import CandidatePairs
 
     merged = CandidatePairs.concat([CandidatePairs.none(3), CandidatePairs.none(3)])
     assert merged.a.size == 0 and merged.params.shape == (0, 3)
@@ -368,11 +360,10 @@ def test_refinement_does_not_depend_on_how_its_layout_is_chunked(copies):
     pair's squared distance, parameters and scan value bit for bit as one chunk does."""
     from dataclasses import replace
 
-    from ia_stages.kmax.candidates import (
+    from ia_stages.kmax.candidates import candidate_lists, prepared_images
+    from ia_stages.kmax.pair_refinement import (
         TARGET_BYTES_PER_PIXEL,
         _targets_per_chunk,
-        candidate_lists,
-        prepared_images,
         refine_pairs,
     )
 
@@ -397,7 +388,8 @@ def test_pairs_among_some_images_are_refined_as_among_those_images_alone(copies)
     """The refinement of pairs that touch a few of the images reads those images from the
     whole set (no copy of them): every pair's result is bit for bit that of the same pairs
     refined on a stack holding only those images."""
-    from ia_stages.kmax.candidates import prepared_images, refine_pairs
+    from ia_stages.kmax.candidates import prepared_images
+    from ia_stages.kmax.pair_refinement import refine_pairs
 
     X = copies.data[:30].astype(float)
     Un = prepared_images(X, 3, 1.0, features=FeatureSettings(n_candidates=6, n_dims=16))
@@ -417,7 +409,7 @@ def test_pairs_among_some_images_are_refined_as_among_those_images_alone(copies)
 def test_expansion_finds_neighbours_the_features_missed(copies):
     """The pass over neighbours of neighbours adds pairs not refined before, keeps every list
     sorted and exact where it agrees with the all-pairs result, and raises the recall."""
-    from ia_stages.kmax.candidates import expansion_candidates
+    from ia_stages.kmax.candidate_pairs import expansion_candidates
 
     X = copies.data.astype(float)
     n = X.shape[0]

@@ -44,7 +44,7 @@ from ia_stages.data.render import letter, render
 from ia_stages.kmax import SearchSettings, kappa_max
 from ia_stages.kmax.compile_ahead import search_kernel_cached
 from ia_stages.kmax.features import FeatureSettings
-from ia_stages.kmax.refine import _search_range
+from ia_stages.kmax.search_kernels import _search_range
 from ia_stages.readout.graph import sample_sqdist
 rng = np.random.default_rng(3)
 params = np.column_stack([rng.uniform(0, 6.28, 6), rng.uniform(-2, 2, (6, 2))])

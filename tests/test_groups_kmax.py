@@ -302,8 +302,8 @@ def test_candidate_mode_lists_under_the_group_are_the_exact_modes_on_a_small_set
 
 
 def test_bad_group_requests_name_the_key():
-    from ia_stages.kmax.candidates import refine_pairs as refine_candidates
     from ia_stages.kmax.knn import kappa_max_knn
+    from ia_stages.kmax.pair_refinement import refine_pairs as refine_candidates
 
     X = _renders()
     with pytest.raises(ValueError, match=r"^group: the kNN scan searches SE\(2\)"):

@@ -1,10 +1,10 @@
 """The CUDA build of the per-pair kappa^max search (ia_stages.kmax.cuda) against the CPU build.
 
-Both are compiled from the same scalar source (ia_stages.kmax.refine.SHARED). Without a GPU the
-CUDA kernel runs in numba's CUDA simulator, which must be switched on before numba.cuda is first
-imported, so each check runs in a fresh Python process and leaves this test process alone.
-A second check compiles the kernel to PTX for a real GPU (sm_90) where NVVM is installed: the
-simulator runs the Python source, and only the compiler sees CUDA typing errors.
+Both are compiled from the same scalar source (ia_stages.kmax.refine_kernels.SHARED). Without a GPU
+the CUDA kernel runs in numba's CUDA simulator, which must be switched on before numba.cuda is first
+imported, so each check runs in a fresh Python process and leaves this test process alone. A second
+check compiles the kernel to PTX for a real GPU (sm_90) where NVVM is installed: the simulator runs
+the Python source, and only the compiler sees CUDA typing errors.
 """
 
 from __future__ import annotations

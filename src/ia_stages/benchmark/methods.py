@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ia_stages.core.smoothing import normalize, sq_distances
+from ia_stages.settings.sizing import sized
 from ia_stages.settings.tree import Settings
 
 NEEDS = ("none", "kmax0", "kmax_all")
@@ -140,12 +142,14 @@ def _ablation_settings(pooling: str) -> Callable[[Settings, dict, str], dict]:
 
 
 def _kmeans(job: Job) -> Prediction:
+    # lazy: a method's engine loads when it runs (see the module docstring)
     from ia_stages.benchmark.baselines import kmeans_pixels
 
     return kmeans_pixels(job.X, job.n_clusters, job.seed), {}
 
 
 def _gmm(job: Job) -> Prediction:
+    # lazy: a method's engine loads when it runs (see the module docstring)
     from ia_stages.benchmark.baselines import gmm_pixels
 
     return gmm_pixels(job.X, job.n_clusters, job.seed), {}
@@ -153,7 +157,7 @@ def _gmm(job: Job) -> Prediction:
 
 def _ka(k_given: bool) -> Callable[[Job], Prediction]:
     def predict(job: Job) -> Prediction:
-        from ia_stages.core.smoothing import normalize, sq_distances
+        # lazy: a method's engine loads when it runs (see the module docstring)
         from ia_stages.ia.attention import kernel_attention
         from ia_stages.readout.linkage import cluster_by_distance
 
@@ -169,12 +173,14 @@ def _ka(k_given: bool) -> Callable[[Job], Prediction]:
 
 
 def _spectral_kmax(job: Job) -> Prediction:
+    # lazy: a method's engine loads when it runs (see the module docstring)
     from ia_stages.readout.graph import spectral_affinity
 
     return spectral_affinity(job.kmax[0].value, job.n_clusters, job.seed), {}
 
 
 def _kmedoids_kmax(job: Job) -> Prediction:
+    # lazy: a method's engine loads when it runs (see the module docstring)
     from ia_stages.benchmark.baselines import kmedoids
 
     res = kmedoids(np.sqrt(np.maximum(job.kmax[0].sqdist, 0.0)), job.n_clusters, job.rng)
@@ -186,6 +192,7 @@ def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
     'spectral' or 'leiden' with K given, None: community detection without K."""
 
     def predict(job: Job) -> Prediction:
+        # lazy: a method's engine loads when it runs (see the module docstring)
         from ia_stages.readout.partition import graph_partition
 
         readout = replace(job_tree(job).readout, k=job.settings["graph_k"])
@@ -201,8 +208,8 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
     """IA's read-out at every iteration 0..T and the iteration the stopping rule chose."""
 
     def predict(job: Job) -> Prediction:
+        # lazy: a method's engine loads when it runs (see the module docstring)
         from ia_stages.ia.loop import read_iterations
-        from ia_stages.settings.sizing import sized
 
         K = job.n_clusters if k_given else None
         n = job.kmax[0].sqdist.shape[0]
@@ -212,6 +219,7 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
         )
         labels = parts[chosen]
         if K is None and s.readout.merge > 0:  # as clusters.csv: join sub-styles
+            # lazy: a method's engine loads when it runs (see the module docstring)
             from ia_stages.ia.class_averages import cluster_averages
 
             labels, _ = cluster_averages(np.asarray(job.images, dtype=float), labels,
@@ -226,6 +234,7 @@ def _ia(k_given: bool) -> Callable[[Job], Prediction]:
 
 
 def _ti_kmeans(job: Job) -> Prediction:
+    # lazy: a method's engine loads when it runs (see the module docstring)
     from ia_stages.benchmark.baselines import ti_kmeans
 
     s, t = job.settings, job_tree(job)
@@ -255,6 +264,7 @@ def _ablation(pooling: str) -> Callable[[Job], Prediction]:
     loop.run_ia`) with kappa^max replaced by the group-pooled kernel, K given."""
 
     def predict(job: Job) -> Prediction:
+        # lazy: a method's engine loads when it runs (see the module docstring)
         from ia_stages.ia.loop import run_ia
         from ia_stages.kmax import KappaMaxResult
         from ia_stages.kmax.grid import GridSettings, group_kernel

@@ -13,6 +13,7 @@ def accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
 
     Unmatched clusters (more clusters than classes) count as errors.
     """
+    # lazy: scipy.optimize, for the accuracy only (the theory and tables jobs load none)
     from scipy.optimize import linear_sum_assignment
 
     t = np.unique(labels_true, return_inverse=True)[1]
@@ -25,14 +26,14 @@ def accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
 
 def nmi(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Normalised mutual information (arithmetic normalisation, scikit-learn)."""
-    from sklearn.metrics import normalized_mutual_info_score
+    from sklearn.metrics import normalized_mutual_info_score  # lazy: scikit-learn, for NMI only
 
     return float(normalized_mutual_info_score(labels_true, labels_pred))
 
 
 def ari(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Adjusted Rand index (scikit-learn)."""
-    from sklearn.metrics import adjusted_rand_score
+    from sklearn.metrics import adjusted_rand_score  # lazy: scikit-learn, for ARI only
 
     return float(adjusted_rand_score(labels_true, labels_pred))
 

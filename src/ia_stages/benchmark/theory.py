@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import ndimage
 
 from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.core.smoothing import normalize, smooth
+from ia_stages.core.warp import sampling_field, warp
 from ia_stages.ia.invariant_mean import invariant_mean
 from ia_stages.kmax import KappaMaxResult
 from ia_stages.settings.attention import MeanSettings
@@ -80,10 +83,6 @@ def random_group_params(
 def exact_warp(v: np.ndarray, params: np.ndarray, group: SE2 | AffineFamily) -> np.ndarray:
     """s v o tau for one image ``(H, W)`` by quintic-spline interpolation (scipy), s =
     sqrt|det A| (norm preserving): a reference warp independent of the library's."""
-    from scipy import ndimage
-
-    from ia_stages.core.warp import sampling_field
-
     A = group.matrix(params)
     f = sampling_field(A[None], group.translation(params)[None], v.shape)[0]
     s = np.sqrt(abs(np.linalg.det(A)))
@@ -109,8 +108,6 @@ def invariance_error(
     :func:`random_group_params`). Images should
     have room on the canvas for the transform (content moved off the canvas is lost).
     """
-    from ia_stages.core.warp import warp
-
     xp = array_module(V)
     moved = warp(V, xp.asarray(params), group)
     a, b = kernel(V), kernel(moved)
@@ -177,7 +174,7 @@ def rendered_invariance_error(
     The largest change over all renderings of the kernel value (relative to the upright
     pair's) and of its squared distance, and the data's floor.
     """
-    from ia_stages.core.smoothing import normalize, smooth
+    # lazy: data.render loads matplotlib's text paths
     from ia_stages.data.render import letter, render
 
     if not 1 <= pairs <= len(RENDERED_PAIRS):

@@ -18,21 +18,35 @@ class BackendError(RuntimeError):
     """The requested backend is not available."""
 
 
+def cupy_module() -> ModuleType:
+    """The ``cupy`` module, imported on first use: cupy is optional (the ``gpu`` extra), so no
+    module imports it at its top. Raises ImportError where it is not installed.
+
+    Example
+    -------
+    >>> try:
+    ...     xp = cupy_module()
+    ... except ImportError:
+    ...     xp = np
+    >>> hasattr(xp, "asarray")
+    True
+    """
+    import cupy  # lazy: cupy is optional (the gpu extra)
+
+    return cupy
+
+
 def array_module(*arrays: Any) -> ModuleType:
     """Return ``cupy`` if any array is a cupy array, else ``numpy``."""
     for a in arrays:
         if type(a).__module__.startswith("cupy"):
-            import cupy
-
-            return cupy
+            return cupy_module()
     return np
 
 
 def _cupy_usable() -> bool:
     try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
+        return cupy_module().cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
 
@@ -55,9 +69,7 @@ def resolve_backend(name: str) -> str:
 def to_backend(array: Any, backend: str) -> Any:
     """Move ``array`` to ``backend`` ('numpy' or 'cupy')."""
     if backend == "cupy":
-        import cupy
-
-        return cupy.asarray(array)
+        return cupy_module().asarray(array)
     return to_numpy(array)
 
 
@@ -71,10 +83,10 @@ def to_numpy(array: Any) -> np.ndarray:
 def ndimage_module(xp: ModuleType) -> ModuleType:
     """Return ``scipy.ndimage`` or ``cupyx.scipy.ndimage`` to match ``xp``."""
     if xp is np:
-        import scipy.ndimage
+        import scipy.ndimage  # lazy: a tenth of a second to import, and the kmax path needs none
 
         return scipy.ndimage
-    import cupyx.scipy.ndimage
+    import cupyx.scipy.ndimage  # lazy: cupy is optional
 
     return cupyx.scipy.ndimage
 
@@ -82,9 +94,9 @@ def ndimage_module(xp: ModuleType) -> ModuleType:
 def fft_module(xp: ModuleType) -> ModuleType:
     """Return ``scipy.fft`` or ``cupyx.scipy.fft`` to match ``xp``."""
     if xp is np:
-        import scipy.fft
+        import scipy.fft  # lazy: a tenth of a second to import, and the kmax path needs none
 
         return scipy.fft
-    import cupyx.scipy.fft
+    import cupyx.scipy.fft  # lazy: cupy is optional
 
     return cupyx.scipy.fft

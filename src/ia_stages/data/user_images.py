@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from ia_stages.core.background import subtract_background
-from ia_stages.core.validation import constant_images, min_side
+from ia_stages.core.validation import constant_images, min_side, rgb_to_gray
 from ia_stages.data.datasets import Dataset, DatasetError
 from ia_stages.settings.images import MaskSettings
 from ia_stages.settings.spec import from_dict
@@ -66,10 +68,8 @@ def _folder_files(root: Path) -> tuple[list[Path], list[str] | None]:
 
 def _image_header(path: Path) -> tuple[int, int]:
     """(H, W) of one image file from its header; the whole file is checked by ``verify``."""
-    from PIL import Image, UnidentifiedImageError
-
     if path.suffix.lower() in (".tif", ".tiff"):
-        import tifffile
+        import tifffile  # lazy: tifffile, for TIFF inputs only (each reader ~10-40 ms to load)
 
         try:
             with tifffile.TiffFile(path) as tif:
@@ -106,7 +106,7 @@ def _stack_shape(shape: tuple[int, ...], path: Path) -> tuple[int, int, int]:
 
 
 def _open_xarray(path: Path):
-    import xarray as xr
+    import xarray as xr  # lazy: xarray takes tenths of a second to load; .zarr/.nc inputs only
 
     try:
         if path.suffix == ".zarr" or path.is_dir():
@@ -206,7 +206,7 @@ def probe(path: str | Path) -> Probe:
             if lab is not None:
                 labels = _stack_labels(ds[lab].values, _stack_shape(shape, path)[0], path)
     elif suffix in (".tif", ".tiff"):
-        import tifffile
+        import tifffile  # lazy: tifffile, for TIFF inputs only (each reader ~10-40 ms to load)
 
         try:
             with tifffile.TiffFile(path) as tif:
@@ -216,7 +216,7 @@ def probe(path: str | Path) -> Probe:
             raise DatasetError(f"{path}: not a readable TIFF ({err})") from None
         shape = (pages, *page) if pages > 1 else page
     elif suffix in (".mrc", ".mrcs"):
-        import mrcfile
+        import mrcfile  # lazy: mrcfile, for MRC inputs only (each reader ~10-40 ms to load)
 
         try:
             with mrcfile.mmap(path, mode="r", permissive=False) as mrc:
@@ -331,7 +331,7 @@ def _check_fits_in_memory(path: str | Path, n: int, side: tuple[int, int]) -> No
     """A one-line error naming ``path`` when its ``n`` images of ``side`` pixels, as the float64
     array every stage holds, need more than the memory available here (the images are read
     whole: nothing streams them in chunks)."""
-    import psutil
+    import psutil  # lazy: psutil, for the memory check only
 
     need = n * side[0] * side[1] * 8
     free = psutil.virtual_memory().available
@@ -354,19 +354,16 @@ def _to_float(a: np.ndarray) -> np.ndarray:
 
 def _gray(a: np.ndarray, where: str, rgb: list[str]) -> np.ndarray:
     """(H, W, 3|4) -> (H, W) luminance (:func:`ia_stages.core.validation.rgb_to_gray`)."""
-    from ia_stages.core.validation import rgb_to_gray
-
     rgb.append(where)
     return rgb_to_gray(a)
 
 
 def _read_folder(files: list[Path], root: Path, rgb: list[str]) -> list[np.ndarray]:
-    from PIL import Image, UnidentifiedImageError
-
     out = []
     for f in files:
         try:
             if f.suffix.lower() in (".tif", ".tiff"):
+                # lazy: tifffile, for TIFF inputs only (each reader ~10-40 ms to load)
                 import tifffile
 
                 a = _to_float(tifffile.imread(f))
@@ -398,11 +395,11 @@ def _read_stack(path: Path) -> tuple[np.ndarray, list[str]]:
         with _open_xarray(path) as ds:
             a = ds["images"].values
     elif suffix in (".tif", ".tiff"):
-        import tifffile
+        import tifffile  # lazy: tifffile, for TIFF inputs only (each reader ~10-40 ms to load)
 
         a = tifffile.imread(path)
     else:
-        import mrcfile
+        import mrcfile  # lazy: mrcfile, for MRC inputs only (each reader ~10-40 ms to load)
 
         try:
             with mrcfile.open(path, mode="r", permissive=False) as mrc:
@@ -413,8 +410,6 @@ def _read_stack(path: Path) -> tuple[np.ndarray, list[str]]:
     a = _to_float(np.asarray(a)).reshape((n, h, w, *a.shape[3:]))
     rgb: list[str] = []
     if a.ndim == 4:  # every image of the stack is a colour one: one name each
-        from ia_stages.core.validation import rgb_to_gray
-
         rgb = [f"{path.name}[{k}]" for k in range(n)]
         a = rgb_to_gray(a)
     return a, rgb
@@ -522,8 +517,6 @@ def manifest(
     >>> manifest(d) == before
     False
     """
-    import json
-
     path = Path(path)
     if path.is_dir() and path.suffix.lower() != ".zarr":
         files, _ = _folder_files(path)

@@ -83,6 +83,7 @@ def read_out_stability(
     >>> st.parameter, st.chosen  # doctest: +SKIP
     ('resolution', 0.4)
     """
+    # lazy: scikit-learn, for the stability's ARI only
     from sklearn.metrics import adjusted_rand_score
 
     factors = FACTORS if factors is None else np.asarray(factors, dtype=float)

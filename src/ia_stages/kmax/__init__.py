@@ -3,6 +3,10 @@
 Modules (imports point from the top of this list downwards):
 
 - :mod:`~ia_stages.kmax.kappa`: :func:`kappa_max`, the public entry, which picks a mode;
+- :mod:`~ia_stages.kmax.candidates`: the candidates mode for large sets
+  (``mode="candidates"``): the driver of its passes; :mod:`~ia_stages.kmax.pair_refinement`
+  refines its chosen pairs (their polar scan and the per-pair search) and
+  :mod:`~ia_stages.kmax.candidate_pairs` keeps the refined pairs and makes the lists of them;
 - :mod:`~ia_stages.kmax.knn`: the exact kNN mode (``kappa_max(X, k=...)``): each sample's k
   nearest, from the same scan and refinement run on the pairs that can enter a list;
 - :mod:`~ia_stages.kmax.search`: the all-pairs search, its settings, the coarse scans and the
@@ -11,9 +15,12 @@ Modules (imports point from the top of this list downwards):
   to kNN lists alone (from a dense result, symmetrised);
 - :mod:`~ia_stages.kmax.polar` and :mod:`~ia_stages.kmax.rings`: the polar rotation
   scan (matrix products) and its compiled ring sampling and peak picking;
-- :mod:`~ia_stages.kmax.refine`: the per-pair search, one scalar source compiled with numba
-  for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and the scan's peak
-  picking) with numba-cuda for the GPU;
+- :mod:`~ia_stages.kmax.refine`: the per-pair search from Python (the pairs' layout, its
+  limits, :func:`~ia_stages.kmax.refine.search_pairs`); its one scalar source is
+  :mod:`~ia_stages.kmax.refine_kernels` (cost, derivatives, Newton-LM steps) and
+  :mod:`~ia_stages.kmax.search_kernels` (a pair's search over its starts, the CPU drivers),
+  compiled with numba for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and
+  the scan's peak picking) with numba-cuda for the GPU;
 - :mod:`~ia_stages.kmax.align`: Gauss-Newton Levenberg-Marquardt alignment in array code
   (the paper-style local descent; a reference in tests and benchmarks).
 """

@@ -29,57 +29,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.core.groups import SE2, AffineFamily, check_lists_group, has_mirror
+from ia_stages.core.groups import SE2, AffineFamily, has_mirror
 from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.validation import check_images, constant_images
+from ia_stages.kmax.candidate_pairs import (
+    CandidatePairs,
+    expansion_candidates,
+    knn_from_pairs,
+    listed_keys,
+)
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
 from ia_stages.kmax.features import feature_neighbours, invariant_features
-from ia_stages.kmax.knn import _check_k, _Lists
+from ia_stages.kmax.knn import _check_k
 from ia_stages.kmax.neighbours import KnnResult
-from ia_stages.kmax.polar import (
-    angle_synthesis,
-    centroid_translation,
-    centroids,
-    scan_spectra,
-)
-from ia_stages.kmax.refine import sumsq_rows
-from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks, pair_peaks
-from ia_stages.kmax.search import (
-    FLOATS,
-    REFINE_BATCH,
-    _pair_layout,
-    _refine_candidates,
-    centre_offsets,
-    lattice_neighbours,
-    mirrored_centroids,
-    mirrored_lattice,
-    settle,
-    settle_check,
-    settle_mirrored,
-)
-from ia_stages.kmax.settle import settle_bytes
+from ia_stages.kmax.pair_refinement import _PairScan, refine_pairs, refine_rows
+from ia_stages.kmax.search import FLOATS
 from ia_stages.settings.features import DEFAULT_FEATURES, FeatureSettings
 from ia_stages.settings.path import first_pass_search
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
-
-COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's
-# lattice: 0.57 MB per 40 x 40 image; per-pair results do not depend on it)
-PAIR_BATCH = 256  # pairs scored at once (each holds the spectra of all its centres)
-# on a GPU: larger launches (its memory holds them; one thread per pair needs many pairs)
-GPU_COLUMN_BLOCK = 4096
-GPU_PAIR_BATCH = 16384
-# the refinement's targets per pixel: two float32 coordinates and a float64 value, laid out
-# 2 + 1/4 times (36 bytes), and the chunk's own images, their floored and half-resolution
-# copies while its layout is made (18)
-TARGET_BYTES_PER_PIXEL = 54
-MERGE_BATCH = 500_000  # refined pairs merged into the lists at once
-SPECTRA_BATCH = 4096  # images whose centroid ring spectra are made at once (bounds memory)
 
 
 def kappa_max_candidates(
@@ -98,9 +70,10 @@ def kappa_max_candidates(
 
     The steps a sharded run takes as separate jobs, here in one call:
     :func:`prepared_images`, :func:`invariant_features` and :func:`candidate_lists` (global,
-    once), :func:`refine_rows` over all rows, :func:`knn_from_pairs`, and with
-    ``features.n_expand`` the expansion pass (:func:`expansion_candidates`, refined, merged).
-    A run sharded into row blocks (the pipeline's ``knn`` stage) gives the same lists. On a
+    once), then :func:`knn_passes`: :func:`first_pass` over all rows, :func:`.knn_from_pairs`,
+    and where :func:`has_second_pass` the second pass (:func:`second_pass`: the screened lists
+    refined exactly, the expansion's candidates refined), merged. A run sharded into row
+    blocks (the pipeline's ``knn`` stage) gives the same lists. On a
     fresh install the search kernel is compiled in a background process while the features
     and candidates are made (:mod:`ia_stages.kmax.compile_ahead`; the time only).
 
@@ -162,24 +135,110 @@ def kappa_max_candidates(
         else:
             cand = check_candidates(candidates, n)
         ready()
-    pairs = refine_rows(Un, cand, range(n), k, beta, group, first, sigma, progress)
-    result = knn_from_pairs(n, k, pairs, beta, uu, group)
-    clock.lap("refine")
-    if has_second_pass(settings, features, k):
-        skip = pairs.a * n + pairs.b
-        # a first-pass pair outside both its images' lists stays beaten by their k - 1 listed
-        # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
-        pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
-        more = second_pass(
-            Un, result, skip, range(n), beta, group, settings, sigma, features, progress
-        )
-        refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
-        del skip
-        result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
-        result.pairs_scanned = result.pairs_refined = refined
-        clock.lap("expand")
+    result = knn_passes(Un, cand, k, uu, beta, group, settings, sigma, features, progress, clock)
     result.seconds = clock.totals()
     return result
+
+
+def knn_passes(
+    Un: Any,
+    cand: np.ndarray,
+    k: int,
+    uu: np.ndarray,
+    beta: float = 1.0,
+    group: SE2 | AffineFamily = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
+    progress: Callable[[int], None] | None = None,
+    clock: Any = None,
+) -> KnnResult:
+    """Every sample's k nearest (itself first) from its candidates: the passes of the
+    candidates mode over all rows, in one process.
+
+    :func:`first_pass` over every row, :func:`.knn_from_pairs`, and where
+    :func:`has_second_pass`, :func:`second_pass` over those lists, merged with the first
+    pass's listed pairs by :func:`.knn_from_pairs`. A run sharded into row blocks (the
+    pipeline's ``knn-block``, ``knn-expand`` and ``knn-gather`` jobs) calls the same steps
+    per block and gives the same lists; :func:`kappa_max_candidates` and the one-job
+    ``knn-whole`` stage call this.
+
+    Parameters
+    ----------
+    Un : ``(n, H, W)`` :func:`prepared_images` (numpy, or cupy: the scan and refinement on
+        the GPU)
+    cand : ``(n, c)`` every sample's candidates (:func:`candidate_lists`, or given)
+    k : list length, the sample included
+    uu : ``(n,)`` the squared norms of the prepared images (for ``margin_used``)
+    beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+    clock : an internal timer (laps 'refine' and, with a second pass, 'expand')
+
+    Returns
+    -------
+    KnnResult with ``(n, k)`` arrays; ``pairs_refined`` (and ``pairs_scanned``) counts each
+    pair refined once however many passes refined it.
+
+    Example
+    -------
+    >>> Un = prepared_images(X, 3, features=fs)  # doctest: +SKIP
+    >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
+    >>> knn_passes(Un, cand, 3, sumsq_rows(Un), features=fs).indices.shape  # doctest: +SKIP
+    (n, 3)
+    """
+    n = Un.shape[0]
+    rows = range(n)
+    pairs = first_pass(Un, cand, rows, k, beta, group, settings, sigma, features, progress)
+    result = knn_from_pairs(n, k, pairs, beta, uu, group)
+    if clock is not None:
+        clock.lap("refine")
+    if not has_second_pass(settings, features, k):
+        return result
+    skip = pairs.a * n + pairs.b
+    # a first-pass pair outside both its images' lists stays beaten by their k - 1 listed
+    # pairs (the second pass only lowers a d2): the lists' pairs alone are kept
+    pairs = pairs.subset(np.isin(skip, listed_keys(result), assume_unique=True))
+    more = second_pass(Un, result, skip, rows, beta, group, settings, sigma, features, progress)
+    refined = skip.size + int(np.count_nonzero(~np.isin(more.a * n + more.b, skip)))
+    del skip
+    result = knn_from_pairs(n, k, CandidatePairs.concat([pairs, more]), beta, uu, group)
+    result.pairs_scanned = result.pairs_refined = refined
+    if clock is not None:
+        clock.lap("expand")
+    return result
+
+
+def first_pass(
+    Un: Any,
+    cand: np.ndarray,
+    rows: range,
+    k: int,
+    beta: float = 1.0,
+    group: SE2 | AffineFamily = SE2(),
+    settings: SearchSettings = EXACT_SEARCH,
+    sigma: float = 2.0,
+    features: FeatureSettings = DEFAULT_FEATURES,
+    progress: Callable[[int], None] | None = None,
+) -> CandidatePairs:
+    """The first pass of row block ``rows``: :func:`.refine_rows` with the first pass's search
+    (:func:`~ia_stages.settings.path.first_pass_search`: the screen with ``features.screen``,
+    else ``settings``).
+
+    Parameters
+    ----------
+    Un, cand : as :func:`knn_passes`
+    rows : the block's samples (``range(n)``: all)
+    k, beta, group, settings, sigma, features, progress : as :func:`kappa_max_candidates`
+
+    Returns
+    -------
+    CandidatePairs
+
+    Example
+    -------
+    >>> pairs = first_pass(Un, cand, range(0, 10), 3)  # doctest: +SKIP
+    """
+    search = first_pass_search(settings, features)
+    return refine_rows(Un, cand, rows, k, beta, group, search, sigma, progress)
 
 
 def check_candidates(candidates: Any, n: int) -> np.ndarray:
@@ -269,66 +328,6 @@ def prepared_images(
     return smooth_normalize(X, sigma, normalization)
 
 
-@dataclass
-class CandidatePairs:
-    """Candidate pairs a < b refined exactly: what one row block of the candidates mode
-    computes, and what :func:`knn_from_pairs` turns into kNN lists.
-
-    a, b : ``(m,)`` int64 sample indices, a < b, each pair once, sorted by (a, b)
-    sqdist : ``(m,)`` refined kappa^max squared distance of the pair
-    params : ``(m, n_params)`` the alignment of v_b onto v_a (the later image warped onto the
-        earlier, as the all-pairs search)
-    scanned : ``(m,)`` the pair's polar-scan d2 (for :attr:`KnnResult.margin_used`)
-    """
-
-    a: np.ndarray
-    b: np.ndarray
-    sqdist: np.ndarray
-    params: np.ndarray
-    scanned: np.ndarray
-
-    def subset(self, keep: np.ndarray) -> CandidatePairs:
-        """The pairs where the boolean ``keep`` ``(m,)`` is true."""
-        return CandidatePairs(*(getattr(self, f)[keep] for f in _PAIR_FIELDS))
-
-    @classmethod
-    def none(cls, n_params: int) -> CandidatePairs:
-        """No pairs (``n_params`` alignment parameters each)."""
-        return cls(*(np.zeros(0, np.int64) for _ in "ab"), np.zeros(0), np.zeros((0, n_params)),
-                   np.zeros(0))  # fmt: skip
-
-    @classmethod
-    def concat(cls, parts: list[CandidatePairs]) -> CandidatePairs:
-        """The pairs of several row blocks or passes, each pair once, sorted by (a, b): where
-        a pair was refined more than once (screened, then exactly) the lower sqdist, on a
-        tie the earlier part's (a pair two blocks share is refined identically in both)."""
-        a, b = np.concatenate([q.a for q in parts]), np.concatenate([q.b for q in parts])
-        if a.size == 0:  # e.g. a row block whose expansion found no new pair
-            return cls.none(parts[0].params.shape[1])
-        d2 = np.concatenate([q.sqdist for q in parts])
-        order = np.lexsort((d2, b, a))
-        del d2
-        a, b = a[order], b[order]
-        first = order[np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]]
-        del a, b, order
-        # each field gathered from its parts (no concatenated copy of every field)
-        offsets = np.cumsum([0] + [q.a.size for q in parts])
-        part = np.searchsorted(offsets, first, side="right") - 1
-        mine = [np.flatnonzero(part == p) for p in range(len(parts))]
-        local = [first[m] - offsets[p] for p, m in enumerate(mine)]
-        fields = []
-        for f in _PAIR_FIELDS:
-            like = getattr(parts[0], f)
-            out = np.empty((first.size, *like.shape[1:]), dtype=like.dtype)
-            for q, m, at in zip(parts, mine, local, strict=True):
-                out[m] = getattr(q, f)[at]
-            fields.append(out)
-        return cls(*fields)
-
-
-_PAIR_FIELDS = ("a", "b", "sqdist", "params", "scanned")
-
-
 def candidate_lists(
     Un: np.ndarray,
     F: Any,
@@ -379,269 +378,6 @@ def candidate_lists(
     return cand
 
 
-def refine_rows(
-    Un: np.ndarray,
-    cand: np.ndarray,
-    rows: range,
-    k: int,
-    beta: float = 1.0,
-    group: SE2 | AffineFamily = SE2(),
-    settings: SearchSettings = EXACT_SEARCH,
-    sigma: float = 2.0,
-    progress: Callable[[int], None] | None = None,
-) -> CandidatePairs:
-    """The exact refinement of one row block: every candidate pair (a, b), a < b, whose later
-    image b lies in ``rows``.
-
-    A pair is (i, j) for j in i's list, whichever of the two proposed it, refined as
-    (min, max) with the later image warped onto the earlier, as the all-pairs search does.
-    Each pair belongs to exactly one block (its b's), so the blocks' pairs
-    (:meth:`CandidatePairs.concat`) are the unsharded run's, each refined once; and a block
-    needs the lattice spectra of its own rows only.
-
-    Parameters
-    ----------
-    Un : ``(n, H, W)`` :func:`prepared_images`
-    cand : ``(n, c)`` every sample's :func:`candidate_lists`
-    rows : the block's samples
-    k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
-
-    Returns
-    -------
-    CandidatePairs
-
-    Example
-    -------
-    >>> cand = candidate_lists(Un, invariant_features(Un, fs), fs)  # doctest: +SKIP
-    >>> pairs = refine_rows(Un, cand, range(0, 10), 3)  # doctest: +SKIP
-    """
-    n = Un.shape[0]
-    if cand.shape[0] != n:
-        raise ValueError(f"cand: lists of {cand.shape[0]} samples, images have n={n}")
-    return refine_pairs(
-        Un, np.arange(n), cand, k, beta, group, settings, sigma, progress, moving=rows
-    )
-
-
-def refine_pairs(
-    Un: np.ndarray,
-    owner: np.ndarray,
-    cand: np.ndarray,
-    k: int,
-    beta: float = 1.0,
-    group: SE2 | AffineFamily = SE2(),
-    settings: SearchSettings = EXACT_SEARCH,
-    sigma: float = 2.0,
-    progress: Callable[[int], None] | None = None,
-    skip: np.ndarray | None = None,
-    moving: range | None = None,
-) -> CandidatePairs:
-    """The exact refinement of the pairs (owner[i], cand[i, j]), each pair once as (min, max).
-
-    Parameters
-    ----------
-    Un : ``(n, H, W)`` :func:`prepared_images`; a cupy array runs the scan and the
-        refinement on the GPU (the refinement's layout of all the pairs' images made once)
-    owner : ``(m,)`` sample indices
-    cand : ``(m, c)`` each owner's candidates; entries < 0 and the owner itself are ignored
-    k, beta, group, settings, sigma, progress : as :func:`kappa_max_candidates`
-    skip : sorted keys ``a * n + b`` (a < b) of pairs already refined, left out
-    moving : only the pairs whose later image b lies in this range (None: all)
-
-    Returns
-    -------
-    CandidatePairs
-
-    Example
-    -------
-    >>> pairs = refine_pairs(Un, np.arange(3), np.array([[1], [2], [0]]), 2)  # doctest: +SKIP
-    """
-    check_lists_group(group, "the candidate mode")
-    n = Un.shape[0]
-    i = np.repeat(owner, cand.shape[1])
-    j = cand.ravel()
-    ok = (j >= 0) & (j != i)
-    i, j = i[ok], j[ok]
-    key = pair_keys(i, j, n)
-    if moving is not None:
-        later = key % n
-        key = key[(later >= moving.start) & (later < moving.stop)]
-        del later
-    key = np.unique(key)
-    del i, j, ok
-    if skip is not None and skip.size:
-        key = key[~np.isin(key, skip, assume_unique=True)]
-    a, b = key // n, key % n  # a < b: the later image b is warped onto a
-    del key
-    out = CandidatePairs(
-        a, b, np.empty(a.size), np.empty((a.size, group.n_params)), np.empty(a.size)
-    )
-    if k == 1 or a.size == 0:
-        return out
-    # the images these pairs touch: the scan's spectra and the refinement's layout are made
-    # for those alone, in local indices; on the CPU they are read from Un a batch at a time
-    # (a copy of nearly all images would cost as much memory as Un itself)
-    xp = array_module(Un)
-    mirror = has_mirror(group)
-    need = np.unique(np.concatenate([a, b]))
-    Ul = _Rows(Un, need) if xp is np else (Un if need.size == n else Un[xp.asarray(need)])
-    uu = sumsq_rows(Ul, SPECTRA_BATCH)
-    scan = _PairScan(Ul, settings, mirror)
-    if need.size == n:  # every image: local indices are the sample indices
-        la, lb = a, b
-    else:
-        la, lb = np.searchsorted(need, a), np.searchsorted(need, b)  # a < b keeps la < lb
-    width = COLUMN_BLOCK if xp is np else GPU_COLUMN_BLOCK
-    if xp is np:
-        # on the CPU the targets are laid out once per chunk of images that memory_mb holds
-        # (not once per block of moving images: each block's pairs reach most images), and
-        # each block's moving images per block
-        step = _targets_per_chunk(Ul.shape[1:], settings)
-        chunks = [range(f, min(f + step, need.size)) for f in range(0, need.size, step)]
-    else:
-        # on a GPU the refinement's layout (several copies of each image) of all images, once
-        chunks = [range(0, need.size)]
-        layout = _pair_layout(Ul, Ul, sigma, settings, mirror)
-    check = fixed_check = None
-    for chunk in chunks:
-        ours = np.flatnonzero((la >= chunk.start) & (la < chunk.stop))
-        if ours.size == 0:
-            continue
-        if xp is np:
-            fixed_side = images = None  # the last chunk's layout goes before this one's is made
-            fixed_side = _pair_layout(Ul[chunk.start : chunk.stop], Ul[:1], sigma, settings)
-            targets = Ul[chunk.start : chunk.stop]
-            fixed_check = settle_check(targets, targets[:1], sigma, settings)
-        elif check is None:
-            check = settle_check(Ul, _with_mirrors(Ul) if mirror else Ul, sigma, settings)
-        by_b = ours[np.argsort(lb[ours], kind="stable")]  # one moving image's pairs together
-        cols, first = np.unique(lb[by_b], return_index=True)
-        bounds = np.r_[first, by_b.size]
-        for c0 in range(0, cols.size, width):
-            block = cols[c0 : c0 + width]
-            sel = by_b[bounds[c0] : bounds[min(c0 + width, cols.size)]]
-            starts, scanned = scan.starts(la[sel], lb[sel], block, uu)
-            if xp is np:
-                moving_side = _pair_layout(Ul[:1], Ul[block], sigma, settings, mirror)
-                images = fixed_side.with_moving(moving_side)
-                fixed, moving = la[sel] - chunk.start, np.searchsorted(block, lb[sel])
-                if fixed_check is not None:
-                    V = Ul[block]
-                    check = fixed_check.with_moving(_with_mirrors(V) if mirror else V)
-            else:
-                images, fixed, moving = layout, la[sel], lb[sel]
-            n_moving = block.size if xp is np else need.size
-            n_plain = settings.n_candidates if mirror else None
-            for r in range(0, sel.size, REFINE_BATCH):
-                s, part = sel[r : r + REFINE_BATCH], slice(r, r + REFINE_BATCH)
-                won = xp.zeros(s.size, dtype=bool)
-                p, d2 = _refine_candidates(images, fixed[part], moving[part],
-                                           xp.asarray(starts[part]), settings, beta, n_plain,
-                                           won if mirror else None)  # fmt: skip
-                if check is not None and mirror:  # as the all-pairs search's
-                    p, d2, won = settle_mirrored(check, images, fixed[part], moving[part], p,
-                                                 d2, won, n_moving, settings, beta)  # fmt: skip
-                elif check is not None:
-                    p, d2 = settle(check, images, fixed[part], moving[part], p, d2, settings,
-                                   beta)  # fmt: skip
-                out.params[s] = group.of_mirror_image(to_numpy(p), to_numpy(won))
-                out.sqdist[s] = to_numpy(d2)
-            out.scanned[sel] = scanned
-            if progress is not None:
-                progress(int(sel.size))
-    return out
-
-
-def _with_mirrors(V: Any) -> Any:
-    """``V`` followed by its mirror images (columns reversed), as the settling check of a
-    search with mirror images takes its moving images."""
-    xp = array_module(V)
-    return xp.concatenate([V, V[..., ::-1]])
-
-
-def _targets_per_chunk(shape: tuple[int, ...], settings: SearchSettings) -> int:
-    """How many images' refinement targets the CPU lays out at once: as many as
-    ``settings.memory_mb`` holds at the layout's bytes per pixel (pixel coordinates and value,
-    float64, at full resolution twice over — all pixels, and those split at ``full_floor`` —
-    and at half resolution), at least one."""
-    per_image = TARGET_BYTES_PER_PIXEL * int(np.prod(shape)) + settle_bytes(shape, settings)
-    return max(1, int(settings.memory_mb * 2**20 // per_image))
-
-
-def listed_keys(knn: KnnResult) -> np.ndarray:
-    """Sorted keys ``a * n + b`` (a < b) of the pairs in the lists of ``knn``, each once.
-
-    Example
-    -------
-    >>> knn = KnnResult.itself_only(3, 2, 3)
-    >>> knn.indices[:, 1] = [2, 2, 0]
-    >>> listed_keys(knn).tolist()
-    [2, 5]
-    """
-    idx = np.asarray(knn.indices)
-    n = idx.shape[0]
-    i = np.repeat(np.arange(n), idx.shape[1] - 1)
-    j = idx[:, 1:].ravel()
-    ok = j >= 0
-    return np.unique(pair_keys(i[ok], j[ok], n))
-
-
-def pair_keys(i: np.ndarray, j: np.ndarray, n: int) -> np.ndarray:
-    """The keys ``min * n + max`` of the unordered pairs (i, j) of ``n`` samples: one
-    integer per pair, the same for (i, j) and (j, i), sorted as (a, b) with a < b.
-
-    Example
-    -------
-    >>> pair_keys(np.array([2, 0]), np.array([0, 1]), 3).tolist()
-    [2, 1]
-    """
-    return np.minimum(i, j) * n + np.maximum(i, j)
-
-
-def expansion_candidates(knn: KnnResult, rows: range, n_expand: int) -> np.ndarray:
-    """Each row's ``n_expand`` best neighbours of its neighbours that are not in its list.
-
-    A sample l in the list of one of row i's list members j is ranked by the bound
-    min_j d(i, j) + d(j, l) (d = sqrt d2: kappa^max's distance obeys the triangle inequality
-    up to the search's tolerance); the lowest are kept. The refined lists of the first pass
-    thus propose the pairs the features missed (one step of NN-descent).
-
-    Parameters
-    ----------
-    knn : the lists of all n samples (itself first)
-    rows : the rows to expand
-    n_expand : candidates per row, >= 1
-
-    Returns
-    -------
-    ``(len(rows), n_expand)`` int64 sample indices, -1 where a row has fewer
-
-    Example
-    -------
-    >>> knn = KnnResult.itself_only(3, 2, 3)  # doctest: +SKIP
-    >>> expansion_candidates(knn, range(3), 4).shape  # doctest: +SKIP
-    (3, 4)
-    """
-    idx = np.asarray(knn.indices)
-    d = np.sqrt(np.maximum(np.asarray(knn.sqdist, dtype=np.float64), 0.0))
-    n = idx.shape[0]
-    r = np.arange(rows.start, min(rows.stop, n))
-    nb = idx[r, 1:]  # (m, k - 1)
-    two = idx[nb, 1:].reshape(r.size, -1)  # (m, (k - 1)^2)
-    bound = (d[r, 1:, None] + d[nb, 1:]).reshape(r.size, -1)
-    bound[(two < 0) | (nb < 0).repeat(nb.shape[1], 1)] = np.inf
-    bound[(two[:, :, None] == idx[r][:, None, :]).any(-1)] = np.inf  # itself, its own list
-    key = (np.arange(r.size)[:, None] * n + two).ravel()
-    order = np.lexsort((bound.ravel(), key))
-    repeat = np.r_[False, key[order][1:] == key[order][:-1]]
-    flat = bound.ravel()
-    flat[order[repeat]] = np.inf  # each sample once per row, at its best bound
-    best = np.argsort(flat.reshape(r.size, -1), axis=1, kind="stable")[:, :n_expand]
-    out = np.take_along_axis(two, best, 1)
-    out[~np.isfinite(np.take_along_axis(bound, best, 1))] = -1
-    return out
-
-
 def second_pass(
     Un: Any,
     knn: KnnResult,
@@ -661,13 +397,13 @@ def second_pass(
        pair listed in the first w places refined again with ``settings`` (w =
        ``features.exact_places(k)``; k by default).
     2. With ``features.n_expand`` (x) > 0 and k > 2: each row's x best neighbours of
-       neighbours (:func:`expansion_candidates`), less the pairs in ``skip``, refined with the
+       neighbours (:func:`.expansion_candidates`), less the pairs in ``skip``, refined with the
        first pass's search; when that is the screen, those whose screened d2 would enter the
        first w places of either image's list (at most its w-th d2) refined again with
        ``settings``.
 
-    :meth:`CandidatePairs.concat` of the first pass and this one keeps each pair's better
-    optimum, and :func:`knn_from_pairs` makes the final lists.
+    :meth:`.CandidatePairs.concat` of the first pass and this one keeps each pair's better
+    optimum, and :func:`.knn_from_pairs` makes the final lists.
 
     Parameters
     ----------
@@ -710,186 +446,6 @@ def second_pass(
     if not parts:
         return CandidatePairs.none(group.n_params)
     return CandidatePairs.concat(parts)
-
-
-def knn_from_pairs(
-    n: int,
-    k: int,
-    pairs: CandidatePairs,
-    beta: float,
-    uu: np.ndarray,
-    group: SE2 | AffineFamily = SE2(),
-) -> KnnResult:
-    """Every sample's k nearest (itself first) among the refined pairs it belongs to.
-
-    A pair (a, b) counts for both samples: for b with the inverted alignment. The pairs are
-    merged in (a, b) order, so equal distances are broken the same way however the pairs were
-    sharded. ``uu``: the squared norms of the prepared images (for ``margin_used``).
-
-    Example
-    -------
-    >>> knn = knn_from_pairs(n, 10, CandidatePairs.concat(blocks), 1.0, uu)  # doctest: +SKIP
-    """
-    result = KnnResult.itself_only(n, k, group.n_params)
-    if k == 1:
-        return result
-    lists = _Lists(n, k - 1, (group.n_params + 1,))
-    order = np.lexsort((pairs.b, pairs.a))
-    for s0 in range(0, order.size, MERGE_BATCH):
-        s = order[s0 : s0 + MERGE_BATCH]
-        a, b, p, sc = pairs.a[s], pairs.b[s], pairs.params[s], pairs.scanned[s]
-        info = np.concatenate([np.c_[p, sc], np.c_[group.inverse(p), sc]])
-        lists.merge(
-            np.concatenate([a, b]), np.concatenate([b, a]),
-            np.concatenate([pairs.sqdist[s], pairs.sqdist[s]]), info,
-        )  # fmt: skip
-    lists.fill(result, beta, uu)
-    result.pairs_scanned = result.pairs_refined = int(pairs.a.size)
-    return result
-
-
-class _Rows:
-    """The images ``Un[need]`` (``need`` sorted sample indices), read from ``Un`` only where
-    indexed: a slice or an index array gives those images (a copy of them alone), so that a
-    refinement touching nearly all images holds no second copy of them.
-
-    Example
-    -------
-    >>> rows = _Rows(np.arange(12.0).reshape(6, 1, 2), np.array([1, 4, 5]))
-    >>> rows.shape, rows[1:3][:, 0, 0].tolist(), rows[np.array([0, 2])][:, 0, 1].tolist()
-    ((3, 1, 2), [8.0, 10.0], [3.0, 11.0])
-    """
-
-    def __init__(self, Un: np.ndarray, need: np.ndarray) -> None:
-        self.Un, self.need = Un, need
-        self.whole = need.size == Un.shape[0]  # need = 0..n-1: Un itself
-        self.shape = (need.size, *Un.shape[1:])
-        self.dtype = Un.dtype
-
-    def __getitem__(self, at: slice | np.ndarray) -> np.ndarray:
-        return self.Un[at] if self.whole else self.Un[self.need[at]]
-
-
-class _PairScan:
-    """The polar scan of chosen pairs (a, b): scores of a's centroid rings against b's rings
-    about each lattice centre, and starts by the search's peak rule; with ``mirror`` also
-    the starts of b's mirror image, after b's."""
-
-    def __init__(self, Un: Any, settings: SearchSettings, mirror: bool = False) -> None:
-        self.Un, self.settings = Un, settings
-        self.xp = xp = array_module(Un)
-        self.M = settings.n_angles
-        n = Un.shape[0]
-        self.m = np.concatenate(
-            [to_numpy(centroids(Un[s : s + SPECTRA_BATCH])) for s in range(0, n, SPECTRA_BATCH)]
-        )
-        self.shape = Un.shape[1:]
-        lattice = centre_offsets(settings.centre_offset, settings.centre_rings)
-        self.offs = lattice
-        self.neighbours = lattice_neighbours(lattice)
-        self.synthesis = xp.asarray(angle_synthesis(self.M))
-        self.interp = interp = settings.interpolation
-        self.A = None  # (K, n, 2R): every image's rings about its centroid, made in batches
-        for s in range(0, n, SPECTRA_BATCH):
-            part = slice(s, min(s + SPECTRA_BATCH, n))
-            centre = xp.asarray(self.m[None, part])
-            A = scan_spectra(Un[part], centre, self.M, interpolation=interp)[:, :, 0]
-            if self.A is None:
-                self.A = xp.empty((A.shape[0], n, A.shape[2]))
-            self.A[:, part] = A
-        self.mirror = mirror
-        if mirror:
-            self.lattice_f = mirrored_lattice(lattice)
-            self.m_f = to_numpy(mirrored_centroids(self.m, self.shape[1]))
-
-    def centroid_sqdist(self, a: np.ndarray, b: np.ndarray, uu: np.ndarray) -> np.ndarray:
-        """Coarse d2 ``(m,)`` of pairs (a, b): best rotation about both centroids."""
-        xp = self.xp
-        R = self.A.shape[2] // 2
-        out = np.empty(a.size)
-        step = 16 * PAIR_BATCH
-        for p in range(0, a.size, step):
-            ia, ib = xp.asarray(a[p : p + step]), xp.asarray(b[p : p + step])
-            u, v = self.A[:, ia], self.A[:, ib]  # (K, m, 2R)
-            re = (u * v).sum(-1)
-            im = (u[..., R:] * v[..., :R] - u[..., :R] * v[..., R:]).sum(-1)
-            G = xp.stack([re, im], 1).reshape(2 * u.shape[0], -1)  # rows 2k + part
-            best = to_numpy((G.T @ self.synthesis).max(1))
-            out[p : p + step] = (
-                uu[a[p : p + step]] + uu[b[p : p + step]] - 2.0 * (2.0 * np.pi / self.M) * best
-            )
-        return out
-
-    def starts(
-        self, a: np.ndarray, b: np.ndarray, cols: np.ndarray, uu: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Starts ``(m, n_candidates, 3)`` (with ``mirror`` ``(m, 2 n_candidates, 3)``: b's,
-        then its mirror image's) and scan d2 ``(m,)`` of pairs whose b is among the sorted
-        ``cols`` (the lattice spectra of those images alone are computed)."""
-        xp = self.xp
-        centres = xp.asarray(self.m[None, cols] + self.offs[:, None])
-        B = scan_spectra(self.Un[xp.asarray(cols)], centres, self.M, interpolation=self.interp)
-        c = self.settings.n_candidates
-        sides = 1 + self.mirror
-        starts = np.empty((a.size, c * sides, 3))
-        scanned = np.empty(a.size)
-        batch = PAIR_BATCH if xp is np else GPU_PAIR_BATCH
-        for p in range(0, a.size, batch):
-            s = slice(p, p + batch)
-            ia, ib = a[s], b[s]
-            m = ia.size
-            scores = xp.empty((m, B.shape[2], self.M), dtype=np.float32)
-            jb = np.searchsorted(cols, ib)
-            best = np.full(m, -np.inf)
-            for side in range(sides):
-                if side == 0:
-                    theta, best_o = self._peaks(self.A, B, ia, jb, scores, c)
-                    m_v = self.m[ib]
-                else:
-                    # a against the mirror image of b scores as the mirror image of a (its
-                    # centroid spectra conjugated, this batch's alone) against b, at the
-                    # mirrored centre and the opposite angle: b's lattice spectra are not
-                    # copied
-                    A_f = self.A[:, xp.asarray(ia)]
-                    A_f[..., A_f.shape[2] // 2 :] *= -1.0
-                    theta, best_o = self._peaks(A_f, B, np.arange(m), jb, scores, c)
-                    theta, best_o = np.mod(-theta, 2 * np.pi), self.lattice_f[best_o]
-                    m_v = self.m_f[ib]
-                centre = m_v[:, None, :] + self.offs[best_o]
-                shift = centroid_translation(theta, self.m[ia], centre, self.shape)
-                starts[s, side * c : (side + 1) * c] = np.concatenate([theta[..., None], shift], -1)
-                best = np.maximum(best, to_numpy(scores.reshape(m, -1).max(1)).astype(np.float64))
-            scanned[s] = uu[ia] + uu[ib] - 2.0 * (2.0 * np.pi / self.M) * best
-        return starts, scanned
-
-    def _peaks(
-        self, A: Any, B: Any, ia: np.ndarray, jb: np.ndarray, scores: Any, c: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Scores of pairs (ia[p], jb[p]) (rings ``A`` about the centroids, ``B`` about the
-        lattice) into ``scores (m, n_o, M)`` and their ``c`` peaks (theta, centre), by the
-        compiled kernels: numba's CPU threads, or CUDA for cupy."""
-        m = ia.size
-        joint = self.settings.peaks == "joint"
-        if self.xp is np:
-            lattice_pair_scores(A, B, ia, jb, self.synthesis, scores)
-            rows, zero = np.arange(m), np.zeros(m, dtype=np.int64)
-            if joint:
-                return pair_joint_peaks(scores[:, None], rows, zero, c, self.neighbours)
-            return pair_peaks(scores[:, None], rows, zero, c)
-        from ia_stages.kmax.cuda import (
-            lattice_pair_scores_cuda,
-            pair_joint_peaks_cuda,
-            pair_peaks_cuda,
-        )
-
-        xp = self.xp
-        lattice_pair_scores_cuda(A, B, xp.asarray(ia), xp.asarray(jb), self.synthesis, scores)
-        rows, zero = xp.arange(m), xp.zeros(m, dtype=np.int64)
-        if joint:
-            found = pair_joint_peaks_cuda(scores[:, None], rows, zero, c, self.neighbours)
-        else:
-            found = pair_peaks_cuda(scores[:, None], rows, zero, c)
-        return to_numpy(found[0]), to_numpy(found[1])
 
 
 class _Clock:

@@ -1,12 +1,12 @@
 """The per-pair search kernel compiled in a background process while a job's first steps run.
 
-numba compiles :func:`ia_stages.kmax.refine._search_range` once per install and keeps it in its
-cache (``cache=True``). On a fresh install that compile would stall the first kNN job at its
-first search, after the images, features and candidates were made on the job's own cores; a
-second process compiles it while those steps run instead, and the job loads it from the cache
-when it needs it. Nothing here changes a result: the kernel read from the cache is the one this
-process would have compiled, and where the background compile fails or cannot help (the kernel
-is cached already, numba cannot cache, a GPU runs the search) the job compiles as before.
+numba compiles :func:`ia_stages.kmax.search_kernels._search_range` once per install and keeps it in
+its cache (``cache=True``). On a fresh install that compile would stall the first kNN job at its
+first search, after the images, features and candidates were made on the job's own cores; a second
+process compiles it while those steps run instead, and the job loads it from the cache when it needs
+it. Nothing here changes a result: the kernel read from the cache is the one this process would have
+compiled, and where the background compile fails or cannot help (the kernel is cached already, numba
+cannot cache, a GPU runs the search) the job compiles as before.
 
 Example
 -------
@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ia_stages.core.groups import SE2, AffineFamily
+from ia_stages.kmax.search_kernels import _search_range
 from ia_stages.settings.search import SearchSettings
 
 log = logging.getLogger("ia_stages")
@@ -62,8 +63,6 @@ def search_kernel_cached() -> bool:
     >>> isinstance(search_kernel_cached(), bool)
     True
     """
-    from ia_stages.kmax.refine import _search_range
-
     cache_file = getattr(getattr(_search_range, "_cache", None), "_cache_file", None)
     index = getattr(cache_file, "_index_path", None)
     return index is None or Path(index).exists()
@@ -156,6 +155,7 @@ def search_compiled_ahead(
 def _main() -> None:
     """The background process: one kappa^max among three small images under the settings
     :func:`start_search_compile` pickled into ``sys.argv[1]``."""
+    # lazy: a cycle: ia_stages.kmax imports this module (through kmax.candidates)
     from ia_stages.kmax import kappa_max
 
     beta, normalization, group, search, sigma = pickle.loads(base64.b64decode(sys.argv[1]))

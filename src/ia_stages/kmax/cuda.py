@@ -1,14 +1,13 @@
 """The per-pair search of :mod:`ia_stages.kmax.refine`, compiled for CUDA GPUs by numba-cuda.
 
-Nothing here restates the algorithm. :data:`ia_stages.kmax.refine.SHARED` holds the functions
-that the CPU kernels are compiled from (plain scalar Python); :func:`_device_functions` makes
-each of them a CUDA device function from the same code object, with its global names bound to
-the device versions of the others, and with the target-specific leaves replaced:
-:func:`_taps_f32` reads four float32 pixels where the CPU's ``_taps`` unpacks two int64
-words holding the same float32 values, and :func:`_floor_f64` stands for ``np.floor``. One
-thread refines one pair; its scratch is its row of a workspace allocated per launch. The CPU
-kernels use fastmath (reassociated sums), these do not; both read the same float32 pixels and
-sum in float64.
+Nothing here restates the algorithm. :data:`ia_stages.kmax.refine_kernels.SHARED` holds the
+functions that the CPU kernels are compiled from (plain scalar Python); :func:`_device_functions`
+makes each of them a CUDA device function from the same code object, with its global names bound to
+the device versions of the others, and with the target-specific leaves replaced: :func:`_taps_f32`
+reads four float32 pixels where the CPU's ``_taps`` unpacks two int64 words holding the same float32
+values, and :func:`_floor_f64` stands for ``np.floor``. One thread refines one pair; its scratch is
+its row of a workspace allocated per launch. The CPU kernels use fastmath (reassociated sums), these
+do not; both read the same float32 pixels and sum in float64.
 
 Arrays are anything with ``__cuda_array_interface__`` (cupy arrays), or numpy arrays under
 numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, which the tests use). This module imports
@@ -33,7 +32,7 @@ from numba import cuda
 
 from ia_stages.core import taps
 from ia_stages.core.backend import array_module, to_numpy
-from ia_stages.kmax import group_refine, refine, rings, selection
+from ia_stages.kmax import group_refine, refine, refine_kernels, rings, selection
 from ia_stages.kmax.refine import PairImages, RefinePolicy
 
 THREADS = 64  # threads per block: one pair each
@@ -41,12 +40,12 @@ THREADS = 64  # threads per block: one pair each
 
 def _taps_f32(v, b):
     """Pixels b to b + 3 of a flat float32 image, as float64 (the CUDA leaf of
-    :func:`ia_stages.kmax.refine._taps`)."""
+    :func:`ia_stages.kmax.refine_kernels._taps`)."""
     return float(v[b]), float(v[b + 1]), float(v[b + 2]), float(v[b + 3])
 
 
 def _floor_f64(x):
-    """floor(x) as a float64 (the CUDA leaf of :func:`ia_stages.kmax.refine._floor`)."""
+    """floor(x) as a float64 (the CUDA leaf of :func:`ia_stages.kmax.refine_kernels._floor`)."""
     return float(math.floor(x))
 
 
@@ -60,7 +59,7 @@ def _sources() -> dict:
         for name in ("_peaks_of_pair", "_joint_peaks_of_pair", "_lattice_pair_centre")
     }
     heap = {name: getattr(selection, name) for name in ("_nearest_of_row", "_sift_down")}
-    return {**tap_functions, **refine.SHARED, **peaks, **heap}
+    return {**tap_functions, **refine_kernels.SHARED, **peaks, **heap}
 
 
 @cache

@@ -248,6 +248,7 @@ def feature_neighbours(
     if xp is np:
         nearest = nearest_of_block
     else:
+        # lazy: numba.cuda is optional (arrays on a GPU only)
         from ia_stages.kmax.cuda import nearest_of_block_cuda as nearest
     rows = range(n) if rows is None else rows
     out = xp.empty((len(rows), c), dtype=np.int64)

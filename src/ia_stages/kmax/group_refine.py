@@ -13,8 +13,8 @@ log-stretch), first on 2 x 2 block means of the images, then at full resolution
 (:func:`refine_in_stages`).
 
 Like :mod:`ia_stages.kmax.refine`, the per-pair code is written once as scalar Python
-(registered in :data:`ia_stages.kmax.refine.SHARED`) and compiled with numba for the CPU here
-and for CUDA by :mod:`ia_stages.kmax.cuda` (:func:`ia_stages.kmax.cuda.group_refine_cuda`).
+(registered in :data:`ia_stages.kmax.refine_kernels.SHARED`) and compiled with numba for the
+CPU here and for CUDA by :mod:`ia_stages.kmax.cuda` (:func:`ia_stages.kmax.cuda.group_refine_cuda`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from ia_stages.core.smoothing import half_resolution
 from ia_stages.core.taps import _PAD, _pd, _pw, taps
 from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
-from ia_stages.kmax.refine import _dot, _floor, _packed, _shared, _taps, above_floor
+from ia_stages.kmax.refine import above_floor
+from ia_stages.kmax.refine_kernels import _dot, _floor, _packed, _shared, _taps
 
 N_Q = 6  # (theta, b0, b1, log_scale, log_stretch_0, log_stretch_1): the refinement's parameters
 LAYOUT_BATCH = 4096  # images whose supports are found at once (bounds the temporaries)

@@ -42,6 +42,7 @@ def _refine(Un, Vn, ii, jj, se2, flipped, group, settings, se2_d2):
     def run(U, V, q, g):
         if xp is np:
             return refine_stage(U, V, ii, jm, q, g, settings.interpolation)
+        # lazy: numba.cuda is optional (arrays on a GPU only)
         from ia_stages.kmax.cuda import group_refine_cuda
 
         return tuple(to_numpy(a) for a in group_refine_cuda(U, V, ii, jm, q, g,

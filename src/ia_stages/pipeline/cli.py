@@ -16,14 +16,22 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NoReturn
 
+import yaml
+from tqdm import tqdm
+
 from ia_stages import __version__
+from ia_stages.core.backend import BackendError
+from ia_stages.data.loaders import LoaderError
 from ia_stages.pipeline.errors import ConfigError, InputError
 from ia_stages.pipeline.flags import add_settings_flags, settings_of_flags
+from ia_stages.pipeline.job_progress import ProgressWriter
 from ia_stages.pipeline.paths import SCHEMA
-from ia_stages.pipeline.store import store_sizes
+from ia_stages.pipeline.store import StoreError, store_sizes
 from ia_stages.settings.spec import SettingError
+from ia_stages.settings.tree import Settings
 
 log = logging.getLogger("ia_stages")
 
@@ -31,11 +39,9 @@ log = logging.getLogger("ia_stages")
 def expected_errors() -> tuple[type[Exception], ...]:
     """The errors in the input (config, stores, images) that end a command in one line.
 
-    Imported here, not at the top, so that a stage's job loads only the modules it needs."""
-    from ia_stages.core.backend import BackendError
-    from ia_stages.data.datasets import DatasetError
-    from ia_stages.data.loaders import LoaderError
-    from ia_stages.pipeline.store import StoreError
+    DatasetError is imported here, not at the top: its module loads numba and scipy.ndimage,
+    which a stage's job may not need."""
+    from ia_stages.data.datasets import DatasetError  # lazy: see the docstring
 
     return (
         ConfigError, StoreError, InputError, DatasetError, LoaderError, BackendError,
@@ -52,10 +58,6 @@ def _progress(total: int | None, desc: str):
     """A tqdm bar on stderr (plain log lines when stderr is not a terminal), and the same
     count in the job's progress file when ``ia-stages cluster`` asked for one
     (:mod:`ia_stages.pipeline.job_progress`)."""
-    from tqdm import tqdm
-
-    from ia_stages.pipeline.job_progress import ProgressWriter
-
     bar = tqdm(
         total=total,
         desc=desc,
@@ -88,6 +90,8 @@ def _settings(text: str) -> dict:
     return value
 
 
+# lazy: each _cmd_ function imports its stage's module in its body, so that a job (one
+# process per stage command) loads only its own stage's modules
 def _cmd_dataset(a: argparse.Namespace) -> None:
     from ia_stages.pipeline.stages import dataset
 
@@ -104,7 +108,7 @@ def _use_threads(n: int | None) -> Iterator[None]:
         return
     if n < 1:
         raise ConfigError(f"--threads must be >= 1, got {n}")
-    import numba
+    import numba  # lazy: numba and scipy.fft, for --threads only
     import scipy.fft
 
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
@@ -289,6 +293,7 @@ def _cmd_classes(a: argparse.Namespace) -> None:
 
 
 def _cmd_cluster(a: argparse.Namespace) -> None:
+    # lazy: snakemake, for the cluster command only
     from ia_stages.pipeline import cluster_command as user_run
     from ia_stages.pipeline.run_display import one_line_warnings
 
@@ -323,9 +328,7 @@ def _cmd_cluster(a: argparse.Namespace) -> None:
 def _cmd_export(a: argparse.Namespace) -> None:
     """The class averages as MRC and TIFF stacks with ``particles.star`` beside them, or the
     members aligned onto their class averages as a TIFF stack."""
-    from pathlib import Path
-
-    from ia_stages.pipeline import exports
+    from ia_stages.pipeline import exports  # lazy: the export command's writers
 
     pixel_size = _settings(a.settings).get("pixel_size")
     out = Path(a.out)
@@ -343,10 +346,6 @@ def _cmd_export(a: argparse.Namespace) -> None:
 
 def _cmd_settings(a: argparse.Namespace) -> None:
     """Print a preset's whole settings tree (with the flags' and a file's values) as YAML."""
-    import yaml
-
-    from ia_stages.settings.tree import Settings
-
     tree = Settings.from_dict(settings_of_flags(a))
     print(yaml.safe_dump(tree.to_dict(), sort_keys=False), end="")
 
@@ -387,6 +386,7 @@ def _cmd_figure(a: argparse.Namespace) -> None:
 
 
 def _cmd_check_config(a: argparse.Namespace) -> None:
+    # lazy: jsonschema: a job gets its settings as JSON, unvalidated
     from ia_stages.pipeline.config import load_config
 
     load_config(a.config, a.schema or SCHEMA)

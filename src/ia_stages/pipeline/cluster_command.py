@@ -31,7 +31,7 @@ from ia_stages.pipeline.exports import source_pixel_size, star_available
 from ia_stages.pipeline.job_progress import PROGRESS_DIR
 from ia_stages.pipeline.paths import SNAKEFILE
 from ia_stages.pipeline.report_front import FRONT, write_front_page
-from ia_stages.pipeline.run_display import RunDisplay
+from ia_stages.pipeline.run_display import RunDisplay, plugin_settings
 from ia_stages.pipeline.store import read_store
 from ia_stages.settings.tree import Settings
 
@@ -432,7 +432,7 @@ def snakemake(
     When a job fails, the line its stage wrote to its log (``ia-stages <stage>: error: ...``,
     else the log's last line) is raised as the InputError's message, with the log's path.
     """
-    import immutables
+    import immutables  # lazy: snakemake takes a second to load; only this command runs it
     from snakemake.api import SnakemakeApi
     from snakemake.report.html_reporter import ReportSettings
     from snakemake.settings.types import (
@@ -461,8 +461,6 @@ def snakemake(
     if display is None:
         output = OutputSettings(quiet={"progress", "rules", "host"}, dryrun=dryrun)
     else:
-        from ia_stages.pipeline.run_display import plugin_settings
-
         output = OutputSettings(
             dryrun=dryrun,
             log_handler_settings=plugin_settings(display),

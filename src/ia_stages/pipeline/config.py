@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, validators
+from PIL import Image, UnidentifiedImageError
 
 from ia_stages.pipeline.benchmark_config import add_group_variants, check_benchmark
 from ia_stages.pipeline.errors import ConfigError
@@ -297,6 +298,7 @@ IMAGE_OPTIONS = ("path", "canvas", "downsample", "labels", "max_images")
 
 def _check_images(ds: dict, key: str) -> None:
     """Check the user's images from their headers (no pixels read) before any job runs."""
+    # lazy: data.datasets loads numba and scipy.ndimage; only image checks need it
     from ia_stages.data.datasets import DatasetError
 
     try:
@@ -307,14 +309,13 @@ def _check_images(ds: dict, key: str) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _image_count(path, canvas, downsample, labels, max_images) -> int:
+    # lazy: data.datasets loads numba and scipy.ndimage; only image checks need it
     from ia_stages.data.user_images import check
 
     return check(path, canvas, downsample, labels, max_images)
 
 
 def _check_image_file(path: str, key: str) -> None:
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(path) as im:
             im.verify()
@@ -393,6 +394,7 @@ def knn_second_pass(cfg: dict, dataset: str) -> bool:
     """Whether a dataset's kNN path runs ``knn_expand`` jobs (the screened lists refined
     exactly, neighbours' neighbours): :func:`ia_stages.kmax.candidates.has_second_pass` of
     its settings."""
+    # lazy: the kNN path's modules load numba; only this question needs them
     from ia_stages.ia.distances import knn_search
     from ia_stages.kmax.candidates import has_second_pass
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ia_stages.core.backend import BackendError, resolve_backend
+from ia_stages.core.backend import BackendError, cupy_module, resolve_backend
 
 _held: list[IO] = []  # lock files kept open (and locked) until the process exits
 
@@ -67,8 +67,7 @@ def claim_device(n_devices: int, folder: Path | None = None, timeout: float = 60
 
 def pin_cupy_device() -> int:
     """Claim a free GPU and make it cupy's current device; returns its index."""
-    import cupy
-
+    cupy = cupy_module()
     index = claim_device(cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(index).use()
     return index
@@ -95,6 +94,4 @@ def gpu_count(backend: str) -> int:
     """
     if resolve_backend(backend) == "numpy":
         return 0
-    import cupy
-
-    return int(cupy.cuda.runtime.getDeviceCount())
+    return int(cupy_module().cuda.runtime.getDeviceCount())

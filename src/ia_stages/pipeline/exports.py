@@ -21,10 +21,16 @@ Only plain SE(2) poses have RELION columns; other groups' stars carry the classe
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
+import mrcfile
 import numpy as np
 import pandas as pd
+import tifffile
+
+from ia_stages.core.groups import SE2, make_group
+from ia_stages.pipeline.store import read_store
 
 CLASS_FILES = ("classes.mrcs", "classes.tif", "particles.mrcs")
 """What :func:`write_classes` writes into its folder."""
@@ -62,8 +68,6 @@ def relion_poses(params: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
 
 
 def _stores(dataset: str | Path, classes: str | Path):
-    from ia_stages.pipeline.store import read_store
-
     data = read_store(dataset, required=("features",))
     cls = read_store(classes, required=("class_average", "cluster", "pose"))
     return data, cls
@@ -71,8 +75,6 @@ def _stores(dataset: str | Path, classes: str | Path):
 
 def _group(cls) -> object:
     """The group the classes store's poses belong to (its settings tree's group and mirror)."""
-    from ia_stages.core.groups import make_group
-
     job = json.loads(cls.attrs.get("settings", "{}"))
     tree = job.get("settings", {})
     return make_group(tree.get("group", "se2"), bool(tree.get("mirror", False)))
@@ -85,9 +87,6 @@ def write_classes(
     float32, ``(K, H, W)``); ``particles.mrcs``: the images the poses were measured on (the
     dataset store's, float32, in sample order), which ``particles.star`` points into.
     ``pixel_size`` (Å, None: unknown) goes into the MRC headers."""
-    import mrcfile
-    import tifffile
-
     data, cls = _stores(dataset, classes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,9 +115,7 @@ def write_star(
     for SE(2) poses also ``_rlnAnglePsi`` and the origin offsets (:func:`relion_poses`), in Å
     (``_rlnOriginXAngst``/``YAngst``, with an optics table) given ``pixel_size``, else in px
     (``_rlnOriginX``/``Y``, RELION 3.0's columns)."""
-    import starfile
-
-    from ia_stages.core.groups import SE2
+    import starfile  # lazy: starfile is optional (the relion extra)
 
     data, cls = _stores(dataset, classes)
     n, H, W = data["features"].shape
@@ -160,9 +157,7 @@ def write_aligned(dataset: str | Path, classes: str | Path, out: str | Path) -> 
     """``aligned.tif``: every image moved by its pose onto its class average (cubic B-spline,
     :func:`ia_stages.core.warp.warp`), class by class (cluster 0 first), each class's members
     nearest their average first; each page is labelled with its class and file name."""
-    import tifffile
-
-    from ia_stages.core.warp import warp
+    from ia_stages.core.warp import warp  # lazy: core.warp loads numba, for the aligned stack only
     from ia_stages.pipeline.stages.classes import sample_names
 
     data, cls = _stores(dataset, classes)
@@ -189,9 +184,6 @@ def source_pixel_size(path: str | Path, downsample: int = 1) -> float | None:
     path = Path(path)
     if path.suffix.lower() not in (".mrc", ".mrcs") or not path.is_file():
         return None
-    import warnings
-
-    import mrcfile
 
     try:  # a broken file is the reader's to report, in one line
         with warnings.catch_warnings():
@@ -212,7 +204,7 @@ def export_settings(cfg: dict) -> dict:
 def star_available() -> bool:
     """True when starfile imports (the ``relion`` extra)."""
     try:
-        import starfile  # noqa: F401
+        import starfile  # noqa: F401  # lazy: starfile is optional (the relion extra)
     except ImportError:
         return False
     return True

@@ -20,6 +20,8 @@ import os
 import shutil
 from pathlib import Path
 
+import yaml
+
 from ia_stages.pipeline.stages.common import InputError
 
 TOP_LEVEL = (
@@ -70,8 +72,6 @@ def owner(out: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        import yaml
-
         cfg = yaml.safe_load((Path(out) / "config.yaml").read_text())
         return str(next(iter(cfg["datasets"].values()))["path"])
     except Exception:  # no config, or not one of ours: no owner

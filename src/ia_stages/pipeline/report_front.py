@@ -13,6 +13,10 @@ import base64
 import json
 from pathlib import Path
 
+import pandas as pd
+
+from ia_stages.pipeline.store import read_store
+
 FRONT = "results/report/front.rst"
 """Where the front page goes, relative to the workflow's working directory."""
 
@@ -30,10 +34,6 @@ def front_page(workdir: str | Path, config: dict, dataset: str = "images") -> st
     Reads ``results/{dataset}/clusters.csv``, the classes store's attributes and the gallery
     PNG (embedded, so the page shows it without a click).
     """
-    import pandas as pd
-
-    from ia_stages.pipeline.store import read_store
-
     work = Path(workdir)
     ds = config["datasets"][dataset]
     table = pd.read_csv(work / f"results/{dataset}/clusters.csv")

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
+from tqdm import tqdm
 
 from ia_stages.pipeline.job_progress import JobProgress, read_progress
 
@@ -113,6 +114,7 @@ class RunDisplay:
         bars: bool | None = None,
         header: str | None = None,
     ) -> None:
+        # lazy: snakemake takes a second to load; only the cluster command's log uses it
         from snakemake.logging import DefaultFormatter
 
         self.workdir = Path(workdir)
@@ -216,8 +218,6 @@ class RunDisplay:
 
     def _line(self, text: str) -> None:
         if self.bars:
-            from tqdm import tqdm
-
             tqdm.write(text, file=self.stream)
         else:
             print(text, file=self.stream, flush=True)
@@ -236,8 +236,6 @@ class RunDisplay:
                             self._draw(job)
 
     def _draw(self, job: _Job) -> None:
-        from tqdm import tqdm
-
         p = job.progress
         if job.bar is None or job.bar.total != p.total:
             self._close_bar(job)
@@ -299,6 +297,7 @@ class LogHandler(LogHandlerBase):
 
 def register() -> None:
     """Register this module as Snakemake's logger plugin :data:`PLUGIN` (once)."""
+    # lazy: the registry of snakemake's logger plugins, for the cluster command only
     from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
 
     registry = LoggerPluginRegistry()

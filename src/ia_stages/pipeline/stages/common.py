@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from ia_stages.core.backend import resolve_backend, to_backend
+from ia_stages.pipeline.devices import pin_cupy_device
 from ia_stages.pipeline.errors import InputError
 from ia_stages.pipeline.store import StoreError, provenance, read_store, write_store
 from ia_stages.settings.spec import SettingError
@@ -90,8 +91,6 @@ def on_backend(array: np.ndarray, backend: str) -> tuple[Any, str]:
     """
     name = resolve_backend(backend)
     if name == "cupy" and not _pinned:
-        from ia_stages.pipeline.devices import pin_cupy_device
-
         _pinned.append(pin_cupy_device())
     return to_backend(array, name), name
 

@@ -11,8 +11,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from ia_stages.pipeline.store import StoreError, read_store
@@ -72,8 +74,6 @@ def fig2(inputs: list[str], out: str | Path) -> None:
 
 
 def _beta(store) -> str:
-    import json
-
     return str(json.loads(store.attrs.get("settings", "{}")).get("beta", "?"))
 
 
@@ -196,8 +196,7 @@ def benchmark(inputs: list[str], out: str | Path) -> None:
     rows are left out), IA's bars picked out by warm colours and a black edge.
     inputs: results/tables/clustering.csv (the rows run here are drawn).
     """
-    import pandas as pd
-
+    # lazy: the method table and the settings tree (~40 ms), for this figure only
     from ia_stages.benchmark.methods import METHODS
 
     t = pd.read_csv(inputs[0])
@@ -262,6 +261,8 @@ def classes(inputs: list[str], out: str | Path) -> None:
 
     inputs: dataset store, classes store (stage ``classes``).
     """
+    # lazy: core.warp loads numba, which the other figures' jobs do not load; the groups and
+    # the settings tree (~40 ms), for this figure only
     from ia_stages.core.groups import group_of
     from ia_stages.core.warp import warp
     from ia_stages.settings.tree import Settings

@@ -79,6 +79,7 @@ def whole(
     >>> ds["value"].shape  # doctest: +SKIP
     (100, 100)
     """
+    # lazy: kmax_block loads numba's kernels, for the one-job path only
     from ia_stages.pipeline.stages import kmax_block  # numba's kernels: not for a gather
 
     block = kmax_block.compute(features, 0, 0, None, settings, progress)

@@ -14,11 +14,11 @@ With a dataset's ``kmax: {mode: candidates}``, no n x n array is stored. Per IA 
   read-out's silhouette and the contraction rule use, :class:`ia_stages.readout.graph.
   KnnDistances`);
 - ``knn-block`` (row blocks, one job each): the refinement of the candidate pairs whose
-  later image is in its rows (:func:`ia_stages.kmax.candidates.refine_rows`; each pair in one
+  later image is in its rows (:func:`ia_stages.kmax.pair_refinement.refine_rows`; each pair in one
   block), as refined pairs: by the screen (the default search) with ``features.screen``, else
   by the exact preset;
 - ``knn-gather``: every sample's k nearest from all blocks' pairs
-  (:func:`ia_stages.kmax.candidates.knn_from_pairs`), for a dataset group with more
+  (:func:`ia_stages.kmax.candidate_pairs.knn_from_pairs`), for a dataset group with more
   parameters than SE(2) refined over the group: the kNN store, equal to one unsharded
   ``kappa_max(X, k=k, mode="candidates", group=...)``.
 
@@ -29,8 +29,10 @@ each row's best neighbours of neighbours that no block has refined yet), and the
 both passes' pairs (each pair's better optimum) writes the kNN store.
 
 A dataset whose rows are one block (``kmax.rows_per_job`` null, the default: one machine)
-runs all of this in one ``knn-whole`` job per iteration, :func:`whole`: the same functions,
-one process start and no store between them, and the same kNN store.
+runs all of this in one ``knn-whole`` job per iteration, :func:`whole`: the passes of
+:func:`ia_stages.kmax.candidates.knn_passes`, the very code of the in-process
+``kappa_max(X, k=k, mode="candidates")`` and the same steps as the row blocks', in one
+process start with no store between them, and the same kNN store.
 
 The kNN store holds ``indices``, ``sqdist``, ``value`` ``(sample, neighbour)`` and ``params``
 ``(sample, neighbour, param)`` of a :class:`ia_stages.kmax.KnnResult`, and the sample's
@@ -51,14 +53,14 @@ from ia_stages.core.backend import BackendError, resolve_backend, to_numpy
 from ia_stages.core.groups import SE2, AffineFamily, group_of, has_mirror, lists_group
 from ia_stages.ia.distances import knn_sample_search, knn_search
 from ia_stages.kmax import SearchSettings
+from ia_stages.kmax.candidate_pairs import CandidatePairs, knn_from_pairs
 from ia_stages.kmax.candidates import (
-    CandidatePairs,
     candidate_lists,
+    first_pass,
     has_second_pass,
-    knn_from_pairs,
+    knn_passes,
     listed_candidates,
     prepared_images,
-    refine_rows,
     second_pass,
 )
 from ia_stages.kmax.compile_ahead import search_compiled_ahead, worth_compiling_ahead
@@ -76,7 +78,6 @@ from ia_stages.pipeline.stages.common import (
 from ia_stages.pipeline.store import provenance, read_store, store_sizes, strings, write_store
 from ia_stages.readout.graph import KnnDistances, sample_indices, sample_sqdist
 from ia_stages.settings.features import FeatureSettings
-from ia_stages.settings.path import first_pass_search
 from ia_stages.settings.sizing import knn_features, knn_width
 
 KNN_VARIABLES = ("indices", "sqdist", "params", "value", "sample_index", "sample_sqdist")
@@ -245,13 +246,14 @@ def block(
 def _first_pass(
     U: Any, cand: np.ndarray, rows: range, settings: dict, progress: Callable | None
 ) -> tuple[CandidatePairs, float]:
-    """The refined candidate pairs whose later image is in ``rows`` and the seconds taken."""
+    """:func:`~ia_stages.kmax.candidates.first_pass` of ``rows`` (the refined candidate pairs
+    whose later image is in them) and the seconds taken."""
     fs, search, k = _parts(settings, U.shape[0])
     tree = job_tree(settings)
     with timer() as t:
-        pairs = refine_rows(
-            U, cand, rows, k, tree.beta, _lists_group(settings), first_pass_search(search, fs),
-            tree.sigma, progress,
+        pairs = first_pass(
+            U, cand, rows, k, tree.beta, _lists_group(settings), search, tree.sigma, fs,
+            progress,
         )  # fmt: skip
     return pairs, t["seconds"]
 
@@ -385,16 +387,32 @@ def _gathered(
     stage: str, seconds: float,
 ) -> xr.Dataset:  # fmt: skip
     """The kNN store (not written) of the refined pairs of ``parts`` and the features store
-    ``f``; with the images ``V`` and a dataset group with more parameters than the lists',
-    the lists refined over the group. ``seconds``: the parts' time, for ``wall_seconds``."""
+    ``f`` (:func:`_knn_store` of their lists). ``seconds``: the parts' time, for
+    ``wall_seconds``."""
+    n = int(f.sizes["sample"])
+    k = _parts(settings, n)[2]
+    with timer() as t:
+        pairs = CandidatePairs.concat(parts)
+        knn = knn_from_pairs(
+            n, k, pairs, job_tree(settings).beta, f["norm2"].values, _lists_group(settings)
+        )
+    return _knn_store(knn, f, V, settings, stage, seconds + t["seconds"], len(parts))
+
+
+def _knn_store(
+    knn: KnnResult, f: xr.Dataset, V: np.ndarray | None, settings: dict, stage: str,
+    seconds: float, blocks: int,
+) -> xr.Dataset:  # fmt: skip
+    """The kNN store (not written) of the lists ``knn`` (over the lists' group) and the
+    features store ``f``; with the images ``V`` and a dataset group with more parameters than
+    the lists', the lists refined over the group. ``seconds``: the time the lists took, for
+    ``wall_seconds``; ``blocks``: the parts of refined pairs merged into them."""
     n = int(f.sizes["sample"])
     _, search, k = _parts(settings, n)
     tree = job_tree(settings)
-    pairs = CandidatePairs.concat(parts)
     group, lists = _group(settings), _lists_group(settings)
     refined = V is not None and group != lists
     with timer() as t:
-        knn = knn_from_pairs(n, k, pairs, tree.beta, f["norm2"].values, lists)
         if refined:
             knn = refine_knn(V, knn, tree.beta, tree.normalization, group, search, tree.sigma)
     names = (group if refined else lists).param_names
@@ -416,7 +434,7 @@ def _gathered(
         "numpy",
         n=n,
         k=k,
-        blocks=len(parts),
+        blocks=blocks,
         pairs_refined=knn.pairs_refined,
         margin_used=knn.margin_used,
         wall_seconds=float(f.attrs["wall_seconds"]) + t["seconds"] + seconds,
@@ -451,17 +469,14 @@ def whole(
     if _group(settings) == _lists_group(settings):
         V = None  # not held through the passes: only a refinement over the group reads them
     fs, search, k = _parts(settings, n)
-    rows = range(n)
-    first, seconds = _first_pass(U, f["candidates"].values, rows, settings, progress)
-    parts = [first]
-    if has_second_pass(search, fs, k):
-        beta, lists_of = job_tree(settings).beta, _lists_group(settings)
-        lists = knn_from_pairs(n, k, CandidatePairs.concat([first]), beta, f["norm2"].values,
-                               lists_of)  # fmt: skip
-        skip = np.unique(first.a * n + first.b)
-        more, more_seconds = _second_pass(U, lists, skip, rows, settings, progress)
-        parts, seconds = [first, more], seconds + more_seconds
-    ds = _gathered(parts, f, V, settings, "knn-whole", seconds)
+    tree = job_tree(settings)
+    with timer() as t:
+        knn = knn_passes(
+            U, f["candidates"].values, k, f["norm2"].values, tree.beta, _lists_group(settings),
+            search, tree.sigma, fs, progress,
+        )  # fmt: skip
+    parts = 1 + has_second_pass(search, fs, k)  # the first pass's pairs and the second's
+    ds = _knn_store(knn, f, V, settings, "knn-whole", t["seconds"], parts)
     write_store(ds, out)
     return ds
 
