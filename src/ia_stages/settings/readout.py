@@ -91,8 +91,9 @@ class ReadoutSettings:
         "without K or with a range of K: the criterion that chooses K among the candidate "
         "partitions: 'silhouette' (silhouette_tolerance), 'climb' (the 'silhouette' choice, then "
         "K raised by one while the read-out with K + 1, on the graph narrowed to at most "
-        "n / (K + 1) - 1 neighbours, has the higher silhouette) or 'eigengap' (the largest gap "
-        "of the read-out graph's normalised Laplacian)",
+        "n / (K + 1) - 1 neighbours, has the higher silhouette; kept where the K reached has a "
+        "graph narrower than k) or 'eigengap' (the largest gap of the read-out graph's "
+        "normalised Laplacian)",
     )
     select_seeds: int = integer(
         5,
