@@ -478,8 +478,8 @@ def _climb(
     made exact; the read-out with K given) or a candidate already held with K + 1 clusters
     has a higher silhouette than the best partition with K, K goes up by one. The K it stops
     at is returned when its graph is narrower than the read-out's ``readout.k`` (n / K - 1 <
-    k), else ``start``. The partitions made are offered to ``parts`` and ``scores`` (kept
-    where they beat a candidate with the same K).
+    k), else ``start`` (as where ``start`` has no silhouette). The partitions made are offered
+    to ``parts`` and ``scores`` (kept where they beat a candidate with the same K).
 
     A read-out graph wider than a class must link every member of the class to others: the
     sweep on a graph sized to n then joins small classes, and its silhouette choice stops
@@ -501,9 +501,11 @@ def _climb(
     n = kd.n if kd is not None else sq.shape[0]
     top = min(n // 2, n - 1) if bounds is None else min(bounds[1], n // 2, n - 1)
     K = int(start)
+    if not np.isfinite(scores.get(K, np.nan)):
+        return K  # no partition of the sweep had a silhouette: nothing to climb from
     while K + 1 <= top:
         nxt = K + 1
-        ro = replace(readout, k=climb_width(readout.k, n, nxt), community="silhouette")
+        ro = replace(readout, k=climb_width(readout.k, n, nxt))
         with warnings.catch_warnings():  # K above the distinct orbits: its silhouette says
             warnings.simplefilter("ignore")
             labels = _relabel(graph_partition(sqdist, ro, nxt, seed))
@@ -511,8 +513,7 @@ def _climb(
         old = scores.get(nxt)
         if np.isfinite(s) and (old is None or not np.isfinite(old) or s > old):
             parts[nxt], scores[nxt] = labels, s
-        here, there = scores.get(K, np.nan), scores.get(nxt, np.nan)
-        if not (np.isfinite(there) and (not np.isfinite(here) or there > here)):
+        if not (np.isfinite(scores.get(nxt, np.nan)) and scores[nxt] > scores[K]):
             break
         K = nxt
     if climb_width(readout.k, n, K) >= int(readout.k):
