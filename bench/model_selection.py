@@ -39,8 +39,13 @@ from ia_stages.ia.attention import attention_step
 from ia_stages.ia.loop import iteration_kmax
 from ia_stages.ia.prepare import prepare, resolve_sigma
 from ia_stages.kmax.neighbours import knn_from_dense
-from ia_stages.readout.graph import igraph_of, leiden_knn
-from ia_stages.readout.model_selection import eigengap_scores, select_k
+from ia_stages.readout.graph import fewest_near_best, igraph_of, leiden_knn, silhouette_sweep
+from ia_stages.readout.model_selection import (
+    climb_width,
+    eigengap_scores,
+    select_k,
+    silhouette_of,
+)
 from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import Settings
 from ia_stages.settings.sizing import sized
@@ -158,22 +163,72 @@ def final_kmax(images: np.ndarray, seed: int) -> np.ndarray:
     return np.asarray(km1.sqdist, dtype=float)
 
 
-def readout_for(n: int, K: int | None):
-    """The read-out settings the estimator sizes for n (and K)."""
-    return sized(Settings(n_clusters=K), n).readout
+def readout_for(n: int, K: int | None, select: str = "silhouette"):
+    """The read-out settings the estimator sizes for n (and K), with the criterion ``select``
+    ('silhouette' unless told: the criteria below are variants of it)."""
+    return replace(sized(Settings(n_clusters=K), n).readout, select=select)
 
 
 # --- the criteria, each a function (sqdist, seed) -> labels --------------------------------
 
 
 def crit_silhouette(tol: float, extra: tuple[float, ...] = ()):
-    """The default read-out's silhouette choice with tolerance ``tol``, over the default
-    resolutions and ``extra`` ones."""
+    """The 'silhouette' criterion (the read-out's choice before 'climb') with tolerance
+    ``tol``, over the default resolutions and ``extra`` ones."""
 
     def run(sq, seed):
         ro = readout_for(sq.shape[0], None)
         ro = replace(ro, silhouette_tolerance=tol, resolutions=(*ro.resolutions, *extra))
         return select_k(sq, ro, None, seed).labels
+
+    return run
+
+
+def crit_climb(tol: float = 0.1):
+    """The 'climb' criterion (the default read-out): the silhouette choice with tolerance
+    ``tol``, then K raised by one while the read-out with K + 1 given, on the graph narrowed
+    to n / (K + 1) - 1 neighbours, has the higher silhouette; kept where the K reached has a
+    graph narrower than the sized one, else the silhouette choice."""
+
+    def run(sq, seed):
+        ro = replace(readout_for(sq.shape[0], None, "climb"), silhouette_tolerance=tol)
+        return select_k(sq, ro, None, seed).labels
+
+    return run
+
+
+def crit_climb_step(sq, seed):
+    """The climb without its last rule: the K it stops at is kept even where its graph is
+    still the sized one (the sweep's)."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    ms = select_k(sq, ro, None, seed)
+    K, labels = ms.n_clusters, ms.labels
+    best = silhouette_of(sq, labels)
+    while K + 1 <= n // 2:
+        nxt = graph_partition(sq, replace(ro, k=climb_width(ro.k, n, K + 1)), K + 1, seed)
+        s = silhouette_of(sq, nxt)
+        if not (np.isfinite(s) and s > best):
+            return labels
+        K, labels, best = K + 1, nxt, s
+    return labels
+
+
+def crit_widths(tol: float, widths: tuple[int, ...] = (3, 5, 8, 12, 20)):
+    """The silhouette choice (tolerance ``tol``) among the Leiden sweeps of read-out graphs of
+    several widths: ``widths`` and the one sized to n, all pooled."""
+
+    def run(sq, seed):
+        n = sq.shape[0]
+        ro = readout_for(n, None)
+        scored = []
+        for k in sorted({min(w, n - 1) for w in (*widths, int(ro.k))}):
+            knn = knn_from_dense(sq, k + 1)
+            _, parts, sil = silhouette_sweep(knn, sq, tuple(ro.resolutions), seed)
+            scored += [(float(s), p) for s, p in zip(sil, parts, strict=True) if np.isfinite(s)]
+        if not scored:
+            return np.zeros(n, np.int64)
+        return fewest_near_best(scored, tol)
 
     return run
 
@@ -263,6 +318,9 @@ def crit_mode(sq, seed, seeds: int = 5):
 
 
 CRITERIA = {
+    "climb": crit_climb(0.1),
+    "climb_t0": crit_climb(0.0),
+    "climb_step": crit_climb_step,
     "silhouette": crit_silhouette(0.1),
     "silhouette_t0": crit_silhouette(0.0),
     "silhouette_t0.02": crit_silhouette(0.02),
@@ -272,11 +330,12 @@ CRITERIA = {
     "silhouette_t0_r3": crit_silhouette(0.0, (2.0, 2.5, 3.0)),
     "silhouette_range": crit_sil_range,
     "silhouette_mode": crit_mode,
+    "widths": crit_widths(0.1),
     "eigengap": crit_eigengap,
     "consensus": crit_consensus,
     "merge_1.5": crit_merge(1.5),
 }
-DEFAULT = "silhouette"
+DEFAULT = "climb"
 
 
 def main() -> None:

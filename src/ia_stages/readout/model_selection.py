@@ -12,7 +12,7 @@ read_out` and the pipeline's stages all call it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -451,6 +451,94 @@ def _choose(
     return int(chosen.max()) + 1, dict(scores)
 
 
+def climb_width(k: int, n: int, n_clusters: int) -> int:
+    """The read-out graph's neighbour count for a read-out with K = ``n_clusters``: ``k``
+    capped by the mean class size less one, n / K - 1 (at least 1), as
+    :func:`~ia_stages.settings.sizing.sized_neighbours` sizes it with K given.
+
+    Example
+    -------
+    >>> climb_width(17, 168, 6), climb_width(17, 168, 14)
+    (17, 11)
+    """
+    return max(1, min(int(k), int(n) // int(n_clusters) - 1))
+
+
+def _climb(
+    sqdist: Any,
+    readout: Any,
+    bounds: tuple[int, int] | None,
+    seed: int,
+    parts: dict[int, np.ndarray],
+    scores: dict[int, float],
+    start: int,
+) -> int:
+    """The 'climb' criterion from the 'silhouette' choice ``start``: while the read-out with
+    K + 1 clusters (Leiden bisected to K + 1 on the graph of :func:`climb_width` neighbours,
+    made exact; the read-out with K given) or a candidate already held with K + 1 clusters
+    has a higher silhouette than the best partition with K, K goes up by one. The K it stops
+    at is returned when its graph is narrower than the read-out's ``readout.k`` (n / K - 1 <
+    k), else ``start`` (as where ``start`` has no silhouette). The partitions made are offered
+    to ``parts`` and ``scores`` (kept where they beat a candidate with the same K).
+
+    A read-out graph wider than a class must link every member of the class to others: the
+    sweep on a graph sized to n then joins small classes, and its silhouette choice stops
+    below their number. Narrowing the graph to the class size a larger K implies lets those
+    classes apart; stopping at the first K whose silhouette falls keeps the sub-styles of a
+    class (which a narrower graph also finds, at a higher silhouette still) joined. A climb
+    that ends where the graph is still the sweep's has only raised Leiden's resolution on the
+    graph whose partitions the sweep already weighed (splitting digits written two ways), so
+    the sweep's choice stands.
+    """
+    import warnings
+
+    from ia_stages.readout.graph import KnnDistances
+    from ia_stages.readout.partition import graph_partition
+
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
+    sample = kd.sample if kd is not None else None
+    n = kd.n if kd is not None else sq.shape[0]
+    top = min(n // 2, n - 1) if bounds is None else min(bounds[1], n // 2, n - 1)
+    K = int(start)
+    if not np.isfinite(scores.get(K, np.nan)):
+        return K  # no partition of the sweep had a silhouette: nothing to climb from
+    while K + 1 <= top:
+        nxt = K + 1
+        ro = replace(readout, k=climb_width(readout.k, n, nxt))
+        with warnings.catch_warnings():  # K above the distinct orbits: its silhouette says
+            warnings.simplefilter("ignore")
+            labels = _relabel(graph_partition(sqdist, ro, nxt, seed))
+        s = silhouette_of(sq, labels, sample)
+        old = scores.get(nxt)
+        if np.isfinite(s) and (old is None or not np.isfinite(old) or s > old):
+            parts[nxt], scores[nxt] = labels, s
+        if not (np.isfinite(scores.get(nxt, np.nan)) and scores[nxt] > scores[K]):
+            break
+        K = nxt
+    if climb_width(readout.k, n, K) >= int(readout.k):
+        return int(start)  # the climb never left the sweep's graph: the sweep's choice stands
+    return K
+
+
+def _decide(
+    sqdist: Any,
+    readout: Any,
+    bounds: tuple[int, int] | None,
+    seed: int,
+    parts: dict[int, np.ndarray],
+    scores: dict[int, float],
+    lists: KnnResult | None,
+) -> tuple[int, dict[int, float]]:
+    """The K ``readout.select`` chooses (:func:`_choose`, then :func:`_climb` for 'climb' on
+    the graph read-out) and the scores of every candidate."""
+    chosen, values = _choose(parts, scores, lists, readout)
+    if getattr(readout, "select", "silhouette") == "climb" and lists is not None:
+        chosen = _climb(sqdist, readout, bounds, seed, parts, scores, chosen)
+        values = dict(scores)
+    return chosen, values
+
+
 def select_k(
     sqdist: Any,
     readout: Any,
@@ -467,8 +555,12 @@ def select_k(
     bisected to K and made exact by :func:`exact_k`). ``readout.select`` is the criterion:
     'silhouette' (the fewest clusters among the partitions within
     ``readout.silhouette_tolerance`` / m of the best silhouette on the kappa^max distances,
-    :func:`~ia_stages.readout.graph.fewest_near_best`) or 'eigengap' (the largest gap of
-    the read-out graph's normalised Laplacian, :func:`eigengap_scores`).
+    :func:`~ia_stages.readout.graph.fewest_near_best`), 'climb' (the default: that choice,
+    then K raised by one while the read-out with K + 1 given, on the graph narrowed to
+    :func:`climb_width` neighbours, has the higher silhouette, kept where it ends on a graph
+    narrower than ``readout.k``: :func:`_climb`, whose partitions join the candidates; within
+    the range's upper end) or 'eigengap' (the largest gap of the read-out graph's normalised
+    Laplacian, :func:`eigengap_scores`).
 
     Parameters
     ----------
@@ -504,7 +596,7 @@ def select_k(
     parts, scores, lists = _candidates(sqdist, readout, bounds, seed)
     if not parts:
         raise SettingError(f"n_clusters: no partition with K in {bounds} was found")
-    chosen, values = _choose(parts, scores, lists, readout)
+    chosen, values = _decide(sqdist, readout, bounds, seed, parts, scores, lists)
     ranked = sorted((k for k in values if k != chosen and np.isfinite(values[k])),
                     key=lambda k: (-values[k], k))  # fmt: skip
     runner = ranked[0] if ranked else None
@@ -512,7 +604,7 @@ def select_k(
     trials = max(1, int(trials)) if readout.kind == "graph" else 1  # the others: no seed
     for t in range(1, trials):
         p, s, g = _candidates(sqdist, readout, bounds, seed + t, (parts, scores))
-        if p and _choose(p, s, g, readout)[0] == chosen:
+        if p and _decide(sqdist, readout, bounds, seed + t, p, s, g)[0] == chosen:
             stable += 1
     crit = getattr(readout, "select", "silhouette")
     kd = sqdist if isinstance(sqdist, KnnDistances) else None

@@ -10,7 +10,7 @@ LINKAGES = ("average", "single", "complete")
 WITH_K = ("spectral", "leiden")
 LEIDEN_ENGINES = ("leidenalg", "igraph")
 COMMUNITIES = ("silhouette", "leiden", "hdbscan")
-SELECT_CRITERIA = ("silhouette", "eigengap")
+SELECT_CRITERIA = ("climb", "silhouette", "eigengap")
 STOP_RULES = ("stability", "partition", "contraction", "none")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
 
@@ -86,11 +86,14 @@ class ReadoutSettings:
         low=0.0,
     )  # fmt: skip
     select: str = choice(
-        "silhouette",
+        "climb",
         SELECT_CRITERIA,
         "without K or with a range of K: the criterion that chooses K among the candidate "
-        "partitions: 'silhouette' (silhouette_tolerance) or 'eigengap' (the largest gap of the "
-        "read-out graph's normalised Laplacian)",
+        "partitions: 'silhouette' (silhouette_tolerance), 'climb' (the 'silhouette' choice, then "
+        "K raised by one while the read-out with K + 1, on the graph narrowed to at most "
+        "n / (K + 1) - 1 neighbours, has the higher silhouette; kept where the K reached has a "
+        "graph narrower than k) or 'eigengap' (the largest gap of the read-out graph's "
+        "normalised Laplacian)",
     )
     select_seeds: int = integer(
         5,
