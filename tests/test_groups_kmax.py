@@ -572,7 +572,7 @@ def test_the_mirror_images_layout_is_the_images_layout_reversed():
     reversed: the same pixels (to float32 rounding) and norms as laying out the mirrored
     images themselves."""
     from ia_stages.core.smoothing import smooth_normalize
-    from ia_stages.kmax.search import _pair_layout
+    from ia_stages.kmax.refine import _pair_layout
     from ia_stages.settings.search import EXACT_SEARCH
 
     Un = smooth_normalize(_letters_and_mirrors(5), 1.0, "unit")

@@ -27,7 +27,7 @@ SIMULATED = textwrap.dedent(
     from ia_stages.kmax import SearchSettings
     from ia_stages.kmax.cuda import search_pairs_cuda
     from ia_stages.kmax.refine import pair_images, search_pairs
-    from ia_stages.kmax.search import _half_resolution_pair, _pair_layout, _policy, _search_targets
+    from ia_stages.kmax.refine import _half_resolution_pair, _pair_layout, _policy, _search_targets
 
     assert config.ENABLE_CUDASIM
     rng = np.random.default_rng(7)

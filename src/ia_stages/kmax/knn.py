@@ -48,6 +48,8 @@ from ia_stages.core.smoothing import smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
 from ia_stages.kmax.neighbours import KnnResult
+from ia_stages.kmax.refine import _pair_layout
+from ia_stages.kmax.refinement import _refine_candidates
 from ia_stages.kmax.search import (
     FLOATS,
     MB,
@@ -55,13 +57,8 @@ from ia_stages.kmax.search import (
     SCAN_CHUNK_MB,
     MemoryBudgetError,
     PolarScan,
-    _pair_layout,
-    _refine_candidates,
-    settle,
-    settle_check,
-    settle_mirrored,
 )
-from ia_stages.kmax.settle import settle_bytes
+from ia_stages.kmax.settle import settle, settle_bytes, settle_check, settle_mirrored
 from ia_stages.settings.search import SearchSettings
 
 
@@ -402,7 +399,7 @@ def _joined(held: list) -> tuple[np.ndarray, ...]:
 
 
 class _Refiner:
-    """Refines pairs with :func:`ia_stages.kmax.search._refine_candidates` and merges the
+    """Refines pairs with :func:`ia_stages.kmax.refinement._refine_candidates` and merges the
     results into :class:`_Lists` of both samples (the transform inverted for the later one)."""
 
     def __init__(

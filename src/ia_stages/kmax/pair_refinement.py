@@ -22,21 +22,17 @@ from ia_stages.kmax.polar import (
     centroids,
     scan_spectra,
 )
-from ia_stages.kmax.refine import sumsq_rows
+from ia_stages.kmax.refine import _pair_layout, sumsq_rows
+from ia_stages.kmax.refinement import _refine_candidates
 from ia_stages.kmax.rings import lattice_pair_scores, pair_joint_peaks, pair_peaks
 from ia_stages.kmax.search import (
     REFINE_BATCH,
-    _pair_layout,
-    _refine_candidates,
     centre_offsets,
     lattice_neighbours,
     mirrored_centroids,
     mirrored_lattice,
-    settle,
-    settle_check,
-    settle_mirrored,
 )
-from ia_stages.kmax.settle import settle_bytes
+from ia_stages.kmax.settle import settle, settle_bytes, settle_check, settle_mirrored
 from ia_stages.settings.search import EXACT_SEARCH, SearchSettings
 
 COLUMN_BLOCK = 256  # moving images whose lattice spectra are held at once (the exact preset's

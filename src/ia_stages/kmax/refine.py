@@ -27,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from ia_stages.core.backend import array_module, to_numpy
+from ia_stages.core.smoothing import half_resolution, smooth
 from ia_stages.core.taps import _PAD, taps
 from ia_stages.core.threads import on_ranges
 from ia_stages.core.warp import spline_coefficients
 from ia_stages.kmax.align import _sumsq
 from ia_stages.kmax.refine_kernels import _packed
 from ia_stages.kmax.search_kernels import _count_targets, _fill_targets, _search
+from ia_stages.settings.search import SearchSettings
 
 
 def _target_pixels(U: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -392,3 +394,77 @@ def search_pairs(
         out_c, out_m,
     )  # fmt: skip
     return out_p, out_c
+
+
+def _half_resolution_pair(
+    Un: Any, Vn: Any, sigma: float, settings: SearchSettings
+) -> tuple[Any, Any] | None:
+    """The targets and moving images of the half-resolution stage (``half_sigma`` smoothing,
+    2 x 2 block means; the targets floored at ``half_floor``), or None when that stage is off
+    or the image sizes are odd."""
+    H, W = Un.shape[1:]
+    if settings.coarse_iters <= 0 or H % 2 or W % 2:
+        return None
+    extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
+    V2 = half_resolution(smooth(Vn, extra))
+    U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
+    return _floored(U2, settings.half_floor), V2
+
+
+def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
+    """The targets that full-resolution starts are ranked and refined on before the winner's
+    refinement on ``Un``: ``Un`` floored at ``full_floor``, or None (``Un`` itself) when
+    pruning is off."""
+    return _floored(Un, settings.full_floor) if settings.prune_kappa > 0 else None
+
+
+def _floored(images: Any, fraction: float) -> Any:
+    """``images (n, h, w)`` with the pixels below ``fraction`` of their image's largest
+    |value| set to 0: the Gaussian tails of smoothed images, which the compiled kernel would
+    otherwise visit in every evaluation."""
+    return array_module(images).where(above_floor(images, fraction), images, 0.0)
+
+
+def _pair_layout(
+    Un: Any, Vn: Any, sigma: float, settings: SearchSettings, mirror: bool = False
+) -> PairImages:
+    """The pairs as the compiled search reads them (:func:`ia_stages.kmax.refine.pair_images`):
+    the half-resolution stage's images (when on) and the floored search targets (when
+    pruning), laid out on the host and, for cupy images, copied to the GPU; with ``mirror``
+    the moving images followed by their mirror images."""
+    xp = array_module(Un)
+    half = _half_resolution_pair(Un, Vn, sigma, settings)
+    search = _search_targets(Un, settings)
+    host = (
+        to_numpy(Un),
+        to_numpy(Vn),
+        None if half is None else tuple(to_numpy(h) for h in half),
+        None if search is None else to_numpy(search),
+    )
+    interp = settings.interpolation
+    if xp is np:
+        return pair_images(*host, interpolation=interp, mirror=mirror)
+    return pair_images(*host, packed=False, interpolation=interp, mirror=mirror).to(xp)
+
+
+def _policy(settings: SearchSettings) -> RefinePolicy:
+    """The refinement's part of ``settings``, as the compiled kernels take it."""
+    return RefinePolicy(
+        iters=settings.refine_iters,
+        tol=settings.refine_tol,
+        prune_kappa=settings.prune_kappa,
+        prune_margin=settings.prune_margin,
+        kappa_stop=_kappa_stop(settings),
+        coarse_stop=settings.coarse_d2_stop,
+        half_gap=settings.half_gap,
+        same_angle=settings.same_angle,
+        same_shift=settings.same_shift,
+        abandon=settings.abandon,
+        lam0=settings.lam0,
+        lam_reject=settings.lam_reject,
+    )
+
+
+def _kappa_stop(settings: SearchSettings) -> float:
+    """Refinements stop where the Newton model promises the kernel value less than this."""
+    return settings.kappa_stop_fraction * settings.prune_kappa

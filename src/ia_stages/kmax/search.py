@@ -36,9 +36,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from ia_stages.core.backend import array_module, fft_module, to_numpy
+from ia_stages.core.backend import array_module, fft_module
 from ia_stages.core.groups import SE2, wrap_angle
-from ia_stages.core.smoothing import half_resolution, smooth, smooth_normalize
+from ia_stages.core.smoothing import smooth, smooth_normalize
 from ia_stages.core.threads import on_threads
 from ia_stages.core.validation import check_images
 from ia_stages.core.warp import warp
@@ -49,15 +49,10 @@ from ia_stages.kmax.polar import (
     centroids,
     scan_spectra,
 )
-from ia_stages.kmax.refine import (
-    PairImages,
-    RefinePolicy,
-    above_floor,
-    pair_images,
-    search_pairs,
-)
+from ia_stages.kmax.refine import _pair_layout
+from ia_stages.kmax.refinement import _refine_candidates
 from ia_stages.kmax.rings import pair_joint_peaks, pair_peaks
-from ia_stages.kmax.settle import SettleCheck, settle_bytes, unsettled
+from ia_stages.kmax.settle import settle, settle_bytes, settle_check, settle_mirrored
 from ia_stages.settings.search import SearchSettings
 
 FLOATS = (np.float64, np.float32)  # kept as given; other dtypes become float64
@@ -346,35 +341,6 @@ def _joined(chunks: list) -> tuple[Any, Any, Any]:
     return np.concatenate(i), np.concatenate(j), xp.concatenate(starts)
 
 
-def _half_resolution_pair(
-    Un: Any, Vn: Any, sigma: float, settings: SearchSettings
-) -> tuple[Any, Any] | None:
-    """The targets and moving images of the half-resolution stage (``half_sigma`` smoothing,
-    2 x 2 block means; the targets floored at ``half_floor``), or None when that stage is off
-    or the image sizes are odd."""
-    H, W = Un.shape[1:]
-    if settings.coarse_iters <= 0 or H % 2 or W % 2:
-        return None
-    extra = float(np.sqrt(max(settings.half_sigma**2 - sigma**2, 0.0)))
-    V2 = half_resolution(smooth(Vn, extra))
-    U2 = V2 if Vn is Un else half_resolution(smooth(Un, extra))
-    return _floored(U2, settings.half_floor), V2
-
-
-def _search_targets(Un: Any, settings: SearchSettings) -> Any | None:
-    """The targets that full-resolution starts are ranked and refined on before the winner's
-    refinement on ``Un``: ``Un`` floored at ``full_floor``, or None (``Un`` itself) when
-    pruning is off."""
-    return _floored(Un, settings.full_floor) if settings.prune_kappa > 0 else None
-
-
-def _floored(images: Any, fraction: float) -> Any:
-    """``images (n, h, w)`` with the pixels below ``fraction`` of their image's largest
-    |value| set to 0: the Gaussian tails of smoothed images, which the compiled kernel would
-    otherwise visit in every evaluation."""
-    return array_module(images).where(above_floor(images, fraction), images, 0.0)
-
-
 def _grid_chunks(Un, Vn, ii, jj, group, settings, sigma, mirror=False):
     """Yield (i, j, starts ``(m, c, n_params)``) from the rotation x shift grid scan; with
     ``mirror``, those of V[j] followed by those of its mirror image (``(m, 2 c, n_params)``)."""
@@ -606,169 +572,6 @@ def _pair_joint_peaks_gpu(
 
     xp = array_module(scores)
     return pair_joint_peaks_cuda(scores, xp.asarray(i), xp.asarray(j), c, xp.asarray(neighbours))
-
-
-def _refine_candidates(
-    images: PairImages,
-    i: np.ndarray,
-    j: np.ndarray,
-    starts: Any,
-    settings: SearchSettings,
-    beta: float,
-    n_plain: int | None = None,
-    mirrored: Any | None = None,
-) -> tuple[Any, Any]:
-    """Best refined transform per pair (i[k], j[k]) over its candidates ``starts (m, c, k)``,
-    by the compiled per-pair search (:mod:`ia_stages.kmax.refine`): on numba's CPU threads
-    for numpy ``starts``, on the GPU (:mod:`ia_stages.kmax.cuda`) for cupy ones. ``images``:
-    :func:`_pair_layout`; ``n_plain``, ``mirrored``: the mirror images' candidates, as
-    :func:`ia_stages.kmax.refine.search_pairs` takes them. Returns params ``(m, n_params)``
-    and sqdist ``(m,)``."""
-    xp = array_module(starts)
-    policy = _policy(settings)
-    coarse = settings.coarse_iters
-    if xp is np:
-        return search_pairs(images, i, j, starts, beta, policy, coarse, n_plain, mirrored)
-    from ia_stages.kmax.cuda import search_pairs_cuda
-
-    ix, jx = xp.asarray(i), xp.asarray(j)
-    return search_pairs_cuda(images, ix, jx, starts, beta, policy, coarse, n_plain, mirrored)
-
-
-def _pair_layout(
-    Un: Any, Vn: Any, sigma: float, settings: SearchSettings, mirror: bool = False
-) -> PairImages:
-    """The pairs as the compiled search reads them (:func:`ia_stages.kmax.refine.pair_images`):
-    the half-resolution stage's images (when on) and the floored search targets (when
-    pruning), laid out on the host and, for cupy images, copied to the GPU; with ``mirror``
-    the moving images followed by their mirror images."""
-    xp = array_module(Un)
-    half = _half_resolution_pair(Un, Vn, sigma, settings)
-    search = _search_targets(Un, settings)
-    host = (
-        to_numpy(Un),
-        to_numpy(Vn),
-        None if half is None else tuple(to_numpy(h) for h in half),
-        None if search is None else to_numpy(search),
-    )
-    interp = settings.interpolation
-    if xp is np:
-        return pair_images(*host, interpolation=interp, mirror=mirror)
-    return pair_images(*host, packed=False, interpolation=interp, mirror=mirror).to(xp)
-
-
-def settle_check(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> SettleCheck | None:
-    """The settling check of targets ``Un`` against moving images ``Vn``
-    (:class:`ia_stages.kmax.settle.SettleCheck`), or None where it is off
-    (``settle_shift`` 0) or the image sizes are odd."""
-    H, W = Un.shape[1:]
-    if settings.settle_shift < 2 or H % 2 or W % 2:
-        return None
-    return SettleCheck(Un, Vn, sigma, settings)
-
-
-def settle(
-    check: SettleCheck,
-    images: PairImages,
-    i: np.ndarray,
-    j: np.ndarray,
-    params: Any,
-    sqdist: Any,
-    settings: SearchSettings,
-    beta: float,
-) -> tuple[Any, Any]:
-    """The pairs' optima ``params (m, 3)``, ``sqdist (m,)`` after the settling check: each
-    pair with starts that may beat its optimum (:func:`ia_stages.kmax.settle.unsettled`) is
-    refined again from its optimum and those starts, the better kept."""
-    score, away, near, start = check.scan(i, j, params)
-    redo = unsettled(score, away, near, sqdist, beta, settings)  # (m, c)
-    rows = np.flatnonzero(to_numpy(redo.any(1)))
-    if rows.size == 0:
-        return params, sqdist
-    xp = array_module(params)
-    k = xp.asarray(rows)
-    found = params[k][:, None]
-    # the optimum first (the bound the others must beat), then the starts that may beat it,
-    # as many columns as the pair with most has (the others repeat the optimum)
-    order = xp.argsort(~redo[k], axis=1, kind="stable")
-    chosen = xp.take_along_axis(redo[k], order, 1)
-    width = int(chosen.sum(1).max())
-    chosen = chosen[:, :width, None]
-    picked = xp.take_along_axis(start[k], order[..., None], 1)[:, :width]
-    starts = xp.concatenate([found, xp.where(chosen, picked, found)], 1)
-    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta)
-    better = d2 < sqdist[k]
-    params, sqdist = params.copy(), sqdist.copy()
-    params[k[better]] = p[better]
-    sqdist[k[better]] = d2[better]
-    return params, sqdist
-
-
-def settle_mirrored(
-    check: SettleCheck,
-    images: PairImages,
-    i: np.ndarray,
-    j: np.ndarray,
-    params: Any,
-    sqdist: Any,
-    won: Any,
-    n_j: int,
-    settings: SearchSettings,
-    beta: float,
-) -> tuple[Any, Any, Any]:
-    """:func:`settle` of a search with mirror images (``check`` of the moving images followed
-    by their mirror images, ``won`` where a pair's optimum is of the mirror image): the side
-    of the optimum is checked about it, the other side everywhere, against the optimum's
-    neighbourhood; the pairs with starts that may beat it are refined again on both sides
-    together. Returns params, sqdist and won."""
-    xp = array_module(params)
-    side = to_numpy(won).astype(np.int64)
-    sc_a, aw_a, near, st_a = check.scan(i, j + n_j * side, params)
-    sc_b, _, _, st_b = check.scan(i, j + n_j * (1 - side), params)
-    redo_a = unsettled(sc_a, aw_a, near, sqdist, beta, settings)
-    redo_b = unsettled(sc_b, xp.ones_like(aw_a), near, sqdist, beta, settings)
-    rows = np.flatnonzero(to_numpy(redo_a.any(1) | redo_b.any(1)))
-    if rows.size == 0:
-        return params, sqdist, won
-    k = xp.asarray(rows)
-    found = params[k][:, None]
-    own = xp.concatenate([found, xp.where(redo_a[k][..., None], st_a[k], found)], 1)
-    first = st_b[k][:, :1]  # the other side's best, so that its starts are real ones
-    other = xp.concatenate([first, xp.where(redo_b[k][..., None], st_b[k], first)], 1)
-    flip = xp.asarray(side[rows].astype(bool))[:, None, None]
-    starts = xp.concatenate([xp.where(flip, other, own), xp.where(flip, own, other)], 1)
-    won_again = xp.empty(rows.size, dtype=bool)
-    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta,
-                               own.shape[1], won_again)  # fmt: skip
-    better = d2 < sqdist[k]
-    params, sqdist, won = params.copy(), sqdist.copy(), won.copy()
-    params[k[better]] = p[better]
-    sqdist[k[better]] = d2[better]
-    won[k[better]] = won_again[better]
-    return params, sqdist, won
-
-
-def _policy(settings: SearchSettings) -> RefinePolicy:
-    """The refinement's part of ``settings``, as the compiled kernels take it."""
-    return RefinePolicy(
-        iters=settings.refine_iters,
-        tol=settings.refine_tol,
-        prune_kappa=settings.prune_kappa,
-        prune_margin=settings.prune_margin,
-        kappa_stop=_kappa_stop(settings),
-        coarse_stop=settings.coarse_d2_stop,
-        half_gap=settings.half_gap,
-        same_angle=settings.same_angle,
-        same_shift=settings.same_shift,
-        abandon=settings.abandon,
-        lam0=settings.lam0,
-        lam_reject=settings.lam_reject,
-    )
-
-
-def _kappa_stop(settings: SearchSettings) -> float:
-    """Refinements stop where the Newton model promises the kernel value less than this."""
-    return settings.kappa_stop_fraction * settings.prune_kappa
 
 
 class _CoarseScan:

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ia_stages.core.backend import array_module
+from ia_stages.core.backend import array_module, to_numpy
 from ia_stages.core.groups import SE2
 from ia_stages.core.smoothing import half_resolution, smooth
+from ia_stages.kmax.refine import PairImages
+from ia_stages.kmax.refinement import _refine_candidates
 from ia_stages.settings.search import SearchSettings
 
 TILE = 64  # targets (and moving images) per tile of the scan (memory only)
@@ -245,3 +247,101 @@ def unsettled(
     d2 = sqdist[:, None]
     promised = xp.exp(-beta * xp.maximum(d2 - gain, 0.0)) - xp.exp(-beta * d2)
     return away & (gain > 0) & (promised > settings.prune_kappa)
+
+
+def settle_check(Un: Any, Vn: Any, sigma: float, settings: SearchSettings) -> SettleCheck | None:
+    """The settling check of targets ``Un`` against moving images ``Vn``
+    (:class:`ia_stages.kmax.settle.SettleCheck`), or None where it is off
+    (``settle_shift`` 0) or the image sizes are odd."""
+    H, W = Un.shape[1:]
+    if settings.settle_shift < 2 or H % 2 or W % 2:
+        return None
+    return SettleCheck(Un, Vn, sigma, settings)
+
+
+def settle(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any]:
+    """The pairs' optima ``params (m, 3)``, ``sqdist (m,)`` after the settling check: each
+    pair with starts that may beat its optimum (:func:`ia_stages.kmax.settle.unsettled`) is
+    refined again from its optimum and those starts, the better kept."""
+    score, away, near, start = check.scan(i, j, params)
+    redo = unsettled(score, away, near, sqdist, beta, settings)  # (m, c)
+    rows = np.flatnonzero(to_numpy(redo.any(1)))
+    if rows.size == 0:
+        return params, sqdist
+    xp = array_module(params)
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    # the optimum first (the bound the others must beat), then the starts that may beat it,
+    # as many columns as the pair with most has (the others repeat the optimum)
+    order = xp.argsort(~redo[k], axis=1, kind="stable")
+    chosen = xp.take_along_axis(redo[k], order, 1)
+    width = int(chosen.sum(1).max())
+    chosen = chosen[:, :width, None]
+    picked = xp.take_along_axis(start[k], order[..., None], 1)[:, :width]
+    starts = xp.concatenate([found, xp.where(chosen, picked, found)], 1)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta)
+    params, sqdist, _ = _kept_better(params, sqdist, k, p, d2)
+    return params, sqdist
+
+
+def settle_mirrored(
+    check: SettleCheck,
+    images: PairImages,
+    i: np.ndarray,
+    j: np.ndarray,
+    params: Any,
+    sqdist: Any,
+    won: Any,
+    n_j: int,
+    settings: SearchSettings,
+    beta: float,
+) -> tuple[Any, Any, Any]:
+    """:func:`settle` of a search with mirror images (``check`` of the moving images followed
+    by their mirror images, ``won`` where a pair's optimum is of the mirror image): the side
+    of the optimum is checked about it, the other side everywhere, against the optimum's
+    neighbourhood; the pairs with starts that may beat it are refined again on both sides
+    together. Returns params, sqdist and won."""
+    xp = array_module(params)
+    side = to_numpy(won).astype(np.int64)
+    sc_a, aw_a, near, st_a = check.scan(i, j + n_j * side, params)
+    sc_b, _, _, st_b = check.scan(i, j + n_j * (1 - side), params)
+    redo_a = unsettled(sc_a, aw_a, near, sqdist, beta, settings)
+    redo_b = unsettled(sc_b, xp.ones_like(aw_a), near, sqdist, beta, settings)
+    rows = np.flatnonzero(to_numpy(redo_a.any(1) | redo_b.any(1)))
+    if rows.size == 0:
+        return params, sqdist, won
+    k = xp.asarray(rows)
+    found = params[k][:, None]
+    own = xp.concatenate([found, xp.where(redo_a[k][..., None], st_a[k], found)], 1)
+    first = st_b[k][:, :1]  # the other side's best, so that its starts are real ones
+    other = xp.concatenate([first, xp.where(redo_b[k][..., None], st_b[k], first)], 1)
+    flip = xp.asarray(side[rows].astype(bool))[:, None, None]
+    starts = xp.concatenate([xp.where(flip, other, own), xp.where(flip, own, other)], 1)
+    won_again = xp.empty(rows.size, dtype=bool)
+    p, d2 = _refine_candidates(images, i[rows], j[rows], starts, settings, beta,
+                               own.shape[1], won_again)  # fmt: skip
+    return _kept_better(params, sqdist, k, p, d2, won, won_again)
+
+
+def _kept_better(
+    params: Any, sqdist: Any, k: Any, p: Any, d2: Any, won: Any = None, won_again: Any = None
+) -> tuple[Any, Any, Any]:
+    """Copies of ``params``, ``sqdist`` (and ``won``) with rows ``k`` replaced by the settling
+    refinement's ``p``, ``d2`` (and ``won_again``) where it found a lower d2."""
+    better = d2 < sqdist[k]
+    params, sqdist = params.copy(), sqdist.copy()
+    params[k[better]] = p[better]
+    sqdist[k[better]] = d2[better]
+    if won is not None:
+        won = won.copy()
+        won[k[better]] = won_again[better]
+    return params, sqdist, won

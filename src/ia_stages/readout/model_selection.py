@@ -451,6 +451,36 @@ def _choose(
     return int(chosen.max()) + 1, dict(scores)
 
 
+def partition_of_k(
+    lists: KnnResult, readout: Any, n_clusters: int, seed: int, sqdist: Any = None
+) -> np.ndarray:
+    """The graph read-out with K given: the read-out graph ``lists`` partitioned into exactly
+    ``n_clusters`` clusters, by spectral clustering or by Leiden bisected to K
+    (``readout.with_k``, with its restarts), then :func:`exact_k`; K checked first
+    (:func:`check_k`, with the dense ``sqdist`` where there is one).
+
+    Example
+    -------
+    >>> labels = partition_of_k(lists, ReadoutSettings(k=10), 3, 0)  # doctest: +SKIP
+    """
+    from ia_stages.readout.graph import leiden_n_clusters, spectral_knn
+
+    check_k(n_clusters, lists.indices.shape[0], sqdist)
+    if readout.with_k == "spectral":
+        labels = spectral_knn(lists, n_clusters, seed)
+    else:
+        labels = leiden_n_clusters(
+            lists,
+            n_clusters,
+            seed,
+            restarts=readout.restarts,
+            restart_bracket=readout.restart_bracket,
+            restart_tries=readout.restart_tries,
+            with_k_engine=readout.with_k_engine,
+        )
+    return exact_k(labels, n_clusters, lists, seed)
+
+
 def climb_width(k: int, n: int, n_clusters: int) -> int:
     """The read-out graph's neighbour count for a read-out with K = ``n_clusters``: ``k``
     capped by the mean class size less one, n / K - 1 (at least 1), as
@@ -492,8 +522,7 @@ def _climb(
     """
     import warnings
 
-    from ia_stages.readout.graph import KnnDistances
-    from ia_stages.readout.partition import graph_partition
+    from ia_stages.readout.graph import KnnDistances, readout_lists
 
     kd = sqdist if isinstance(sqdist, KnnDistances) else None
     sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
@@ -508,7 +537,8 @@ def _climb(
         ro = replace(readout, k=climb_width(readout.k, n, nxt))
         with warnings.catch_warnings():  # K above the distinct orbits: its silhouette says
             warnings.simplefilter("ignore")
-            labels = _relabel(graph_partition(sqdist, ro, nxt, seed))
+            lists = readout_lists(sqdist if kd is not None else sq, int(ro.k))
+            labels = _relabel(partition_of_k(lists, ro, nxt, seed, None if kd is not None else sq))
         s = silhouette_of(sq, labels, sample)
         old = scores.get(nxt)
         if np.isfinite(s) and (old is None or not np.isfinite(old) or s > old):

@@ -15,11 +15,9 @@ from ia_stages.readout.graph import (
     KnnDistances,
     hdbscan_distances,
     leiden_knn,
-    leiden_n_clusters,
     readout_lists,
-    spectral_knn,
 )
-from ia_stages.readout.model_selection import check_k, exact_k, select_k
+from ia_stages.readout.model_selection import partition_of_k, select_k
 from ia_stages.settings.readout import ReadoutSettings
 from ia_stages.settings.spec import SettingError
 
@@ -89,20 +87,7 @@ def graph_partition(
     if isinstance(n_clusters, tuple | list):
         return select_k(sqdist if kd is not None else sq, readout, tuple(n_clusters), seed).labels
     if n_clusters is not None:
-        check_k(n_clusters, n, sq)
-        if readout.with_k == "spectral":
-            labels = spectral_knn(lists, n_clusters, seed)
-        else:
-            labels = leiden_n_clusters(
-                lists,
-                n_clusters,
-                seed,
-                restarts=readout.restarts,
-                restart_bracket=readout.restart_bracket,
-                restart_tries=readout.restart_tries,
-                with_k_engine=readout.with_k_engine,
-            )
-        return exact_k(labels, n_clusters, lists, seed)
+        return partition_of_k(lists, readout, n_clusters, seed, sq)
     if readout.community == "silhouette":
         return select_k(sqdist if kd is not None else sq, readout, None, seed).labels
     if readout.community == "leiden":
