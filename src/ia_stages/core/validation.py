@@ -6,7 +6,6 @@ One function, :func:`check_images`, serves the estimator and :func:`ia_stages.km
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -188,43 +187,6 @@ def _one_line(err: Exception) -> str:
     """The first line of ``err``'s message (check_array appends the array to some)."""
     lines = str(err).strip().splitlines()
     return lines[0] if lines else type(err).__name__
-
-
-def check_number(
-    value: Any,
-    name: str,
-    *,
-    integer: bool = False,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    allow_none: bool = False,
-) -> Any:
-    """Return ``value`` if it is a finite real (an int with ``integer``) in range, else raise a
-    one-line ``ValueError`` naming ``name``.
-
-    ``low``/``high`` bound it (inclusive; ``low_open`` makes ``low`` exclusive).
-    """
-    if value is None and allow_none:
-        return value
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind):
-        what = "an integer" if integer else "a real number"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value!r}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high:g}, got {value!r}")
-    return value
-
-
-def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
-    """Return ``value`` if it is one of ``choices``, else raise a one-line ``ValueError``."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
 
 
 def min_side(sigma: float) -> int:
