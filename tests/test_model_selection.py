@@ -20,6 +20,7 @@ from ia_stages.readout.model_selection import (
     cluster_hierarchy,
     eigengap_scores,
     exact_k,
+    narrowing_k,
     select_k,
 )
 from ia_stages.readout.partition import graph_partition
@@ -236,6 +237,12 @@ def test_climb_splits_classes_a_graph_wider_than_them_joins() -> None:
     assert np.array_equal(graph_partition(sq, ro, None, 0), ms.labels)
     # a range's upper end bounds the climb
     assert select_k(sq, ro, (2, 10), seed=0).n_clusters <= 10
+    # the graph narrows from K = 10 (180 // 19 + 1), 2 steps above the choice: with fewer
+    # steps allowed there is no climb, and the choice is the silhouette's
+    assert narrowing_k(18, 180) == 10
+    short = select_k(sq, replace(ro, climb_steps=1), None, seed=0)
+    assert short.n_clusters == 8 and np.array_equal(short.labels, base.labels)
+    assert select_k(sq, replace(ro, climb_steps=2), None, seed=0).n_clusters == 12
 
 
 def test_climb_width_caps_the_graph_by_the_class_size() -> None:

@@ -481,6 +481,18 @@ def partition_of_k(
     return exact_k(labels, n_clusters, lists, seed)
 
 
+def narrowing_k(k: int, n: int) -> int:
+    """The least K whose read-out graph (:func:`climb_width`) is narrower than ``k``
+    neighbours: n // (k + 1) + 1.
+
+    Example
+    -------
+    >>> narrowing_k(20, 20_000), climb_width(20, 20_000, 953), climb_width(20, 20_000, 952)
+    (953, 19, 20)
+    """
+    return int(n) // (int(k) + 1) + 1
+
+
 def climb_width(k: int, n: int, n_clusters: int) -> int:
     """The read-out graph's neighbour count for a read-out with K = ``n_clusters``: ``k``
     capped by the mean class size less one, n / K - 1 (at least 1), as
@@ -532,6 +544,8 @@ def _climb(
     K = int(start)
     if not np.isfinite(scores.get(K, np.nan)):
         return K  # no partition of the sweep had a silhouette: nothing to climb from
+    if narrowing_k(readout.k, n) - K > int(readout.climb_steps):
+        return K  # the graph narrows too far above the choice for a climb to be kept
     while K + 1 <= top:
         nxt = K + 1
         ro = replace(readout, k=climb_width(readout.k, n, nxt))

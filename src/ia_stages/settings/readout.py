@@ -95,6 +95,13 @@ class ReadoutSettings:
         "graph narrower than k) or 'eigengap' (the largest gap of the read-out graph's "
         "normalised Laplacian)",
     )
+    climb_steps: int = integer(
+        32,
+        "select 'climb': no climb where the K whose graph is narrower than readout.k lies more "
+        "than this many steps above the 'silhouette' choice (the climb could not be kept, and "
+        "on large sets each step is a read-out with K given)",
+        low=1, high=10_000,
+    )  # fmt: skip
     select_seeds: int = integer(
         5,
         "without K or with a range of K: Leiden seeds over which the choice of K is repeated "
