@@ -1,4 +1,4 @@
-"""Bad input, reruns and recovery (issue 22): every bad input in one table, each refused with one
+"""Bad input, reruns and recovery: every bad input in one table, each refused with one
 line naming the culprit (exit status 2 for the command) and nothing earlier lost; reruns that see
 every change to the images; resuming after ``kill -9``."""
 

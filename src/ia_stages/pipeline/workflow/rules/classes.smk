@@ -55,20 +55,7 @@ rule figure_clusters:
 # Exports of a dataset's classes (ia_stages.pipeline.exports), in one job: the class averages
 # as an MRC stack and a TIFF, the images as the MRC stack particles.star points into, and the
 # STAR file where starfile is installed; asked for by name, the members aligned onto their
-# class averages.
-from ia_stages.pipeline.exports import star_available
-
-STAR = star_available()
-
-
-def export_settings_json(w):
-    import json
-
-    from ia_stages.pipeline.exports import export_settings
-
-    return shlex.quote(json.dumps(export_settings(config)))
-
-
+# class averages. (STAR and export_settings_json: rules/common.smk.)
 rule exports:
     conda:
         CONDA_ENV

@@ -1,8 +1,10 @@
 # Shared wiring: wildcard constraints, stage settings, input lists.
+import json
 import re
 import shlex
 
 from ia_stages.pipeline.benchmark_config import data_of
+from ia_stages.pipeline.exports import export_settings, star_available
 from ia_stages.pipeline.config import (
     column_blocks,
     ia_iterations,
@@ -225,3 +227,11 @@ def dataset_manifest(w):
 
     cache = f".snakemake/ia-stages/manifest-{w.dataset}.json"  # digests by size and time
     return manifest(ds["path"], ds["labels"], cache)
+
+
+# the exports' job (rules/classes.smk): whether STAR files can be written, and its settings
+STAR = star_available()
+
+
+def export_settings_json(w):
+    return shlex.quote(json.dumps(export_settings(config)))
