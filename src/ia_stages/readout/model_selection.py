@@ -546,13 +546,17 @@ def _climb(
         return K  # no partition of the sweep had a silhouette: nothing to climb from
     if narrowing_k(readout.k, n) - K > int(readout.climb_steps):
         return K  # the graph narrows too far above the choice for a climb to be kept
+    graphs: dict[int, KnnResult] = {}  # the read-out graph of each width the climb reads
     while K + 1 <= top:
         nxt = K + 1
         ro = replace(readout, k=climb_width(readout.k, n, nxt))
+        if ro.k not in graphs:
+            graphs[ro.k] = readout_lists(sqdist if kd is not None else sq, int(ro.k))
         with warnings.catch_warnings():  # K above the distinct orbits: its silhouette says
             warnings.simplefilter("ignore")
-            lists = readout_lists(sqdist if kd is not None else sq, int(ro.k))
-            labels = _relabel(partition_of_k(lists, ro, nxt, seed, None if kd is not None else sq))
+            labels = _relabel(
+                partition_of_k(graphs[ro.k], ro, nxt, seed, None if kd is not None else sq)
+            )
         s = silhouette_of(sq, labels, sample)
         old = scores.get(nxt)
         if np.isfinite(s) and (old is None or not np.isfinite(old) or s > old):

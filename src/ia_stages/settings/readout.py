@@ -96,7 +96,7 @@ class ReadoutSettings:
         "normalised Laplacian)",
     )
     climb_steps: int = integer(
-        32,
+        64,
         "select 'climb': no climb where the K whose graph is narrower than readout.k lies more "
         "than this many steps above the 'silhouette' choice (the climb could not be kept, and "
         "on large sets each step is a read-out with K given)",
