@@ -18,7 +18,7 @@ accuracy against the classes (the reference: 1.000 is every image in its class's
 neighbour counts and CPU seconds. ``--seeds S``: S random samples of each size of digits,
 without K: every sample's cluster count, the share that finds the classes' number, and the
 worst, median and best ACC. ``--tolerance``: ``readout.silhouette_tolerance``; ``--merge``:
-``readout.merge``; ``--path``: ``path.mode``.
+``readout.merge``; ``--near-best``: ``readout.near_best``; ``--path``: ``path.mode``.
 
 ``iterations``: the default algorithm (:func:`ia_stages.ia.loop.run_ia`, preset 'images')
 for two iterations with the stopping rule off; per set, with and without K, each iteration's
@@ -124,10 +124,13 @@ def sizes(a: argparse.Namespace) -> None:
         config.setdefault("readout", {})["merge"] = a.merge
     if a.tolerance is not None:
         config.setdefault("readout", {})["silhouette_tolerance"] = a.tolerance
+    if a.near_best is not None:
+        config.setdefault("readout", {})["near_best"] = a.near_best
     if a.path is not None:
         config["path"] = {"mode": a.path}
     params = {"config": config} if config else {}
     tag = "" if a.tolerance is None else f"tolerance {a.tolerance:g} "
+    tag += "" if a.near_best is None else f"near_best {a.near_best} "
     if a.quick:
         a.kind, a.n, a.seeds = "digits", [30], min(a.seeds, 2)
     if a.kind == "letters":
@@ -230,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("n", type=int, nargs="*", help="sizes (letters: 12 30 48 100)")
     s.add_argument("--seeds", type=int, default=0, help="digits: samples per size, without K")
     s.add_argument("--tolerance", type=float, help="readout.silhouette_tolerance")
+    s.add_argument("--near-best", choices=["fewest", "adjacent"], help="readout.near_best")
     s.add_argument("--merge", type=float, help="readout.merge")
     s.add_argument("--path", choices=["auto", "dense", "candidates"], help="path.mode")
     s.add_argument("--no-k-only", action="store_true", help="skip the runs with K")

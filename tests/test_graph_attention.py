@@ -441,6 +441,31 @@ def test_near_ties_of_the_silhouette_go_to_the_fewest_clusters():
     assert fewest_near_best([(0.49, a), (0.5, b), (0.52, split(4))], 0.2) is b
 
 
+def test_adjacent_near_ties_stop_at_the_first_count_outside_the_tolerance():
+    """'adjacent' walks down from the best partition's cluster count through the counts
+    scored and stops at the first outside the tolerance: a far coarser partition within it
+    (two clusters, the silhouette's usual near-tie) is not taken over the finer ones
+    between that are not; with every count between within it, it keeps the fewest, as
+    'fewest' does. The silhouette choice of a sweep follows the same rule."""
+    from ia_stages.readout.graph import fewest_near_best, silhouette_choice
+
+    def split(m):
+        return np.arange(36) % m
+
+    # best 9 at 0.164, 2 within 0.1 / 9 of it, 4 and 6 outside, 7 and 8 inside
+    scored = [(0.1616, split(2)), (0.135, split(4)), (0.138, split(6)), (0.158, split(7)),
+              (0.1632, split(8)), (0.164, split(9))]  # fmt: skip
+    assert fewest_near_best(scored, 0.1, "fewest").max() + 1 == 2
+    assert fewest_near_best(scored, 0.1, "adjacent").max() + 1 == 7
+    assert fewest_near_best(scored, 0.0, "adjacent").max() + 1 == 9
+    every = [(0.16, split(2)), (0.159, split(3)), (0.164, split(9))]
+    assert fewest_near_best(every, 0.1, "adjacent").max() + 1 == 2
+    parts = [labels for _, labels in scored]
+    score = np.array([s for s, _ in scored])
+    assert silhouette_choice(parts, score, 0.1, "adjacent") == 3
+    assert silhouette_choice(parts, score, 0.1, "fewest") == 0
+
+
 # A 10-node kNN graph (3 neighbours, affNIST-style digits under the similarity group) on which
 # igraph's Leiden "until no change" (n_iterations=-1) never ended, at this seed and resolution.
 ENDLESS_EDGES = [

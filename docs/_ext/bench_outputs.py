@@ -89,6 +89,47 @@ def affine_ten_seeds(root: Path) -> Table:
     )
 
 
+def se2_without_k(root: Path) -> Table:
+    """SE(2) without K on 1,000 affNIST-style digits, twenty draws, both near-tie rules."""
+    name = "groups/accuracy_affnist_1000_se2_no_k.txt"
+    pattern = re.compile(
+        r"^near_best (\w+): affnist n=1000 seed=(\d+) .*?ACC ([0-9.]+)\s+clusters (\d+)", re.M
+    )
+    runs: dict[tuple[str, int], tuple[float, int]] = {}
+    for rule, seed, acc, clusters in _need(
+        pattern.findall(_read(root, name)), name, "'near_best RULE: affnist ...' lines"
+    ):
+        runs[(rule, int(seed))] = (float(acc), int(clusters))
+    rules = ["fewest", "adjacent"]
+    seeds = sorted({s for r, s in runs if r == rules[1]})
+    missing = [(r, s) for r in rules for s in seeds if (r, s) not in runs]
+    if missing:
+        raise ValueError(f"{RESULTS / name}: no run for {missing[0]}")
+    rows = []
+    for rule in rules:
+        accs = [runs[(rule, s)][0] for s in seeds]
+        twos = sum(runs[(rule, s)][1] <= 2 for s in seeds)
+        rows.append(
+            [
+                rule,
+                f"{statistics.mean(accs):.3f} ± {statistics.stdev(accs):.3f}",
+                _f3(statistics.median(accs)),
+                _f3(min(accs)),
+                _f3(max(accs)),
+                f"{twos} of {len(seeds)}",
+            ]
+        )
+    return Table(
+        "The estimator under SE(2) without K on 1,000 affNIST-style digits, one draw of the "
+        "data per seed: ACC over the seeds with each near-tie rule (`readout.near_best`; "
+        "adjacent is the default).",
+        "python bench/groups.py accuracy 1000 affnist se2 --no-k --seed S",
+        [name],
+        ["near_best", "ACC mean ± sd", "median", "worst", "best", "seeds with 2 clusters"],
+        rows,
+    )
+
+
 def sizes(root: Path) -> Table:
     """The default estimator by data size: letters rendered from outlines, rotated digits."""
     name, big = "estimator/sizes.txt", "estimator/sizes_5000_knn.txt"
@@ -396,6 +437,7 @@ def noise(root: Path) -> Table:
 
 TABLES: dict[str, Callable[[Path], Table]] = {
     "affine-ten-seeds": affine_ten_seeds,
+    "se2-without-k": se2_without_k,
     "sizes": sizes,
     "small-samples": small_samples,
     "iterations": iterations,

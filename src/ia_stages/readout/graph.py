@@ -575,7 +575,9 @@ def prefetch_sweeps(
     leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in readout.resolutions)))
 
 
-def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, tolerance: float) -> int:
+def silhouette_choice(
+    partitions: list[np.ndarray], scores: np.ndarray, tolerance: float, rule: str = "fewest"
+) -> int:
     """Index of the partition :func:`leiden_silhouette` keeps among a
     :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
     last (the largest resolution's) when none has one.
@@ -590,11 +592,13 @@ def silhouette_choice(partitions: list[np.ndarray], scores: np.ndarray, toleranc
     scored = [c for c in scored if np.isfinite(c[0])]
     if not scored:
         return len(partitions) - 1
-    chosen = fewest_near_best(scored, tolerance)
+    chosen = fewest_near_best(scored, tolerance, rule)
     return next(r for r, labels in enumerate(partitions) if labels is chosen)
 
 
-def fewest_near_best(scored: list[tuple[float, np.ndarray]], tolerance: float) -> np.ndarray:
+def fewest_near_best(
+    scored: list[tuple[float, np.ndarray]], tolerance: float, rule: str = "fewest"
+) -> np.ndarray:
     """The partition with the fewest clusters among those whose score is within
     ``tolerance / m`` of the highest, m the highest-scoring partition's cluster count; among
     those the highest score, the first on a tie.
@@ -603,6 +607,11 @@ def fewest_near_best(scored: list[tuple[float, np.ndarray]], tolerance: float) -
     ----------
     scored : (score, labels ``(n,)`` int) pairs, in the order ties are settled by
     tolerance : >= 0; 0 keeps the highest score
+    rule : {'fewest', 'adjacent'}, default 'fewest'
+        'fewest': any K within the tolerance; 'adjacent': only the K reached from the
+        highest-scoring K downwards, K by K among the cluster counts scored, without a K
+        outside the tolerance between (a far coarser partition that scores near the best,
+        as two clusters often do, is not taken over the finer ones between that do not)
 
     Returns
     -------
@@ -615,10 +624,26 @@ def fewest_near_best(scored: list[tuple[float, np.ndarray]], tolerance: float) -
     3
     >>> int(fewest_near_best([(0.50, two), (0.52, three)], 0.1).max()) + 1  # 0.02 <= 0.1 / 3
     2
+    >>> four = np.array([0, 1, 2, 2, 3, 3])
+    >>> scored = [(0.50, two), (0.40, three), (0.52, four)]
+    >>> [int(fewest_near_best(scored, 0.1, r).max()) + 1 for r in ("fewest", "adjacent")]
+    [2, 4]
     """
     best_score, best = max(scored, key=lambda c: c[0])
-    near = [c for c in scored if c[0] >= best_score - tolerance / (int(best.max()) + 1)]
-    fewest = min(int(labels.max()) + 1 for _, labels in near)
+    floor = best_score - tolerance / (int(best.max()) + 1)
+    near = [c for c in scored if c[0] >= floor]
+    if rule == "adjacent":
+        top: dict[int, float] = {}
+        for score, labels in scored:
+            k = int(labels.max()) + 1
+            top[k] = max(score, top.get(k, -np.inf))
+        fewest = int(best.max()) + 1
+        for k in sorted((k for k in top if k < fewest), reverse=True):
+            if top[k] < floor:
+                break
+            fewest = k
+    else:
+        fewest = min(int(labels.max()) + 1 for _, labels in near)
     return max((c for c in near if int(c[1].max()) + 1 == fewest), key=lambda c: c[0])[1]
 
 

@@ -447,7 +447,7 @@ def _choose(
     finite = [(scores[k], parts[k]) for k in ks if np.isfinite(scores[k])]
     if not finite:
         return ks[-1], dict(scores)
-    chosen = fewest_near_best(finite, float(readout.silhouette_tolerance))
+    chosen = fewest_near_best(finite, float(readout.silhouette_tolerance), readout.near_best)
     return int(chosen.max()) + 1, dict(scores)
 
 

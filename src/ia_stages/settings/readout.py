@@ -10,6 +10,7 @@ LINKAGES = ("average", "single", "complete")
 WITH_K = ("spectral", "leiden")
 LEIDEN_ENGINES = ("leidenalg", "igraph")
 COMMUNITIES = ("silhouette", "leiden", "hdbscan")
+NEAR_BEST_RULES = ("fewest", "adjacent")
 SELECT_CRITERIA = ("climb", "silhouette", "eigengap")
 STOP_RULES = ("stability", "partition", "contraction", "none")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
@@ -85,6 +86,14 @@ class ReadoutSettings:
         "is within this / m of the highest, m the highest one's cluster count (0: the highest)",
         low=0.0,
     )  # fmt: skip
+    near_best: str = choice(
+        "adjacent",
+        NEAR_BEST_RULES,
+        "community 'silhouette': the partitions within silhouette_tolerance of which the "
+        "fewest clusters are kept, 'adjacent' (those reached from the highest one's K "
+        "downwards, K by K among the cluster counts scored, with no K outside the tolerance "
+        "between) or 'fewest' (any)",
+    )
     select: str = choice(
         "climb",
         SELECT_CRITERIA,
