@@ -464,6 +464,9 @@ def test_adjacent_near_ties_stop_at_the_first_count_outside_the_tolerance():
     score = np.array([s for s, _ in scored])
     assert silhouette_choice(parts, score, 0.1, "adjacent") == 3
     assert silhouette_choice(parts, score, 0.1, "fewest") == 0
+    assert silhouette_choice(parts, score, 0.1) == 3  # the library's default is the setting's
+    with pytest.raises(ValueError, match="rule"):
+        fewest_near_best(scored, 0.1, "nearest")
 
 
 # A 10-node kNN graph (3 neighbours, affNIST-style digits under the similarity group) on which

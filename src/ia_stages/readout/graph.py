@@ -460,11 +460,13 @@ def leiden_silhouette(
     seed: int,
     sample: np.ndarray | None = None,
     tolerance: float = 0.0,
+    rule: str = "adjacent",
 ) -> np.ndarray:
     """Leiden communities of the kNN graph at the resolution (among ``resolutions``) whose
     partition has the highest silhouette on the distances sqrt(sqdist), or, with
     ``tolerance`` t, the fewest clusters among the partitions within t / m of that silhouette
-    (m: the best partition's cluster count); labels ``(n,)``.
+    (m: the best partition's cluster count), by ``rule`` (:func:`fewest_near_best`); labels
+    ``(n,)``.
 
     Modularity's null model makes the number of communities at a fixed resolution grow with
     the number of classes in the data (3 classes of 100 split into sub-styles, 10 classes of
@@ -490,6 +492,7 @@ def leiden_silhouette(
     sample : None, or ``(s,)`` the samples ``sqdist`` is about: the silhouette of each
         partition is that of its labels on the sample (the kNN path, :class:`KnnDistances`)
     tolerance : float, default 0.0; >= 0
+    rule : {'adjacent', 'fewest'}, default 'adjacent'; see :func:`fewest_near_best`
 
     Returns
     -------
@@ -501,7 +504,7 @@ def leiden_silhouette(
     ... # doctest: +SKIP
     """
     _, partitions, scores = silhouette_sweep(knn, sqdist, resolutions, seed, sample)
-    return partitions[silhouette_choice(partitions, scores, tolerance)]
+    return partitions[silhouette_choice(partitions, scores, tolerance, rule)]
 
 
 def silhouette_sweep(
@@ -576,7 +579,7 @@ def prefetch_sweeps(
 
 
 def silhouette_choice(
-    partitions: list[np.ndarray], scores: np.ndarray, tolerance: float, rule: str = "fewest"
+    partitions: list[np.ndarray], scores: np.ndarray, tolerance: float, rule: str = "adjacent"
 ) -> int:
     """Index of the partition :func:`leiden_silhouette` keeps among a
     :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
@@ -597,17 +600,18 @@ def silhouette_choice(
 
 
 def fewest_near_best(
-    scored: list[tuple[float, np.ndarray]], tolerance: float, rule: str = "fewest"
+    scored: list[tuple[float, np.ndarray]], tolerance: float, rule: str = "adjacent"
 ) -> np.ndarray:
     """The partition with the fewest clusters among those whose score is within
-    ``tolerance / m`` of the highest, m the highest-scoring partition's cluster count; among
-    those the highest score, the first on a tie.
+    ``tolerance / m`` of the highest (m the highest-scoring partition's cluster count) and,
+    by ``rule``, reached from it without passing a count outside; among those the highest
+    score, the first on a tie.
 
     Parameters
     ----------
     scored : (score, labels ``(n,)`` int) pairs, in the order ties are settled by
     tolerance : >= 0; 0 keeps the highest score
-    rule : {'fewest', 'adjacent'}, default 'fewest'
+    rule : {'adjacent', 'fewest'}, default 'adjacent' (``readout.near_best``)
         'fewest': any K within the tolerance; 'adjacent': only the K reached from the
         highest-scoring K downwards, K by K among the cluster counts scored, without a K
         outside the tolerance between (a far coarser partition that scores near the best,
@@ -629,6 +633,8 @@ def fewest_near_best(
     >>> [int(fewest_near_best(scored, 0.1, r).max()) + 1 for r in ("fewest", "adjacent")]
     [2, 4]
     """
+    if rule not in ("adjacent", "fewest"):
+        raise ValueError(f"rule: expected 'adjacent' or 'fewest', got {rule!r}")
     best_score, best = max(scored, key=lambda c: c[0])
     floor = best_score - tolerance / (int(best.max()) + 1)
     near = [c for c in scored if c[0] >= floor]
