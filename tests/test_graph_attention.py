@@ -27,6 +27,7 @@ from ia_stages.readout.stopping import contraction_ratio, stop_iteration
 from ia_stages.settings.attention import AttentionSettings, MeanSettings
 from ia_stages.settings.readout import ReadoutSettings, StopSettings
 from ia_stages.settings.sizing import check_attention
+from ia_stages.settings.spec import SettingError
 
 
 def _planted(n_per: int = 12, groups: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -465,7 +466,7 @@ def test_adjacent_near_ties_stop_at_the_first_count_outside_the_tolerance():
     assert silhouette_choice(parts, score, 0.1, "adjacent") == 3
     assert silhouette_choice(parts, score, 0.1, "fewest") == 0
     assert silhouette_choice(parts, score, 0.1) == 3  # the library's default is the setting's
-    with pytest.raises(ValueError, match="rule"):
+    with pytest.raises(SettingError, match=r"readout\.near_best"):
         fewest_near_best(scored, 0.1, "nearest")
 
 

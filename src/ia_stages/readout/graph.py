@@ -633,8 +633,7 @@ def fewest_near_best(
     >>> [int(fewest_near_best(scored, 0.1, r).max()) + 1 for r in ("fewest", "adjacent")]
     [2, 4]
     """
-    if rule not in ("adjacent", "fewest"):
-        raise ValueError(f"rule: expected 'adjacent' or 'fewest', got {rule!r}")
+    check_setting("readout.near_best", rule)
     best_score, best = max(scored, key=lambda c: c[0])
     floor = best_score - tolerance / (int(best.max()) + 1)
     near = [c for c in scored if c[0] >= floor]
