@@ -267,7 +267,9 @@ def test_the_screened_lists_keep_each_pairs_better_optimum_and_match_the_exact_o
     exact = kappa_max(X, **kw, features=replace(fs, screen=False))
     assert np.array_equal(np.sort(screened.indices, 1), np.sort(exact.indices, 1))
     assert (screened.sqdist <= exact.sqdist + 1e-12).all()
-    np.testing.assert_allclose(screened.sqdist, exact.sqdist, atol=1e-6)
+    # the two runs refine the same optimum from different starts: equal to the refinement's
+    # convergence
+    np.testing.assert_allclose(screened.sqdist, exact.sqdist, atol=1e-5)
     # the screen's own lists (not refined again) are nowhere nearer than the cascade's
     from ia_stages.kmax.candidate_pairs import knn_from_pairs
     from ia_stages.kmax.candidates import candidate_lists, prepared_images

@@ -314,7 +314,7 @@ RELEVANT_TO_KMAX = {
     "beta": _set("datasets", "shapes3", "settings", "beta", 21.0),
     "sigma": _set("datasets", "shapes3", "settings", "sigma", 0.5),
     "normalization": _set("datasets", "shapes3", "settings", "normalization", "none"),
-    "search": _set("settings", "search", {"n_angles": 36}),
+    "search": _set("settings", "search", {"n_angles": 24}),
     "group": _set("settings", "group", {"scale": [0.5, 2.0]}),
     "seed": _set("seed", 1),
     "backend": _set("backend", "cupy"),

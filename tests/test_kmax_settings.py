@@ -30,7 +30,7 @@ CHANGED = {
     "half_floor": {"half_floor": 0.5},
     "half_gap": {"half_gap": 0.0},
     "full_floor": {"full_floor": 0.5},
-    "same_shift": {"same_shift": 100.0, "interpolation": "keys"},
+    "same_shift": {"same_shift": 100.0},
     "same_angle": {"same_shift": 100.0, "same_angle": 3.2},
     "lam0": {"lam0": 10.0},
     "lam_reject": {"lam_reject": 100.0},

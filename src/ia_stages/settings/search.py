@@ -29,7 +29,7 @@ class SearchSettings:
         "coarse scan: 'polar' = rotations about the image centroids for all pairs by matrix "
         "products; 'grid' = rotations x every integer shift by FFT (exhaustive in its window)",
     )
-    n_angles: int = integer(48, "rotations of the coarse scan (evenly over 360 degrees)",
+    n_angles: int = integer(36, "rotations of the coarse scan (evenly over 360 degrees)",
                             low=4, high=3600)  # fmt: skip
     max_shift: int | None = integer(
         None, "'grid' only: largest |shift| per axis (px); None = a third of the image",
@@ -141,10 +141,10 @@ class SearchSettings:
         "image was taken at); 'keys' = Keys cubic convolution (the paper's)",
     )
     centre_rings: int = integer(
-        1,
+        2,
         "'polar' only: the scan's centres are the lattice points within centre_rings x "
         "centre_offset of each centroid (1: the centroid and its 4 axis neighbours; 2: 13 "
-        "points; 3: 29; 4: 49; the scan costs in proportion)",
+        "points; 3: 29; 4: 49; the scan costs in proportion, a small part of the search)",
         low=1, high=8,
     )  # fmt: skip
     peaks: str = choice(
