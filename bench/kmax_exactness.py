@@ -21,9 +21,9 @@ distinct rotations (each with its best shift) are then refined to convergence by
 library's refinement, every start at full resolution (no pruning). For each search the table
 gives the share of pairs whose kappa^max is within 1e-4 of the reference (or above it), the
 worst miss (reference minus search, in kappa), the CPU time per pair (all threads, the least
-of ``--repeat`` runs) and its ratio to that of ``5 centres``: the search before the default
-scanned 13 centres at 36 rotations (``centre_rings`` 1, ``n_angles`` 48), the cost the default
-is held to.
+of ``--repeat`` runs) and its ratio to that of ``5 centres``, the former default (its scan
+about 5 centres at 48 rotations: ``centre_rings`` 1, ``n_angles`` 48; the default scans 13 at
+36), the cost the default is held to.
 ``spread d2`` (shapes only): the largest difference in d2 between two renderings of the same
 two letters (0 for an invariant search; at a large beta it also shows the far pairs whose
 refinement the pruning stops early, as their kernel value cannot matter).
