@@ -307,6 +307,20 @@ def crit_merge(ratio: float):
     return run
 
 
+def crit_hdbscan(min_size: int | None):
+    """HDBSCAN on the kappa^max distances (``readout.community`` 'hdbscan') with
+    ``min_cluster_size`` ``min_size`` (None: n / 40, at least 3); its noise points stay one
+    more cluster of their own for ACC and do not count towards K."""
+
+    def run(sq, seed):
+        n = sq.shape[0]
+        m = max(3, n // 40) if min_size is None else min(min_size, n // 2)
+        ro = replace(readout_for(n, None), community="hdbscan", min_cluster_size=max(2, m))
+        return graph_partition(sq, ro, None, seed)
+
+    return run
+
+
 def crit_sil_range(sq, seed):
     """Silhouette (default tolerance) over the sweep and every K of 2..min(20, n/2)."""
     n = sq.shape[0]
@@ -343,6 +357,9 @@ CRITERIA = {
     "widths": crit_widths(0.1),
     "eigengap": crit_eigengap,
     "consensus": crit_consensus,
+    "hdbscan_5": crit_hdbscan(5),
+    "hdbscan_10": crit_hdbscan(10),
+    "hdbscan_n/40": crit_hdbscan(None),
     "merge_1.5": crit_merge(1.5),
 }
 DEFAULT = "climb"
@@ -378,7 +395,7 @@ def main() -> None:
         row["acc_with_k"] = accuracy(y, with_k)
         for c in args.criteria:
             labels = CRITERIA[c](sq, args.seed)
-            row[f"{c}:K"] = int(np.unique(labels).size)
+            row[f"{c}:K"] = int(np.unique(labels[labels >= 0]).size)
             row[f"{c}:acc"] = accuracy(y, labels)
         rows.append(row)
         print(" | ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
