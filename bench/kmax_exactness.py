@@ -2,7 +2,7 @@
 an exhaustive reference of the same objective, on images our code did not make.
 
 Usage: python bench/kmax_exactness.py [--n 150] [--shapes 6 --renderings 8] [--sigma 1 2]
-       [--beta 2 20] [--data digits shapes] [--repeat 3] [--variants] [--quick]
+       [--beta 2 20] [--data digits shapes] [--repeat 3] [--variants] [--combined] [--quick]
 
 Data sets:
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -168,7 +168,7 @@ def row(name: str, d2: np.ndarray, ref: np.ndarray, beta: float, cpu: float, bas
     miss = k_ref - k
     within = float(np.mean(miss <= TOL))
     us = cpu / iu[0].size * 1e6
-    line = (f"{name:<11}{100 * within:>9.2f} %{miss.max():>12.2e}{int((miss > 1e-3).sum()):>8d}"
+    line = (f"{name:<17}{100 * within:>9.2f} %{miss.max():>12.2e}{int((miss > 1e-3).sum()):>8d}"
             f"{us:>10.1f}{us / base:>7.2f}x")  # fmt: skip
     if data.name == "shapes":
         line += f"{spread(d2, data.labels):>11.1e}"
@@ -197,17 +197,19 @@ VARIANTS = {
 }
 
 
-def searches(variants: bool = False) -> dict[str, SearchSettings]:
+def searches(variants: bool = False, combined: bool = False) -> dict[str, SearchSettings]:
     """The searches compared: the search before the default's (``5 centres``, the base of
     the ratios), the default, the default with its settling check (opt-in, ``settle_shift`` 6) and
     the exact preset; with ``variants`` also the check's cheaper
-    variants (:data:`VARIANTS`)."""
+    variants (:data:`VARIANTS`); with ``combined`` also the exact preset with the check."""
     out = {
         "5 centres": SearchSettings(centre_rings=1, n_angles=48),
         "default": SearchSettings(),
         "settle 6": SearchSettings(settle_shift=6),
         "exact": EXACT_SEARCH,
     }
+    if combined:
+        out["exact + settle 6"] = replace(EXACT_SEARCH, settle_shift=6)
     if variants:
         for name, change in VARIANTS.items():
             out[name] = SearchSettings(**{"settle_shift": 6, **change})
@@ -229,6 +231,8 @@ def main() -> None:
         action="store_true",
         help="also the settling check's cheaper variants (VARIANTS)",
     )
+    ap.add_argument("--combined", action="store_true",
+                    help="also the exact preset with the settling check")  # fmt: skip
     ap.add_argument("--data", nargs="+", choices=["digits", "padded", "shapes"],
                     default=["digits", "padded", "shapes"])  # fmt: skip
     args = ap.parse_args()
@@ -240,7 +244,7 @@ def main() -> None:
     if "shapes" in args.data:
         sets.append(rendered_shapes(args.shapes, args.renderings, args.seed))
     warm = sets[0].images[:6]
-    for s in searches(args.variants).values():  # compile before timing
+    for s in searches(args.variants, args.combined).values():  # compile before timing
         kappa_max(warm, beta=2.0, settings=s)
     exhaustive(warm, 2.0, 1.0)
     print(f"# reference: {REF_ANGLES} rotations x shifts within +-{REF_SHIFT} px, "
@@ -250,13 +254,13 @@ def main() -> None:
         print(f"\n## {data.name}: {n} images, {n * (n - 1) // 2} pairs")
         for sigma in args.sigma:
             for beta in args.beta:
-                head = (f"\n{data.name} sigma={sigma:g} beta={beta:g}\n{'search':<11}"
+                head = (f"\n{data.name} sigma={sigma:g} beta={beta:g}\n{'search':<17}"
                         f"{'within':>11}{'worst miss':>12}{'> 1e-3':>8}{'us/pair':>10}"
                         f"{'ratio':>8}")  # fmt: skip
                 print(head + ("  spread d2" if data.name == "shapes" else ""), flush=True)
                 ref, ref_cpu = timed(exhaustive, data.images, beta, sigma)
                 found = {name: timed(searched, data.images, beta, sigma, s, repeat=args.repeat)
-                         for name, s in searches(args.variants).items()}  # fmt: skip
+                         for name, s in searches(args.variants, args.combined).items()}  # fmt: skip
                 base = found["5 centres"][1] / (n * (n - 1) / 2) * 1e6
                 for name, (d2, cpu) in found.items():
                     print(row(name, d2, ref, beta, cpu, base, data))
