@@ -39,7 +39,7 @@ from ia_stages.benchmark.metrics import accuracy
 from ia_stages.ia.class_averages import class_averages, merge_clusters
 from ia_stages.ia.loop import distances, run_ia
 from ia_stages.ia.prepare import prepare
-from ia_stages.readout.model_selection import _relabel, cluster_hierarchy, silhouette_of
+from ia_stages.readout.model_selection import cluster_hierarchy, silhouette_of
 from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import Settings
 from ia_stages.settings.sizing import sized
@@ -87,21 +87,26 @@ def pair_joins(labels: np.ndarray, y: np.ndarray, font: np.ndarray | None) -> tu
     return float(same_cluster[other_font].mean()), class_join
 
 
+def relabel(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0..m-1 in the order of their values."""
+    return np.unique(labels, return_inverse=True)[1]
+
+
 def linkage_descent(sq: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Join the hierarchy's next pair of groups while the silhouette rises."""
-    labels = _relabel(labels)
+    labels = relabel(labels)
     best = silhouette_of(sq, labels)
     joins = cluster_hierarchy(sq, labels)
     root = np.arange(int(labels.max()) + 1)
     for a, b, _ in joins:
         trial = root.copy()
         trial[list(a + b)] = min(a + b)
-        merged = _relabel(trial[labels])
+        merged = relabel(trial[labels])
         s = silhouette_of(sq, merged)
         if not (np.isfinite(s) and s > best):
             break
         best, root = s, trial
-    return _relabel(root[labels])
+    return relabel(root[labels])
 
 
 def run_set(name, family, X, y, font, seed: int) -> list[dict]:
