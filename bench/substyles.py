@@ -123,13 +123,13 @@ def run_set(name, family, X, y, font, seed: int) -> list[dict]:
                      "clusters": int(np.unique(labels).size), "acc": accuracy(y, labels),
                      "font_join": fj, "class_join": cj})  # fmt: skip
 
+    with_k = sized(replace(s, n_clusters=K), n).readout
     for t, km in enumerate(res.kmax):
+        add(f"t{t} without K", res.partitions[t])  # the run's own read-out of iteration t
         sq = np.asarray(distances(km), dtype=float)
-        add(f"t{t} without K", graph_partition(sq, sized(s, n).readout, None, seed))
-        with_k = sized(replace(s, n_clusters=K), n).readout
         add(f"t{t} with K", graph_partition(sq, with_k, K, seed))
     final = np.asarray(distances(res.kmax[1]), dtype=float)
-    labels = graph_partition(final, sized(s, n).readout, None, seed)
+    labels = res.partitions[1]
     rs = res.settings
     averages = class_averages(V, labels, res.kmax[0], rs)
     for r in MERGE_RATIOS:
