@@ -20,8 +20,10 @@ from ia_stages.readout.model_selection import (
     cluster_hierarchy,
     eigengap_scores,
     exact_k,
+    joined_to_k,
     narrowing_k,
     select_k,
+    silhouette_of,
 )
 from ia_stages.readout.partition import graph_partition
 from ia_stages.settings import ReadoutSettings, Settings
@@ -195,6 +197,42 @@ def test_hierarchy_joins_sub_clusters_before_classes() -> None:
     ms = select_k(sq, ReadoutSettings(k=8), (2, 4), seed=0)
     assert len(ms.merges) == ms.n_clusters - 1
     assert ms.next_merge().startswith("next merge: clusters")
+
+
+def test_joined_to_k_makes_the_hierarchy_s_first_joins() -> None:
+    """Six halves of three blobs joined down to 3 are the blobs, to 2 one blob and two
+    together; a partition with fewer clusters than K is not joined."""
+    sq, y = blobs((20, 20, 20))
+    halves = y * 2 + (np.arange(60) % 2)
+    assert accuracy(y, joined_to_k(sq, halves, 3)) == 1.0
+    two = joined_to_k(sq, halves, 2)
+    assert np.unique(two).size == 2
+    assert all(np.unique(two[y == c]).size == 1 for c in range(3))  # no blob is cut
+    assert joined_to_k(sq, y, 4) is None
+
+
+def styled_classes(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Three classes on a line 6 apart, each drawn in two styles 1 apart (12 points each, a
+    spread of 0.05): squared distances ``(72, 72)`` and the classes."""
+    rng = np.random.default_rng(seed)
+    P = np.concatenate([6.0 * c + s + 0.05 * rng.standard_normal(12)
+                        for c in range(3) for s in (-0.5, 0.5)])  # fmt: skip
+    return (P[:, None] - P[None]) ** 2, np.repeat(np.arange(3), 24)
+
+
+def test_k_given_joins_a_class_s_styles_instead_of_cutting_across_them() -> None:
+    """With K = 3 given, the sweep's six styles joined closest first are the three classes;
+    the read-out keeps that partition over the bisection to K, and still gives exactly K.
+    ``with_k_join`` off gives the bisection alone."""
+    sq, y = styled_classes()
+    readout = ReadoutSettings(k=8)
+    joined = graph_partition(sq, readout, 3, seed=0)
+    assert np.unique(joined).size == 3
+    assert accuracy(y, joined) == 1.0
+    alone = graph_partition(sq, replace(readout, with_k_join=False), 3, seed=0)
+    assert np.unique(alone).size == 3
+    assert accuracy(y, alone) < 1.0  # the bisection cuts across the styles
+    assert silhouette_of(sq, joined) > silhouette_of(sq, alone) + readout.silhouette_tolerance / 3
 
 
 def test_pipeline_read_out_takes_the_range_and_the_knn_path() -> None:

@@ -481,6 +481,86 @@ def partition_of_k(
     return exact_k(labels, n_clusters, lists, seed)
 
 
+def joined_to_k(
+    sqdist: Any, labels: np.ndarray, n_clusters: int, sample: np.ndarray | None = None
+) -> np.ndarray | None:
+    """``labels`` with the first joins of their average-linkage hierarchy
+    (:func:`cluster_hierarchy`) made until ``n_clusters`` groups remain, relabelled 0..K-1;
+    None where that does not give exactly ``n_clusters`` (fewer clusters to start with, or on
+    the kNN path clusters with no member in ``sample``).
+
+    Example
+    -------
+    >>> P = np.array([0.0, 0.1, 1.0, 1.1, 5.0, 5.1])
+    >>> sq = (P[:, None] - P[None]) ** 2
+    >>> joined_to_k(sq, np.repeat([0, 1, 2], 2), 2).tolist()
+    [0, 0, 0, 0, 1, 1]
+    """
+    lab = _relabel(np.asarray(labels))
+    m = int(lab.max()) + 1
+    if m < n_clusters:
+        return None
+    root = np.arange(m)
+    for a, b, _ in cluster_hierarchy(sqdist, lab, sample)[: m - n_clusters]:
+        root[list(a) + list(b)] = min(a + b)
+    out = _relabel(root[lab])
+    return out if int(out.max()) + 1 == n_clusters else None
+
+
+def partition_with_k(
+    sqdist: Any, lists: KnnResult, readout: Any, n_clusters: int, seed: int
+) -> np.ndarray:
+    """The read-out with K given: :func:`partition_of_k`, or, with ``readout.with_k_join``,
+    a partition of the Leiden sweep over ``readout.resolutions`` with more clusters joined
+    down to K (:func:`joined_to_k`) where its silhouette on the kappa^max distances is higher
+    by more than ``readout.silhouette_tolerance`` / K (the highest such).
+
+    Bisecting Leiden's resolution to K splits a large class before it separates a small one
+    and cuts a class drawn in several styles across its styles; the sweep's finer partitions
+    hold those apart, and joining the closest clusters first gives back the classes. The
+    margin keeps the bisection wherever the two are near ties.
+
+    Parameters
+    ----------
+    sqdist : ``(n, n)`` kappa^max squared distances, or a
+        :class:`~ia_stages.readout.graph.KnnDistances` (the silhouette on its sample)
+    lists : the read-out graph (:func:`~ia_stages.readout.graph.readout_lists`)
+    readout : :class:`~ia_stages.settings.ReadoutSettings`
+    n_clusters : K
+    seed : Leiden's seed
+
+    Returns
+    -------
+    labels : ``(n,)`` int64 with exactly ``n_clusters`` clusters
+
+    Example
+    -------
+    >>> labels = partition_with_k(sq, lists, ReadoutSettings(k=10), 3, 0)  # doctest: +SKIP
+    """
+    from ia_stages.readout.graph import KnnDistances, leiden_sweep
+
+    kd = sqdist if isinstance(sqdist, KnnDistances) else None
+    sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
+    sample = kd.sample if kd is not None else None
+    labels = partition_of_k(lists, readout, n_clusters, seed, None if kd is not None else sq)
+    if not getattr(readout, "with_k_join", False):
+        return labels
+    best = silhouette_of(sq, labels, sample)
+    if not np.isfinite(best):
+        return labels
+    floor = best + float(readout.silhouette_tolerance) / int(n_clusters)
+    for part in leiden_sweep(lists, seed, tuple(sorted(readout.resolutions))):
+        if int(part.max()) + 1 <= n_clusters:
+            continue
+        joined = joined_to_k(sq, part, n_clusters, sample)
+        if joined is None:
+            continue
+        s = silhouette_of(sq, joined, sample)
+        if np.isfinite(s) and s > floor:
+            labels, floor = joined, s
+    return labels
+
+
 def narrowing_k(k: int, n: int) -> int:
     """The least K whose read-out graph (:func:`climb_width`) is narrower than ``k``
     neighbours: n // (k + 1) + 1.

@@ -17,7 +17,7 @@ from ia_stages.readout.graph import (
     leiden_knn,
     readout_lists,
 )
-from ia_stages.readout.model_selection import partition_of_k, select_k
+from ia_stages.readout.model_selection import partition_with_k, select_k
 from ia_stages.settings.readout import ReadoutSettings
 from ia_stages.settings.spec import SettingError
 
@@ -87,7 +87,7 @@ def graph_partition(
     if isinstance(n_clusters, tuple | list):
         return select_k(sqdist if kd is not None else sq, readout, tuple(n_clusters), seed).labels
     if n_clusters is not None:
-        return partition_of_k(lists, readout, n_clusters, seed, sq)
+        return partition_with_k(sqdist if kd is not None else sq, lists, readout, n_clusters, seed)
     if readout.community == "silhouette":
         return select_k(sqdist if kd is not None else sq, readout, None, seed).labels
     if readout.community == "leiden":

@@ -3,7 +3,7 @@ stopping rule (which iteration's read-out to keep)."""
 
 from __future__ import annotations
 
-from ia_stages.settings.spec import choice, integer, number, numbers, settings_part
+from ia_stages.settings.spec import boolean, choice, integer, number, numbers, settings_part
 
 READOUT_KINDS = ("graph", "linkage", "spectral")
 LINKAGES = ("average", "single", "complete")
@@ -111,6 +111,13 @@ class ReadoutSettings:
         "on large sets each step is a read-out with K given)",
         low=1, high=10_000,
     )  # fmt: skip
+    with_k_join: bool = boolean(
+        True,
+        "with K given (graph read-out): a partition of the Leiden sweep with more clusters, "
+        "joined down to K closest clusters first (average linkage of kappa^max distances), "
+        "replaces the read-out with K where its silhouette is higher by more than "
+        "silhouette_tolerance / K",
+    )
     select_seeds: int = integer(
         5,
         "without K or with a range of K: Leiden seeds over which the choice of K is repeated "
