@@ -189,7 +189,8 @@ def _kmedoids_kmax(job: Job) -> Prediction:
 
 def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
     """A read-out of the input images' kNN kappa^max graph (a baseline, no IA): ``with_k``
-    'spectral' or 'leiden' with K given, None: community detection without K."""
+    'spectral' (spectral clustering alone) or 'leiden' (IA's read-out with K given) with K
+    given, None: community detection without K."""
 
     def predict(job: Job) -> Prediction:
         # lazy: a method's engine loads when it runs (see the module docstring)
@@ -198,7 +199,7 @@ def _graph_readout(with_k: str | None) -> Callable[[Job], Prediction]:
         readout = replace(job_tree(job).readout, k=job.settings["graph_k"])
         K = None if with_k is None else job.n_clusters
         if with_k is not None:
-            readout = replace(readout, with_k=with_k)
+            readout = replace(readout, with_k=with_k, with_k_join=with_k != "spectral")
         return graph_partition(job.kmax[0].sqdist, readout, K, job.seed), {}
 
     return predict
