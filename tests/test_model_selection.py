@@ -235,6 +235,23 @@ def test_k_given_joins_a_class_s_styles_instead_of_cutting_across_them() -> None
     assert silhouette_of(sq, joined) > silhouette_of(sq, alone) + readout.silhouette_tolerance / 3
 
 
+def test_k_given_on_the_knn_path_joins_on_the_sample_and_gives_exactly_k() -> None:
+    """The kNN path's read-out with K = 3 scores the joins on its sample (half the points):
+    the classes, exactly 3 clusters, as on the dense matrix, where the bisection alone is
+    not."""
+    from ia_stages.readout.graph import KnnDistances
+
+    sq, y = styled_classes()
+    pick = np.arange(0, sq.shape[0], 2)
+    kd = KnnDistances(knn_from_dense(sq, 9), pick, sq[np.ix_(pick, pick)])
+    readout = ReadoutSettings(k=8)
+    labels = graph_partition(kd, readout, 3, seed=0)
+    assert np.unique(labels).size == 3
+    assert accuracy(y, labels) == 1.0
+    alone = graph_partition(kd, replace(readout, with_k_join=False), 3, seed=0)
+    assert accuracy(y, alone) < 1.0  # the bisection alone cuts across the styles here too
+
+
 def test_pipeline_read_out_takes_the_range_and_the_knn_path() -> None:
     """The stages' read-out (read_iterations) with a range, on the dense distances and on the
     kNN path's lists and sample: the same K in the range, the same record for the same seed."""
