@@ -339,6 +339,39 @@ def crit_mode(sq, seed, seeds: int = 5):
     return next(m.labels for m in picks if m.n_clusters == k)
 
 
+def _principal_coordinates(sq: np.ndarray, dims: int = 20) -> np.ndarray:
+    """Classical scaling of the squared distances ``sq``: ``(n, <= dims)`` coordinates on the
+    leading positive eigenvalues of the double-centred matrix."""
+    n = sq.shape[0]
+    J = np.eye(n) - 1.0 / n
+    w, V = np.linalg.eigh(-0.5 * J @ sq @ J)
+    keep = np.argsort(w)[::-1][:dims]
+    keep = keep[w[keep] > 0]
+    return V[:, keep] * np.sqrt(w[keep])
+
+
+def crit_sil_gap(sq, seed, draws: int = 2):
+    """The silhouette gap: for every K of 2..min(30, n/4), the read-out with K given and its
+    silhouette, less the mean silhouette the same read-out reaches on ``draws`` null sets
+    (points uniform in the box of the data's 20 leading principal coordinates, Euclidean);
+    the K of the largest gap."""
+    n = sq.shape[0]
+    ks = range(2, max(3, min(30, n // 4)) + 1)
+    parts = {k: graph_partition(sq, readout_for(n, k), k, seed) for k in ks}
+    gap = {k: silhouette_of(sq, parts[k]) for k in ks}
+    Z = _principal_coordinates(sq)
+    rng = np.random.default_rng(seed)
+    null = {k: [] for k in ks}
+    for d in range(draws):
+        Zn = rng.uniform(Z.min(0), Z.max(0), Z.shape)
+        sqn = ((Zn[:, None] - Zn[None]) ** 2).sum(-1)
+        for k in ks:
+            null[k].append(silhouette_of(sqn, graph_partition(sqn, readout_for(n, k), k, seed + d)))
+    gap = {k: gap[k] - float(np.nanmean(null[k])) for k in ks}
+    best = max((k for k in ks if np.isfinite(gap[k])), key=lambda k: (gap[k], -k))
+    return parts[best]
+
+
 CRITERIA = {
     "climb": crit_climb(0.1),
     "climb_t0": crit_climb(0.0),
@@ -353,6 +386,7 @@ CRITERIA = {
     "silhouette_r3": crit_silhouette(0.1, (2.0, 2.5, 3.0)),
     "silhouette_t0_r3": crit_silhouette(0.0, (2.0, 2.5, 3.0)),
     "silhouette_range": crit_sil_range,
+    "silhouette_gap": crit_sil_gap,
     "silhouette_mode": crit_mode,
     "widths": crit_widths(0.1),
     "eigengap": crit_eigengap,
