@@ -321,7 +321,11 @@ def eigengap_scores(knn: KnnResult, ks: list[int]) -> dict[int, float]:
 
 
 def cluster_hierarchy(
-    sqdist: Any, labels: np.ndarray, sample: np.ndarray | None = None, most: int = 500
+    sqdist: Any,
+    labels: np.ndarray,
+    sample: np.ndarray | None = None,
+    most: int = 500,
+    down_to: int = 1,
 ) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
     """The average-linkage hierarchy above a partition: starting from its clusters, the pair
     of groups with the smallest mean kappa^max distance sqrt(sqdist) between their members is
@@ -329,7 +333,7 @@ def cluster_hierarchy(
     clusters of the other, their distance). The first join is the one a K - 1 read-out by
     distance would make. With ``sample``, ``sqdist`` is ``(s, s)`` among those samples
     (the kNN path); partitions of more than ``most`` clusters (or fewer than 2 on the sample)
-    get an empty list.
+    get an empty list. The joins stop where ``down_to`` groups remain.
 
     Example
     -------
@@ -348,22 +352,20 @@ def cluster_hierarchy(
     size = onehot.sum(axis=0)
     total = onehot.T @ D @ onehot  # sums of distances between (and within) clusters
     groups: dict[int, tuple[int, ...]] = {i: (int(k),) for i, k in enumerate(ks)}
-    alive = list(range(ks.size))
+    alive = np.ones(ks.size, dtype=bool)
+    upper = np.triu(np.ones((ks.size, ks.size), dtype=bool), 1)
     out = []
-    while len(alive) > 1:
-        best = None
-        for x, i in enumerate(alive):
-            for j in alive[x + 1 :]:
-                d = total[i, j] / (size[i] * size[j])
-                if best is None or d < best[0]:
-                    best = (d, i, j)
-        d, i, j = best
+    while alive.sum() > max(1, int(down_to)):
+        mean = total / np.outer(size, size)
+        mean[~(upper & alive[:, None] & alive[None, :])] = np.inf
+        i, j = np.unravel_index(int(np.argmin(mean)), mean.shape)  # the first on a tie
+        d = mean[i, j]
         out.append((groups[i], groups[j], float(d)))
         total[i, :] += total[j, :]
         total[:, i] += total[:, j]
         size[i] += size[j]
         groups[i] = tuple(sorted(groups[i] + groups[j]))
-        alive.remove(j)
+        alive[j] = False
     return out
 
 
@@ -501,7 +503,7 @@ def joined_to_k(
     if m < n_clusters:
         return None
     root = np.arange(m)
-    for a, b, _ in cluster_hierarchy(sqdist, lab, sample)[: m - n_clusters]:
+    for a, b, _ in cluster_hierarchy(sqdist, lab, sample, down_to=n_clusters):
         root[list(a) + list(b)] = min(a + b)
     out = _relabel(root[lab])
     return out if int(out.max()) + 1 == n_clusters else None
@@ -543,7 +545,7 @@ def partition_with_k(
     sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
     sample = kd.sample if kd is not None else None
     labels = partition_of_k(lists, readout, n_clusters, seed, None if kd is not None else sq)
-    if not getattr(readout, "with_k_join", False):
+    if not readout.with_k_join:
         return labels
     best = silhouette_of(sq, labels, sample)
     if not np.isfinite(best):
