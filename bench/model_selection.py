@@ -372,6 +372,43 @@ def crit_sil_gap(sq, seed, draws: int = 2):
     return parts[best]
 
 
+def sbm_icl(adj: np.ndarray, labels: np.ndarray) -> float:
+    """The exact integrated complete-data log likelihood of the undirected graph ``adj``
+    ``(n, n)`` bool under a Bernoulli stochastic block model with blocks ``labels``: uniform
+    priors on every block pair's edge probability and a Dirichlet(1) prior on the block
+    proportions (both integrated out, so that more blocks pay for themselves)."""
+    from scipy.special import betaln, gammaln
+
+    _, z = np.unique(labels, return_inverse=True)
+    K, n = int(z.max()) + 1, z.size
+    Z = np.eye(K)[z]
+    sizes = Z.sum(0)
+    edges = Z.T @ adj.astype(float) @ Z  # (K, K); the diagonal counts each edge twice
+    iu = np.triu_indices(K)
+    e = np.where(iu[0] == iu[1], np.diag(edges)[iu[0]] / 2, edges[iu])
+    pairs = np.where(iu[0] == iu[1], sizes[iu[0]] * (sizes[iu[0]] - 1) / 2,
+                     sizes[iu[0]] * sizes[iu[1]])  # fmt: skip
+    return float(betaln(e + 1, pairs - e + 1).sum() + gammaln(K) - gammaln(n + K)
+                 + gammaln(sizes + 1).sum())  # fmt: skip
+
+
+def crit_icl(sq, seed):
+    """The K of 2..min(30, n/4) (and 1) whose read-out with K given has the highest
+    :func:`sbm_icl` on the read-out's kNN graph (its lists made symmetric)."""
+    n = sq.shape[0]
+    ro = readout_for(n, None)
+    idx = np.asarray(knn_from_dense(sq, int(ro.k) + 1).indices)[:, 1:]
+    adj = np.zeros((n, n), bool)
+    adj[np.repeat(np.arange(n), idx.shape[1]), idx.ravel()] = True
+    adj |= adj.T
+    np.fill_diagonal(adj, False)
+    parts = {1: np.zeros(n, np.int64)}
+    parts |= {k: graph_partition(sq, readout_for(n, k), k, seed)
+              for k in range(2, max(3, min(30, n // 4)) + 1)}  # fmt: skip
+    score = {k: sbm_icl(adj, p) for k, p in parts.items()}
+    return parts[max(score, key=lambda k: (score[k], -k))]
+
+
 CRITERIA = {
     "climb": crit_climb(0.1),
     "climb_t0": crit_climb(0.0),
@@ -395,6 +432,7 @@ CRITERIA = {
     "hdbscan_10": crit_hdbscan(10),
     "hdbscan_n/40": crit_hdbscan(None),
     "merge_1.5": crit_merge(1.5),
+    "sbm_icl": crit_icl,
 }
 DEFAULT = "climb"
 
