@@ -88,6 +88,11 @@ class ConfigReference(SphinxDirective):
         else:  # the package's: the settings tree's part generated from its declarations
             path = SCHEMA
             schema = full_schema(path)
+            import ia_stages.settings as declared
+
+            # the settings' declarations: an incremental build then sees a setting change
+            for source in sorted(Path(declared.__file__).parent.glob("*.py")):
+                self.env.note_dependency(str(source))
         self.env.note_dependency(str(path))
         try:
             sections: list[Section] = SchemaReference(schema).build()
