@@ -17,7 +17,11 @@ seconds of a set's kappa^max, is 0 where it was read from the cache).
 Usage::
 
     python bench/model_selection.py [--seed 0] [--quick] [--cache /tmp/ms_cache]
-        [--out bench/results/model_selection]
+        [--out bench/results/model_selection] [--join-gains]
+
+``--join-gains`` also prints, per set, what the read-out with K weighs when it joins a finer
+partition down to K (``readout.with_k_join``): the bisection to K's silhouette and ACC, and the
+joined sweep partition of highest silhouette, its rise over the bisection and its ACC.
 """
 
 from __future__ import annotations
@@ -372,6 +376,27 @@ def crit_sil_gap(sq, seed, draws: int = 2):
     return parts[best]
 
 
+def join_gain(sq: np.ndarray, y: np.ndarray, seed: int) -> dict:
+    """The bisection to K (K = the classes) and the best sweep partition joined down to K:
+    their silhouettes and ACC (``join:*``; the rise is NaN where no join gives exactly K)."""
+    from ia_stages.readout.graph import leiden_sweep, readout_lists
+    from ia_stages.readout.model_selection import joined_to_k, partition_of_k
+
+    K, n = int(np.unique(y).size), int(y.size)
+    ro = readout_for(n, K)
+    lists = readout_lists(sq, int(ro.k))
+    base = partition_of_k(lists, ro, K, seed, sq)
+    s0 = silhouette_of(sq, base)
+    best, labels = -np.inf, None
+    for part in leiden_sweep(lists, seed, tuple(sorted(ro.resolutions))):
+        joined = joined_to_k(sq, part, K) if int(part.max()) + 1 > K else None
+        if joined is not None and silhouette_of(sq, joined) > best:
+            best, labels = silhouette_of(sq, joined), joined
+    return {"join:bisect_sil": s0, "join:bisect_acc": accuracy(y, base),
+            "join:rise": best - s0 if labels is not None else np.nan,
+            "join:acc": accuracy(y, labels) if labels is not None else np.nan}  # fmt: skip
+
+
 def sbm_icl(adj: np.ndarray, labels: np.ndarray) -> float:
     """The exact integrated complete-data log likelihood of the undirected graph ``adj``
     ``(n, n)`` bool under a Bernoulli stochastic block model with blocks ``labels``: uniform
@@ -444,6 +469,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ia_model_selection_cache"))
     ap.add_argument("--out", type=Path, default=Path("bench/results/model_selection"))
     ap.add_argument("--criteria", nargs="+", default=list(CRITERIA))
+    ap.add_argument("--join-gains", action="store_true",
+                    help="also the with-K join's rise in silhouette per set")  # fmt: skip
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -465,6 +492,8 @@ def main() -> None:
                "kmax_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
         with_k = graph_partition(sq, readout_for(n, K), K, args.seed)
         row["acc_with_k"] = accuracy(y, with_k)
+        if args.join_gains:
+            row |= join_gain(sq, y, args.seed)
         for c in args.criteria:
             labels = CRITERIA[c](sq, args.seed)
             row[f"{c}:K"] = int(np.unique(labels[labels >= 0]).size)

@@ -515,12 +515,13 @@ def partition_with_k(
     """The read-out with K given: :func:`partition_of_k`, or, with ``readout.with_k_join``,
     a partition of the Leiden sweep over ``readout.resolutions`` with more clusters joined
     down to K (:func:`joined_to_k`) where its silhouette on the kappa^max distances is higher
-    by more than ``readout.silhouette_tolerance`` / K (the highest such).
+    by more than ``readout.with_k_margin`` (the highest such).
 
     Bisecting Leiden's resolution to K splits a large class before it separates a small one
     and cuts a class drawn in several styles across its styles; the sweep's finer partitions
     hold those apart, and joining the closest clusters first gives back the classes. The
-    margin keeps the bisection wherever the two are near ties.
+    margin keeps the bisection wherever the two are near ties: it is fixed, not scaled by K,
+    since the silhouette's noise does not shrink as K grows.
 
     Parameters
     ----------
@@ -550,7 +551,7 @@ def partition_with_k(
     best = silhouette_of(sq, labels, sample)
     if not np.isfinite(best):
         return labels
-    floor = best + float(readout.silhouette_tolerance) / int(n_clusters)
+    floor = best + float(readout.with_k_margin)
     for part in leiden_sweep(lists, seed, tuple(sorted(readout.resolutions))):
         if int(part.max()) + 1 <= n_clusters:
             continue

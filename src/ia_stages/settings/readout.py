@@ -116,8 +116,14 @@ class ReadoutSettings:
         "with K given (graph read-out): a partition of the Leiden sweep with more clusters, "
         "joined down to K closest clusters first (average linkage of kappa^max distances), "
         "replaces the read-out with K where its silhouette is higher by more than "
-        "silhouette_tolerance / K",
+        "with_k_margin",
     )
+    with_k_margin: float = number(
+        0.025,
+        "with_k_join: the least rise in silhouette for which a joined partition replaces the "
+        "read-out with K",
+        low=0.0, high=2.0,
+    )  # fmt: skip
     select_seeds: int = integer(
         5,
         "without K or with a range of K: Leiden seeds over which the choice of K is repeated "
