@@ -377,24 +377,21 @@ def crit_sil_gap(sq, seed, draws: int = 2):
 
 
 def join_gain(sq: np.ndarray, y: np.ndarray, seed: int) -> dict:
-    """The bisection to K (K = the classes) and the best sweep partition joined down to K:
+    """The bisection to K (K = the classes) and the best sweep partition joined down to K
+    (:func:`~ia_stages.readout.model_selection.best_joined`, what the read-out with K weighs):
     their silhouettes and ACC (``join:*``; the rise is NaN where no join gives exactly K)."""
-    from ia_stages.readout.graph import leiden_sweep, readout_lists
-    from ia_stages.readout.model_selection import joined_to_k, partition_of_k
+    from ia_stages.readout.graph import readout_lists
+    from ia_stages.readout.model_selection import best_joined, partition_of_k
 
     K, n = int(np.unique(y).size), int(y.size)
     ro = readout_for(n, K)
     lists = readout_lists(sq, int(ro.k))
     base = partition_of_k(lists, ro, K, seed, sq)
     s0 = silhouette_of(sq, base)
-    best, labels = -np.inf, None
-    for part in leiden_sweep(lists, seed, tuple(sorted(ro.resolutions))):
-        joined = joined_to_k(sq, part, K) if int(part.max()) + 1 > K else None
-        if joined is not None and silhouette_of(sq, joined) > best:
-            best, labels = silhouette_of(sq, joined), joined
+    joined = best_joined(sq, lists, ro, K, seed)
     return {"join:bisect_sil": s0, "join:bisect_acc": accuracy(y, base),
-            "join:rise": best - s0 if labels is not None else np.nan,
-            "join:acc": accuracy(y, labels) if labels is not None else np.nan}  # fmt: skip
+            "join:rise": joined[0] - s0 if joined is not None else np.nan,
+            "join:acc": accuracy(y, joined[1]) if joined is not None else np.nan}  # fmt: skip
 
 
 def sbm_icl(adj: np.ndarray, labels: np.ndarray) -> float:

@@ -239,6 +239,22 @@ def test_k_given_joins_a_class_s_styles_instead_of_cutting_across_them() -> None
     assert np.array_equal(kept, alone)
 
 
+def test_best_joined_is_the_sweep_s_highest_scoring_join_to_k() -> None:
+    """Of the sweep's partitions joined down to K = 3, the best is the three classes, its
+    silhouette the one it is returned with; no partition of the sweep has more than 72
+    clusters, so none joins down to 72."""
+    from ia_stages.readout.graph import readout_lists
+    from ia_stages.readout.model_selection import best_joined
+
+    sq, y = styled_classes()
+    readout = ReadoutSettings(k=8)
+    lists = readout_lists(sq, 8)
+    score, labels = best_joined(sq, lists, readout, 3, seed=0)
+    assert accuracy(y, labels) == 1.0 and np.unique(labels).size == 3
+    assert score == pytest.approx(silhouette_of(sq, labels))
+    assert best_joined(sq, lists, readout, 72, seed=0) is None
+
+
 def test_k_given_on_the_knn_path_joins_on_the_sample_and_gives_exactly_k() -> None:
     """The kNN path's read-out with K = 3 scores the joins on its sample (half the points):
     the classes, exactly 3 clusters, as on the dense matrix, where the bisection alone is

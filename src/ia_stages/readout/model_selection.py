@@ -540,7 +540,7 @@ def partition_with_k(
     -------
     >>> labels = partition_with_k(sq, lists, ReadoutSettings(k=10), 3, 0)  # doctest: +SKIP
     """
-    from ia_stages.readout.graph import KnnDistances, leiden_sweep
+    from ia_stages.readout.graph import KnnDistances
 
     kd = sqdist if isinstance(sqdist, KnnDistances) else None
     sq = kd.sample_sqdist if kd is not None else np.asarray(sqdist, dtype=float)
@@ -551,17 +551,54 @@ def partition_with_k(
     best = silhouette_of(sq, labels, sample)
     if not np.isfinite(best):
         return labels
-    floor = best + float(readout.with_k_margin)
+    joined = best_joined(sq, lists, readout, n_clusters, seed, sample)
+    if joined is not None and joined[0] > best + float(readout.with_k_margin):
+        return joined[1]
+    return labels
+
+
+def best_joined(
+    sq: np.ndarray,
+    lists: KnnResult,
+    readout: Any,
+    n_clusters: int,
+    seed: int,
+    sample: np.ndarray | None = None,
+) -> tuple[float, np.ndarray] | None:
+    """Of the Leiden sweep over ``readout.resolutions``, the partition with more than K
+    clusters that, joined down to K (:func:`joined_to_k`), has the highest silhouette on
+    ``sq``: that silhouette and the joined labels; None where no join gives exactly K.
+
+    Parameters
+    ----------
+    sq : ``(n, n)`` kappa^max squared distances, or ``(s, s)`` among ``sample`` (the kNN path)
+    lists : the read-out graph
+    readout : :class:`~ia_stages.settings.ReadoutSettings` (``resolutions``)
+    n_clusters : K
+    seed : Leiden's seed
+    sample : ``(s,)`` the samples ``sq`` is among; None: every sample
+
+    Returns
+    -------
+    (silhouette, labels ``(n,)`` int64) or None
+
+    Example
+    -------
+    >>> score, labels = best_joined(sq, lists, ReadoutSettings(k=8), 3, 0)  # doctest: +SKIP
+    """
+    from ia_stages.readout.graph import leiden_sweep
+
+    best = None
     for part in leiden_sweep(lists, seed, tuple(sorted(readout.resolutions))):
         if int(part.max()) + 1 <= n_clusters:
             continue
         joined = joined_to_k(sq, part, n_clusters, sample)
         if joined is None:
             continue
-        s = silhouette_of(sq, joined, sample)
-        if np.isfinite(s) and s > floor:
-            labels, floor = joined, s
-    return labels
+        s = float(silhouette_of(sq, joined, sample))
+        if np.isfinite(s) and (best is None or s > best[0]):
+            best = (s, joined)
+    return best
 
 
 def narrowing_k(k: int, n: int) -> int:
