@@ -17,7 +17,14 @@ seconds of a set's kappa^max, is 0 where it was read from the cache).
 Usage::
 
     python bench/model_selection.py [--seed 0] [--quick] [--cache /tmp/ms_cache]
-        [--out bench/results/model_selection] [--join-gains]
+        [--out bench/results/model_selection] [--join-gains] [--confidence 10]
+
+``--confidence R`` also measures what the default's confidence tells: per set, the share of
+Leiden seeds (``readout.select_seeds``) and of R resamples (80 % of the images without
+replacement, the read-out sized for them) on which the default criterion chooses the K it
+chose on the whole set; then, per measure and level of agreement, how many sets chose K
+exactly and their median ACC gap (a confidence that means something is high where K is
+right and low where it is wrong).
 
 ``--join-gains`` also prints, per set, what the read-out with K weighs when it joins a finer
 partition down to K (``readout.with_k_join``): the bisection to K's silhouette and ACC, and the
@@ -394,6 +401,68 @@ def join_gain(sq: np.ndarray, y: np.ndarray, seed: int) -> dict:
             "join:acc": accuracy(y, joined[1]) if joined is not None else np.nan}  # fmt: skip
 
 
+def confidence(sq: np.ndarray, seed: int, resamples: int, share: float = 0.8) -> dict:
+    """The default criterion's agreement with itself, over ``readout.select_seeds`` Leiden
+    seeds (what the estimator reports) and over ``resamples`` subsets of ``share`` of the
+    images (the read-out sized for each subset's n); and its score's margin over the
+    runner-up's."""
+    n = sq.shape[0]
+    ms = select_k(sq, readout_for(n, None, DEFAULT), None, seed,
+                  trials=int(Settings().readout.select_seeds))  # fmt: skip
+    rng = np.random.default_rng(10_000 + seed)
+    m = max(2, round(share * n))
+    same, aris = 0, []
+    for _ in range(resamples):
+        idx = np.sort(rng.choice(n, m, replace=False))
+        sub = select_k(sq[np.ix_(idx, idx)], readout_for(m, None, DEFAULT), None, seed)
+        same += int(sub.n_clusters == ms.n_clusters)
+        aris.append(adjusted_rand_score(ms.labels[idx], sub.labels))
+    chosen = ms.scores.get(ms.n_clusters, np.nan)
+    runner = ms.scores.get(ms.runner_up, np.nan) if ms.runner_up is not None else np.nan
+    return {"seeds_agree": ms.stable / ms.trials, "resamples_agree": same / max(1, resamples),
+            "resample_ari": float(np.mean(aris)) if aris else np.nan,
+            "score_margin": float(chosen - runner), "silhouette": float(chosen),
+            "near_best": len(ms.near_best)}  # fmt: skip
+
+
+CONFIDENCE = ("seeds_agree", "resamples_agree", "resample_ari", "score_margin", "silhouette",
+              "near_best")  # fmt: skip
+
+
+def confidence_table(df: pd.DataFrame) -> list[str]:
+    """Per confidence measure: the chance that a set with K exact scores higher than one
+    without (AUC; 0.5 = the measure tells nothing; for the number of counts near the best,
+    fewer is higher), and, per level of agreement or number of counts near the best, the
+    sets, the share with K exact and the median ACC gap."""
+    hit = (df[f"{DEFAULT}:K"] == df["K"]).to_numpy()
+    gap = (df["acc_with_k"] - df[f"{DEFAULT}:acc"]).to_numpy()
+    lines = ["", f"what the confidence of '{DEFAULT}' tells:", "",
+             "| measure | AUC for K exact | mean where K exact | mean where not |",
+             "|---|---|---|---|"]  # fmt: skip
+    for col in CONFIDENCE:
+        v = df[col].fillna(-np.inf).to_numpy() * (-1 if col == "near_best" else 1)
+        right, wrong = v[hit], v[~hit]
+        auc = np.mean([(a > b) + 0.5 * (a == b) for a in right for b in wrong])
+        lines.append(f"| {col} | {auc:.2f} | {df[col][hit].mean():.3f} | "
+                     f"{df[col][~hit].mean():.3f} |")  # fmt: skip
+    lines += ["", "| measure | agreement | sets | K exact | median ACC gap |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for col in (*CONFIDENCE[:2], "near_best"):
+        if col == "near_best":
+            levels = {"1": df[col] <= 1, "2": df[col] == 2, "3 or more": df[col] >= 3}
+        else:
+            levels = {"all": df[col] >= 1.0, "0.6 to < 1": (df[col] >= 0.6) & (df[col] < 1.0),
+                      "< 0.6": df[col] < 0.6}  # fmt: skip
+        for name, sel in levels.items():
+            sel = sel.to_numpy()
+            if sel.any():
+                lines.append(f"| {col} | {name} | {int(sel.sum())} | {hit[sel].mean():.2f} | "
+                             f"{np.median(gap[sel]):.3f} |")  # fmt: skip
+            else:
+                lines.append(f"| {col} | {name} | 0 | | |")
+    return lines
+
+
 def sbm_icl(adj: np.ndarray, labels: np.ndarray) -> float:
     """The exact integrated complete-data log likelihood of the undirected graph ``adj``
     ``(n, n)`` bool under a Bernoulli stochastic block model with blocks ``labels``: uniform
@@ -468,6 +537,8 @@ def main() -> None:
     ap.add_argument("--criteria", nargs="+", default=list(CRITERIA))
     ap.add_argument("--join-gains", action="store_true",
                     help="also the with-K join's rise in silhouette per set")  # fmt: skip
+    ap.add_argument("--confidence", type=int, default=0, metavar="R",
+                    help="also the default's agreement over seeds and R resamples")  # fmt: skip
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -495,6 +566,8 @@ def main() -> None:
             labels = CRITERIA[c](sq, args.seed)
             row[f"{c}:K"] = int(np.unique(labels[labels >= 0]).size)
             row[f"{c}:acc"] = accuracy(y, labels)
+        if args.confidence:
+            row |= confidence(sq, args.seed, args.confidence)
         rows.append(row)
         print(" | ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()), flush=True)  # fmt: skip
@@ -526,6 +599,8 @@ def main() -> None:
         r = df.loc[i]
         lines.append(f"| {r['set']} | {r['n']} | {r['K']} | {r[f'{DEFAULT}:K']} | "
                      f"{r[f'{DEFAULT}:acc']:.3f} | {r['acc_with_k']:.3f} |")  # fmt: skip
+    if args.confidence:
+        lines += confidence_table(df)
     text = "\n".join(lines)
     print(text)
     (args.out / f"summary_{tag}.md").write_text(text + "\n")

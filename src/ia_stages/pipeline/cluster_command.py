@@ -159,10 +159,8 @@ def summary_lines(result: RunResult, most: int = 12) -> list[str]:
     if isinstance(result.n_clusters, (list, tuple)):
         how += f" in {result.n_clusters[0]}..{result.n_clusters[1]}"
     sel = result.selection
-    if not isinstance(result.n_clusters, int) and sel.get("selection_trials", 1) > 1:
-        how += f" (stable in {sel['selection_stable']} of {sel['selection_trials']} seeds"
-        runner_up = sel.get("selection_runner_up_k", -1)
-        how += f"; next best {runner_up})" if runner_up >= 0 else ")"
+    if not isinstance(result.n_clusters, int) and sel.get("selection_confidence"):
+        how += f" ({sel['selection_confidence']})"
     names = ", ".join(n for n in result.written if n != "config.yaml")
     return [
         f"{clusters} of {result.n_images} images, {how}",

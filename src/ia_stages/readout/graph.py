@@ -635,7 +635,7 @@ def fewest_near_best(
     """
     check_setting("readout.near_best", rule)
     best_score, best = max(scored, key=lambda c: c[0])
-    floor = best_score - tolerance / (int(best.max()) + 1)
+    floor = near_best_floor(best_score, int(best.max()) + 1, tolerance)
     near = [c for c in scored if c[0] >= floor]
     if rule == "adjacent":
         top: dict[int, float] = {}
@@ -650,6 +650,42 @@ def fewest_near_best(
     else:
         fewest = min(int(labels.max()) + 1 for _, labels in near)
     return max((c for c in near if int(c[1].max()) + 1 == fewest), key=lambda c: c[0])[1]
+
+
+def near_best_floor(best_score: float, best_k: int, tolerance: float) -> float:
+    """The least score that counts as near the best (:func:`fewest_near_best`'s window): the
+    best score less ``tolerance`` / its cluster count."""
+    return float(best_score) - float(tolerance) / max(1, int(best_k))
+
+
+def near_best_counts(scores: dict[int, float], tolerance: float) -> tuple[int, ...]:
+    """The cluster counts whose score lies in :func:`fewest_near_best`'s window: within
+    ``tolerance`` / m of the highest score (m its cluster count), in increasing order.
+
+    More than one count means the criterion barely tells them apart: on the held-out sets of
+    ``bench/model_selection.py --confidence`` the K chosen is then right far less often
+    (docs/decisions/readout.md).
+
+    Parameters
+    ----------
+    scores : K -> score (higher is better; NaN where K has none)
+    tolerance : >= 0 (``readout.silhouette_tolerance``)
+
+    Returns
+    -------
+    counts : the K near the best, at least the best one (empty when no score is finite)
+
+    Example
+    -------
+    >>> near_best_counts({2: 0.50, 3: 0.52, 4: 0.40}, 0.1)  # 0.52 - 0.1 / 3 = 0.487
+    (2, 3)
+    """
+    finite = {int(k): float(v) for k, v in scores.items() if np.isfinite(v)}
+    if not finite:
+        return ()
+    best_k = max(finite, key=lambda k: (finite[k], -k))
+    floor = near_best_floor(finite[best_k], best_k, tolerance)
+    return tuple(sorted(k for k, v in finite.items() if v >= floor))
 
 
 def hdbscan_distances(sqdist: Any, min_cluster_size: int) -> np.ndarray:

@@ -204,12 +204,17 @@ class ModelSelection:
         read-out without computing kappa^max again (:meth:`partition`)
     merges : the hierarchy above the chosen partition (:func:`cluster_hierarchy`): which
         clusters would merge next, and at what mean kappa^max distance
+    near_best : the K whose silhouette lies within the criterion's tolerance of the best
+        (:func:`~ia_stages.readout.graph.near_best_counts`); more than one: K is uncertain
+        (empty where the criterion is not the silhouette's)
 
     Example
     -------
     >>> ms = ModelSelection(3, "silhouette", {3: 0.6, 6: 0.5}, 6, 19, 20, None, {})
     >>> ms.summary()
     '3 clusters (stable in 19 of 20 seeds; next best 6)'
+    >>> ModelSelection(3, "climb", {3: 0.6, 4: 0.59}, 4, 5, 5, None, {}, [], (3, 4)).summary()
+    '3 clusters (stable in 5 of 5 seeds; next best 4; uncertain: 3 and 4 score near the best)'
     """
 
     n_clusters: int
@@ -221,6 +226,7 @@ class ModelSelection:
     bounds: tuple[int, int] | None
     partitions: dict[int, np.ndarray] = field(repr=False)
     merges: list[tuple[tuple[int, ...], tuple[int, ...], float]] = field(default_factory=list)
+    near_best: tuple[int, ...] = ()
 
     @property
     def labels(self) -> np.ndarray:
@@ -236,14 +242,30 @@ class ModelSelection:
         return self.partitions[int(k)]
 
     def summary(self) -> str:
-        """One line: the K chosen, its stability over seeds and the runner-up."""
+        """One line: the K chosen and :meth:`confidence`."""
         head = f"{self.n_clusters} cluster{'s' if self.n_clusters != 1 else ''}"
+        how = self.confidence()
+        return head + (f" ({how})" if how else "")
+
+    def confidence(self) -> str:
+        """What there is to trust the K by: its stability over seeds, the runner-up and, where
+        several K score near the best, those K (an empty string when nothing was measured).
+
+        Example
+        -------
+        >>> ModelSelection(2, "climb", {2: 0.5, 3: 0.49, 4: 0.48}, 3, 5, 5, None, {}, [],
+        ...                (2, 3, 4)).confidence()
+        'stable in 5 of 5 seeds; next best 3; uncertain: 2, 3 and 4 score near the best'
+        """
         parts = []
         if self.trials > 1:
             parts.append(f"stable in {self.stable} of {self.trials} seeds")
         if self.runner_up is not None:
             parts.append(f"next best {self.runner_up}")
-        return head + (f" ({'; '.join(parts)})" if parts else "")
+        if len(self.near_best) > 1:
+            ks = [str(k) for k in self.near_best]
+            parts.append(f"uncertain: {', '.join(ks[:-1])} and {ks[-1]} score near the best")
+        return "; ".join(parts)
 
     def next_merge(self) -> str:
         """One line: the clusters that would merge next (:attr:`merges`) and at what distance."""
@@ -263,6 +285,7 @@ class ModelSelection:
             "runner_up_value": float("nan") if ru is None else float(self.scores[ru]),
             "stable": int(self.stable),
             "trials": int(self.trials),
+            "near_best": " ".join(str(k) for k in self.near_best),
         }
 
 
@@ -753,7 +776,7 @@ def select_k(
     >>> ms.n_clusters, sorted(ms.partitions), ms.stable
     (3, [2, 3, 4], 3)
     """
-    from ia_stages.readout.graph import KnnDistances
+    from ia_stages.readout.graph import KnnDistances, near_best_counts
 
     n = sqdist.n if isinstance(sqdist, KnnDistances) else np.shape(sqdist)[0]
     bounds = None
@@ -781,4 +804,10 @@ def select_k(
         if kd is not None
         else cluster_hierarchy(sqdist, parts[chosen])
     )
-    return ModelSelection(chosen, crit, values, runner, stable, trials, bounds, parts, merges)
+    near = (
+        near_best_counts(values, float(readout.silhouette_tolerance))
+        if crit in ("silhouette", "climb")
+        else ()
+    )
+    return ModelSelection(chosen, crit, values, runner, stable, trials, bounds, parts, merges,
+                          near)  # fmt: skip

@@ -158,6 +158,7 @@ def run(
         stability_parameter=stable.parameter,
         stability_chosen=stable.chosen,
         selection_summary=selection.summary(),
+        selection_confidence=selection.confidence(),
         selection_next_merge=selection.next_merge(),
         **{f"selection_{k}": v for k, v in selection.as_dict().items()},
         wall_seconds=t["seconds"],
