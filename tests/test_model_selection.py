@@ -125,7 +125,8 @@ def test_config_key_refuses_bad_k_before_the_run() -> None:
 
 def test_near_best_counts_are_the_window_the_criterion_chooses_in() -> None:
     """The counts near the best are those within tolerance / m of the best score (m its K),
-    NaN ignored; the 'fewest' rule chooses the smallest of them; on three clear blobs the
+    NaN ignored; the 'fewest' rule chooses the smallest of them, unless more than
+    ``readout.near_best_max`` lie there, when the best is kept; on three clear blobs the
     record holds the chosen K alone and its line says nothing is uncertain."""
     scores = {2: 0.50, 3: 0.52, 4: 0.40, 5: float("nan"), 6: 0.49}
     assert near_best_counts(scores, 0.1) == (2, 3, 6)  # floor 0.52 - 0.1 / 3
@@ -140,6 +141,12 @@ def test_near_best_counts_are_the_window_the_criterion_chooses_in() -> None:
         assert int(fewest_near_best(parts, 0.3, "fewest").max()) + 1 == min(near)
         best = max(sc, key=sc.get)
         assert all((sc[k] >= sc[best] - 0.3 / best) == (k in near) for k in sc)
+        # a window of more than `most` counts (a plateau) keeps the best instead
+        for most in (1, 2, 3):
+            for rule in ("fewest", "adjacent"):
+                got = int(fewest_near_best(parts, 0.3, rule, most).max()) + 1
+                free = int(fewest_near_best(parts, 0.3, rule).max()) + 1
+                assert got == (best if len(near) > most else free)
     sq, _ = blobs((30, 30, 30))
     ms = select_k(sq, ReadoutSettings(k=8), None, seed=0)
     assert ms.near_best == (3,) and "uncertain" not in ms.summary()

@@ -133,7 +133,8 @@ def _sweep(
     if readout.community == "silhouette":
         sample = None if kd is None else kd.sample
         values, partitions, score = silhouette_sweep(lists, sq, readout.resolutions, seed, sample)
-        at = silhouette_choice(partitions, score, readout.silhouette_tolerance, readout.near_best)
+        at = silhouette_choice(partitions, score, readout.silhouette_tolerance, readout.near_best,
+                               int(readout.near_best_max))  # fmt: skip
         return "resolution", values, partitions, score, float(values[at])
     if readout.community == "leiden":
         chosen = float(readout.resolution)

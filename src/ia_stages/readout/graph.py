@@ -461,6 +461,7 @@ def leiden_silhouette(
     sample: np.ndarray | None = None,
     tolerance: float = 0.0,
     rule: str = "adjacent",
+    most: int = 0,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph at the resolution (among ``resolutions``) whose
     partition has the highest silhouette on the distances sqrt(sqdist), or, with
@@ -493,6 +494,7 @@ def leiden_silhouette(
         partition is that of its labels on the sample (the kNN path, :class:`KnnDistances`)
     tolerance : float, default 0.0; >= 0
     rule : {'adjacent', 'fewest'}, default 'adjacent'; see :func:`fewest_near_best`
+    most : int, default 0; see :func:`fewest_near_best`
 
     Returns
     -------
@@ -504,7 +506,7 @@ def leiden_silhouette(
     ... # doctest: +SKIP
     """
     _, partitions, scores = silhouette_sweep(knn, sqdist, resolutions, seed, sample)
-    return partitions[silhouette_choice(partitions, scores, tolerance, rule)]
+    return partitions[silhouette_choice(partitions, scores, tolerance, rule, most)]
 
 
 def silhouette_sweep(
@@ -579,7 +581,11 @@ def prefetch_sweeps(
 
 
 def silhouette_choice(
-    partitions: list[np.ndarray], scores: np.ndarray, tolerance: float, rule: str = "adjacent"
+    partitions: list[np.ndarray],
+    scores: np.ndarray,
+    tolerance: float,
+    rule: str = "adjacent",
+    most: int = 0,
 ) -> int:
     """Index of the partition :func:`leiden_silhouette` keeps among a
     :func:`silhouette_sweep`'s: :func:`fewest_near_best` of those with a silhouette, or the
@@ -595,17 +601,22 @@ def silhouette_choice(
     scored = [c for c in scored if np.isfinite(c[0])]
     if not scored:
         return len(partitions) - 1
-    chosen = fewest_near_best(scored, tolerance, rule)
+    chosen = fewest_near_best(scored, tolerance, rule, most)
     return next(r for r, labels in enumerate(partitions) if labels is chosen)
 
 
 def fewest_near_best(
-    scored: list[tuple[float, np.ndarray]], tolerance: float, rule: str = "adjacent"
+    scored: list[tuple[float, np.ndarray]],
+    tolerance: float,
+    rule: str = "adjacent",
+    most: int = 0,
 ) -> np.ndarray:
     """The partition with the fewest clusters among those whose score is within
     ``tolerance / m`` of the highest (m the highest-scoring partition's cluster count) and,
     by ``rule``, reached from it without passing a count outside; among those the highest
-    score, the first on a tie.
+    score, the first on a tie. Where more than ``most`` cluster counts score within that
+    window (a plateau, on which the fewest is far from the best: :func:`near_best_counts`),
+    the highest-scoring partition.
 
     Parameters
     ----------
@@ -616,6 +627,8 @@ def fewest_near_best(
         highest-scoring K downwards, K by K among the cluster counts scored, without a K
         outside the tolerance between (a far coarser partition that scores near the best,
         as two clusters often do, is not taken over the finer ones between that do not)
+    most : int, default 0 (``readout.near_best_max``)
+        the most cluster counts in the window for the fewest to be taken; 0: no limit
 
     Returns
     -------
@@ -632,11 +645,15 @@ def fewest_near_best(
     >>> scored = [(0.50, two), (0.40, three), (0.52, four)]
     >>> [int(fewest_near_best(scored, 0.1, r).max()) + 1 for r in ("fewest", "adjacent")]
     [2, 4]
+    >>> int(fewest_near_best([(0.50, two), (0.51, three), (0.52, four)], 0.1, most=2).max()) + 1
+    4
     """
     check_setting("readout.near_best", rule)
     best_score, best = max(scored, key=lambda c: c[0])
     floor = near_best_floor(best_score, int(best.max()) + 1, tolerance)
     near = [c for c in scored if c[0] >= floor]
+    if most > 0 and len({int(c[1].max()) for c in near}) > most:
+        return best
     if rule == "adjacent":
         top: dict[int, float] = {}
         for score, labels in scored:

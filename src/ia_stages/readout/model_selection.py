@@ -472,7 +472,8 @@ def _choose(
     finite = [(scores[k], parts[k]) for k in ks if np.isfinite(scores[k])]
     if not finite:
         return ks[-1], dict(scores)
-    chosen = fewest_near_best(finite, float(readout.silhouette_tolerance), readout.near_best)
+    chosen = fewest_near_best(finite, float(readout.silhouette_tolerance), readout.near_best,
+                              int(readout.near_best_max))  # fmt: skip
     return int(chosen.max()) + 1, dict(scores)
 
 

@@ -94,6 +94,13 @@ class ReadoutSettings:
         "downwards, K by K among the cluster counts scored, with no K outside the tolerance "
         "between) or 'fewest' (any)",
     )
+    near_best_max: int = integer(
+        2,
+        "community 'silhouette': the most cluster counts within silhouette_tolerance of the "
+        "best for the fewest of them to be kept; where more score that near (a plateau), the "
+        "best is kept (0: no limit)",
+        low=0,
+    )  # fmt: skip
     select: str = choice(
         "climb",
         SELECT_CRITERIA,
