@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 from scipy.ndimage import rotate
-from sklearn.metrics import adjusted_rand_score
+from sklearn.metrics import adjusted_rand_score, roc_auc_score
 
 from ia_stages.benchmark.metrics import accuracy
 from ia_stages.core.groups import group_of
@@ -441,8 +441,8 @@ def confidence_table(df: pd.DataFrame) -> list[str]:
              "|---|---|---|---|"]  # fmt: skip
     for col in CONFIDENCE:
         v = df[col].fillna(-np.inf).to_numpy() * (-1 if col == "near_best" else 1)
-        right, wrong = v[hit], v[~hit]
-        auc = np.mean([(a > b) + 0.5 * (a == b) for a in right for b in wrong])
+        v = np.nan_to_num(v, neginf=-1e9)  # no score: below every score
+        auc = roc_auc_score(hit, v) if 0 < hit.sum() < hit.size else np.nan
         lines.append(f"| {col} | {auc:.2f} | {df[col][hit].mean():.3f} | "
                      f"{df[col][~hit].mean():.3f} |")  # fmt: skip
     lines += ["", "| measure | agreement | sets | K exact | median ACC gap |",

@@ -652,13 +652,13 @@ def fewest_near_best(
     best_score, best = max(scored, key=lambda c: c[0])
     floor = near_best_floor(best_score, int(best.max()) + 1, tolerance)
     near = [c for c in scored if c[0] >= floor]
-    if most > 0 and len({int(c[1].max()) for c in near}) > most:
+    top: dict[int, float] = {}  # each count's best score
+    for score, labels in scored:
+        k = int(labels.max()) + 1
+        top[k] = max(score, top.get(k, -np.inf))
+    if most > 0 and len(near_best_counts(top, tolerance)) > most:
         return best
     if rule == "adjacent":
-        top: dict[int, float] = {}
-        for score, labels in scored:
-            k = int(labels.max()) + 1
-            top[k] = max(score, top.get(k, -np.inf))
         fewest = int(best.max()) + 1
         for k in sorted((k for k in top if k < fewest), reverse=True):
             if top[k] < floor:
