@@ -245,6 +245,34 @@ def test_the_command_refuses_bad_input_before_any_job(case, tmp_path, capsys):
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+def test_a_second_run_on_a_held_folder_is_refused_and_changes_nothing(tmp_path, capsys):
+    """A run that holds --out (here another process holding its lock, before it has written
+    its marker or taken Snakemake's locks) keeps a second run out: one line, exit 2, the
+    folder as it was."""
+    argv = [str(tmp_path / "png"), "--out", str(tmp_path / "out"), *FAST]
+    write_digits(tmp_path / "png", 2)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "clusters.csv").write_bytes(b"sample,cluster\n0,0\n")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    hold = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main(["cluster", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "another run is working in this folder" in err[0], err
+    finally:
+        holder.communicate("")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert (out / "clusters.csv").read_bytes() == b"sample,cluster\n0,0\n"
+
+
 def test_check_config_finds_the_schema_from_any_folder(tmp_path):
     config = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
     exe = Path(sys.executable).with_name("ia-stages")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,7 +211,8 @@ def run(
     unless ``force``), the number of images and K, every image (read once here: NaN/inf,
     constant images, sizes; warnings such as grayscale conversion are shown here, one line
     each), and a lock left by a killed run (``unlock=True`` removes it and the run resumes
-    where it stopped).
+    where it stopped). From its first write to its end the run holds ``out``
+    (:func:`folder_lock`): a second run on the same folder is refused with one line.
 
     The top-level files of ``out`` (:data:`ia_stages.pipeline.out_folder.TOP_LEVEL`) change
     only when the run succeeds, all together; a failed or killed run leaves them as they were.
@@ -262,55 +265,85 @@ def run(
     goals = targets(star=star, aligned=aligned)
     # from here on ``out`` changes; its top-level files only at the swap
     out.mkdir(parents=True, exist_ok=True)
-    out_folder.recover(out)
-    (out / FRONT).unlink(missing_ok=True)  # an earlier run's front page is not this run's
-    out_folder.claim(out, source)
-    work = out_folder.work_dir(out)
-    config_text = yaml.safe_dump(config, sort_keys=False)
-    cfg_path = work / "config.yaml"
-    cfg_path.write_text(config_text)
-    progress = work / "progress"
-    progress.mkdir(exist_ok=True)
-    for f in progress.glob("*.json"):
-        f.unlink()
-    log_path = out / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
-    marker = out / RUN_MARKER
-    marker.write_text(f"{os.getpid()}\n")
-    header = f"ia-stages cluster: {n} images of {shape[1]} x {shape[2]} px from {source}"
-    display = RunDisplay(out, log_path, progress, verbose=verbose, stream=stream, header=header)
-    try:
-        with display:
-            snakemake(
-                snakefile,
-                out,
-                cfg_path,
-                goals,
-                cores,
-                report,
-                rerun_incomplete=unlock,
-                gpus=gpus,
-                display=display,
-                before_report=lambda: write_front_page(out, checked),
-            )
-    finally:
-        marker.unlink(missing_ok=True)
-    files = {name: out / src for name, src in top_level(star=star, aligned=aligned).items()}
-    if report:
-        files["report.html"] = out / "results" / "report.html"
-    out_folder.swap_in(out, files, {"config.yaml": config_text})
-    written = {name: out / name for name in ["config.yaml", *files]}
-    table = pd.read_csv(written["clusters.csv"])
-    sizes = sorted(table["cluster"].value_counts().tolist(), reverse=True)
-    attrs = read_store(out / "results" / DATASET / "classes.zarr").attrs
-    selection = {k: v for k, v in attrs.items() if k.startswith("selection_")}
-    return RunResult(
-        out, written, sizes, len(table), time.time() - started, len(display.finished),
-        log_path, K, notes, selection,
-    )  # fmt: skip
+    with folder_lock(out):
+        out_folder.recover(out)
+        (out / FRONT).unlink(missing_ok=True)  # an earlier run's front page is not this run's
+        out_folder.claim(out, source)
+        work = out_folder.work_dir(out)
+        config_text = yaml.safe_dump(config, sort_keys=False)
+        cfg_path = work / "config.yaml"
+        cfg_path.write_text(config_text)
+        progress = work / "progress"
+        progress.mkdir(exist_ok=True)
+        for f in progress.glob("*.json"):
+            f.unlink()
+        log_path = out / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}.log"
+        marker = out / RUN_MARKER
+        marker.write_text(f"{os.getpid()}\n")
+        header = f"ia-stages cluster: {n} images of {shape[1]} x {shape[2]} px from {source}"
+        display = RunDisplay(out, log_path, progress, verbose=verbose, stream=stream, header=header)
+        try:
+            with display:
+                snakemake(
+                    snakefile,
+                    out,
+                    cfg_path,
+                    goals,
+                    cores,
+                    report,
+                    rerun_incomplete=unlock,
+                    gpus=gpus,
+                    display=display,
+                    before_report=lambda: write_front_page(out, checked),
+                )
+        finally:
+            marker.unlink(missing_ok=True)
+        files = {name: out / src for name, src in top_level(star=star, aligned=aligned).items()}
+        if report:
+            files["report.html"] = out / "results" / "report.html"
+        out_folder.swap_in(out, files, {"config.yaml": config_text})
+        written = {name: out / name for name in ["config.yaml", *files]}
+        table = pd.read_csv(written["clusters.csv"])
+        sizes = sorted(table["cluster"].value_counts().tolist(), reverse=True)
+        attrs = read_store(out / "results" / DATASET / "classes.zarr").attrs
+        selection = {k: v for k, v in attrs.items() if k.startswith("selection_")}
+        return RunResult(
+            out, written, sizes, len(table), time.time() - started, len(display.finished),
+            log_path, K, notes, selection,
+        )  # fmt: skip
 
 
 RUN_MARKER = ".ia-stages-run"
 """File in ``--out`` holding the process id of the run working there (removed at its end)."""
+
+
+@contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """Hold ``out`` for this run: an exclusive, non-blocking ``flock`` on the folder itself,
+    which the system releases when the process ends however it ends. A second run started on
+    the same folder while this one holds it (before the first has written its marker or taken
+    Snakemake's locks) gets one InputError line and changes nothing there.
+
+    Example
+    -------
+    >>> with folder_lock(Path(tempfile.mkdtemp())):  # doctest: +SKIP
+    ...     pass
+    """
+    import fcntl
+
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _marker_pid(out / RUN_MARKER)
+            who = f" (process {pid})" if pid is not None else ""
+            raise InputError(
+                f"{out}: another run{who} is working in this folder; wait for it to end"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def check_out(out: Path) -> None:
