@@ -35,6 +35,7 @@ from ia_stages.pipeline.paths import SNAKEFILE
 from ia_stages.pipeline.report_front import FRONT, write_front_page
 from ia_stages.pipeline.run_display import RunDisplay, plugin_settings
 from ia_stages.pipeline.store import read_store
+from ia_stages.settings.spec import clusters_value
 from ia_stages.settings.tree import Settings
 
 DATASET = "images"
@@ -178,8 +179,21 @@ def count_images(checked: dict) -> int:
     return dataset_size(checked, DATASET)
 
 
+def check_raw_count(config: dict) -> None:
+    """:func:`check_count` of a config not yet validated, where its images can be counted
+    (from the headers) and its K is an int or a pair of them; nothing where they cannot (the
+    config's validation then says why)."""
+    ds = config["datasets"][DATASET]
+    try:
+        K = clusters_value(ds.get("settings", {}).get("n_clusters"), "n_clusters")
+        n = dataset_size(config, DATASET)
+    except Exception:  # a bad K or unreadable images: validate_config names them
+        return
+    check_count(ds["path"], n, K)
+
+
 def check_count(path: str, n: int, n_clusters: int | list | tuple | None) -> None:
-    """One-line InputError for fewer than two images, or a K (or a range's lower end)
+    """One-line InputError for fewer than two images, or a K (or either end of a range)
     above the n images."""
     if n < 2:
         raise InputError(f"{path}: holds {n} image; clustering needs at least 2")
@@ -187,6 +201,10 @@ def check_count(path: str, n: int, n_clusters: int | list | tuple | None) -> Non
         lo, hi = n_clusters
         if lo > n:
             raise InputError(f"--n-clusters {lo}:{hi}: more clusters than the {n} images")
+        if hi > n:
+            raise InputError(
+                f"--n-clusters {lo}:{hi}: the range's upper end is above the {n} images"
+            )
     elif n_clusters is not None and n_clusters > n:
         raise InputError(f"--n-clusters {n_clusters}: more clusters than the {n} images")
 
@@ -249,7 +267,11 @@ def run(
     out = Path(out).resolve()
     source = config["datasets"][DATASET]["path"]
     out_folder.check_not_inside_input(out, source)
-    checked = validate_config(config)  # one-line ConfigError before anything is written
+    try:
+        checked = validate_config(config)  # one-line ConfigError before anything is written
+    except ConfigError:
+        check_raw_count(config)  # a K above the images: the flag's line, not the config key's
+        raise
     check_out(out)
     K = checked["datasets"][DATASET]["settings"]["n_clusters"]
     n = count_images(checked)

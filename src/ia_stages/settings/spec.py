@@ -273,7 +273,7 @@ def check_value(spec: Spec, value: Any, path: str) -> Any:
         item = replace(spec, kind="number", nullable=False, words=())
         return tuple(_real(v, item, path, False) for v in items)
     if spec.kind == "clusters":
-        return _clusters(value, path)
+        return clusters_value(value, path)
     if spec.kind == "part":
         if not isinstance(value, spec.part):
             raise SettingError(f"{path} must be a {spec.part.__name__}, got {type(value).__name__}")
@@ -281,8 +281,16 @@ def check_value(spec: Spec, value: Any, path: str) -> Any:
     raise SettingError(f"{path}: unknown kind of setting {spec.kind!r}")
 
 
-def _clusters(value: Any, path: str) -> int | tuple[int, int]:
-    """None, K >= 1 or a range (lo, hi) with 1 <= lo <= hi."""
+def clusters_value(value: Any, path: str) -> int | tuple[int, int] | None:
+    """An ``n_clusters`` value checked and normalised: None, K >= 1, or a range (lo, hi) with
+    1 <= lo <= hi, given as a pair or as the text ``"LO:HI"`` (a range lo:lo is K = lo).
+    A bad value raises one SettingError line naming ``path``.
+
+    Example
+    -------
+    >>> clusters_value("2:5", "n_clusters"), clusters_value([3, 3], "n_clusters")
+    ((2, 5), 3)
+    """
     one = Spec("integer", "", low=1)
     if isinstance(value, str) and ":" in value:
         lo, _, hi = value.partition(":")
