@@ -2,7 +2,8 @@
 an exhaustive reference of the same objective, on images our code did not make.
 
 Usage: python bench/kmax_exactness.py [--n 150] [--shapes 6 --renderings 8] [--sigma 1 2]
-       [--beta 2 20] [--data digits shapes] [--repeat 3] [--variants] [--combined] [--quick]
+       [--beta 2 20] [--data digits shapes] [--repeat 3] [--variants] [--combined] [--grid]
+       [--quick]
 
 Data sets:
 
@@ -29,7 +30,9 @@ two letters (0 for an invariant search; at a large beta it also shows the far pa
 refinement the pruning stops early, as their kernel value cannot matter).
 The reference is exhaustive in its window only: a search may beat it (a negative miss).
 ``--variants`` adds the settling check's cheaper variants (a tighter ``settle_margin``, fewer or
-more ``settle_angles``, fewer ``settle_starts``, a smaller window).
+more ``settle_angles``, fewer ``settle_starts``, a smaller window); ``--grid`` the library's
+'grid' scan (every integer shift within 6 or 8 px at 36 or 48 rotations, by FFT), which
+shows whether a miss is one of translation coverage or of the rotations between scan steps.
 """
 
 from __future__ import annotations
@@ -197,11 +200,22 @@ VARIANTS = {
 }
 
 
-def searches(variants: bool = False, combined: bool = False) -> dict[str, SearchSettings]:
+# the library's 'grid' coarse scan of ``--grid``: every integer shift within max_shift px at
+# n_angles rotations (by FFT), its candidates refined as the default's are
+GRIDS = {
+    "grid 36 x 6 px": SearchSettings(method="grid", n_angles=36, max_shift=6),
+    "grid 48 x 8 px": SearchSettings(method="grid", n_angles=48, max_shift=8),
+}
+
+
+def searches(variants: bool = False, combined: bool = False,
+             grids: bool = False) -> dict[str, SearchSettings]:  # fmt: skip
     """The searches compared: the search before the default's (``5 centres``, the base of
     the ratios), the default, the default with its settling check (opt-in, ``settle_shift`` 6) and
     the exact preset; with ``variants`` also the check's cheaper
-    variants (:data:`VARIANTS`); with ``combined`` also the exact preset with the check."""
+    variants (:data:`VARIANTS`); with ``combined`` also the exact preset with the check; with
+    ``grids`` also the 'grid' scans of :data:`GRIDS` (exhaustive over integer shifts in their
+    window)."""
     out = {
         "5 centres": SearchSettings(centre_rings=1, n_angles=48),
         "default": SearchSettings(),
@@ -213,6 +227,8 @@ def searches(variants: bool = False, combined: bool = False) -> dict[str, Search
     if variants:
         for name, change in VARIANTS.items():
             out[name] = SearchSettings(**{"settle_shift": 6, **change})
+    if grids:
+        out |= GRIDS
     return out
 
 
@@ -233,6 +249,8 @@ def main() -> None:
     )
     ap.add_argument("--combined", action="store_true",
                     help="also the exact preset with the settling check")  # fmt: skip
+    ap.add_argument("--grid", action="store_true",
+                    help="also the 'grid' scans of GRIDS (every shift in a window)")  # fmt: skip
     ap.add_argument("--data", nargs="+", choices=["digits", "padded", "shapes"],
                     default=["digits", "padded", "shapes"])  # fmt: skip
     args = ap.parse_args()
@@ -244,7 +262,7 @@ def main() -> None:
     if "shapes" in args.data:
         sets.append(rendered_shapes(args.shapes, args.renderings, args.seed))
     warm = sets[0].images[:6]
-    for s in searches(args.variants, args.combined).values():  # compile before timing
+    for s in searches(args.variants, args.combined, args.grid).values():  # compile before timing
         kappa_max(warm, beta=2.0, settings=s)
     exhaustive(warm, 2.0, 1.0)
     print(f"# reference: {REF_ANGLES} rotations x shifts within +-{REF_SHIFT} px, "
@@ -259,8 +277,9 @@ def main() -> None:
                         f"{'ratio':>8}")  # fmt: skip
                 print(head + ("  spread d2" if data.name == "shapes" else ""), flush=True)
                 ref, ref_cpu = timed(exhaustive, data.images, beta, sigma)
+                compared = searches(args.variants, args.combined, args.grid)
                 found = {name: timed(searched, data.images, beta, sigma, s, repeat=args.repeat)
-                         for name, s in searches(args.variants, args.combined).items()}  # fmt: skip
+                         for name, s in compared.items()}  # fmt: skip
                 base = found["5 centres"][1] / (n * (n - 1) / 2) * 1e6
                 for name, (d2, cpu) in found.items():
                     print(row(name, d2, ref, beta, cpu, base, data))

@@ -26,6 +26,13 @@ chose on the whole set; then, per measure and level of agreement, how many sets 
 exactly and their median ACC gap (a confidence that means something is high where K is
 right and low where it is wrong).
 
+``--split-test`` also asks whether a cluster that holds two classes can be told from one that
+holds one class with its sub-styles: per set, the default read-out (without K) runs on the
+kappa^max distances of each true class alone and of unions of two true classes (up to 4
+pairs), and the highest silhouette it reaches on each is kept; then, per family, the medians
+of the two and the AUC of that silhouette as a test of "two classes" (0.5: no better than a
+coin). A split test on a chosen cluster could only work where the AUC is near 1.
+
 ``--join-gains`` also prints, per set, what the read-out with K weighs when it joins a finer
 partition down to K (``readout.with_k_join``): the bisection to K's silhouette and ACC, and the
 joined sweep partition of highest silhouette, its rise over the bisection and its ACC.
@@ -401,6 +408,44 @@ def join_gain(sq: np.ndarray, y: np.ndarray, seed: int) -> dict:
             "join:acc": accuracy(y, joined[1]) if joined is not None else np.nan}  # fmt: skip
 
 
+def split_scores(sq: np.ndarray, y: np.ndarray, seed: int, pairs: int = 4) -> list[tuple]:
+    """``--split-test``: (classes in the subset, its best silhouette, its K found) for each true
+    class of 8 images or more alone and for up to ``pairs`` random unions of two classes, by
+    the default read-out without K on the subset's own distances."""
+    rng = np.random.default_rng(1000 + seed)
+    classes = np.unique(y)
+    subsets = [(1, y == c) for c in classes if (y == c).sum() >= 8]
+    n_pairs = min(pairs, classes.size * (classes.size - 1) // 2)
+    chosen: set[tuple[int, int]] = set()
+    while len(chosen) < n_pairs:
+        a, b = sorted(rng.choice(classes, 2, replace=False).tolist())
+        chosen.add((a, b))
+    subsets += [(2, (y == a) | (y == b)) for a, b in sorted(chosen)]
+    out = []
+    for n_classes, mask in subsets:
+        m = np.flatnonzero(mask)
+        sub = sq[np.ix_(m, m)]
+        sel = select_k(sub, readout_for(m.size, None, DEFAULT), None, seed)
+        finite = [v for v in sel.scores.values() if np.isfinite(v)]
+        out.append((n_classes, max(finite) if finite else np.nan, sel.n_clusters))
+    return out
+
+
+def split_table(rows: list[tuple]) -> list[str]:
+    """``--split-test``'s summary: per family, the median best silhouette of one class and of
+    two, and the AUC of the silhouette as a test of two classes."""
+    df = pd.DataFrame(rows, columns=["set", "family", "classes", "silhouette", "K"]).dropna()
+    lines = ["| family | subsets (1 class / 2) | median silhouette, 1 class | 2 classes | AUC |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for fam, d in [*df.groupby("family"), ("all", df)]:
+        one, two = d[d.classes == 1], d[d.classes == 2]
+        auc = (roc_auc_score(d.classes == 2, d.silhouette)
+               if len(one) and len(two) else np.nan)  # fmt: skip
+        lines.append(f"| {fam} | {len(one)} / {len(two)} | {one.silhouette.median():.3f} | "
+                     f"{two.silhouette.median():.3f} | {auc:.2f} |")  # fmt: skip
+    return lines
+
+
 def confidence(sq: np.ndarray, seed: int, resamples: int, share: float = 0.8) -> dict:
     """The default criterion's agreement with itself, over ``readout.select_seeds`` Leiden
     seeds (what the estimator reports) and over ``resamples`` subsets of ``share`` of the
@@ -537,12 +582,14 @@ def main() -> None:
     ap.add_argument("--criteria", nargs="+", default=list(CRITERIA))
     ap.add_argument("--join-gains", action="store_true",
                     help="also the with-K join's rise in silhouette per set")  # fmt: skip
+    ap.add_argument("--split-test", action="store_true",
+                    help="also one class against two: the read-out's silhouettes")  # fmt: skip
     ap.add_argument("--confidence", type=int, default=0, metavar="R",
                     help="also the default's agreement over seeds and R resamples")  # fmt: skip
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, splits = [], []
     for name, family, images, y in grid(args.seed, args.quick):
         K = int(np.unique(y).size)
         n = int(y.size)
@@ -568,6 +615,10 @@ def main() -> None:
             row[f"{c}:acc"] = accuracy(y, labels)
         if args.confidence:
             row |= confidence(sq, args.seed, args.confidence)
+        if args.split_test:
+            found = split_scores(sq, y, args.seed)
+            splits += [(name, family, *f) for f in found]
+            row["split"] = " ".join(f"{c}:{v:.4f}/{k}" for c, v, k in found)
         rows.append(row)
         print(" | ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()), flush=True)  # fmt: skip
@@ -601,6 +652,12 @@ def main() -> None:
                      f"{r[f'{DEFAULT}:acc']:.3f} | {r['acc_with_k']:.3f} |")  # fmt: skip
     if args.confidence:
         lines += confidence_table(df)
+    if args.split_test:
+        head = (
+            "One class or two (--split-test): the read-out's best silhouette on a true "
+            "class alone and on unions of two classes:"
+        )
+        lines += ["", head, "", *split_table(splits)]
     text = "\n".join(lines)
     print(text)
     (args.out / f"summary_{tag}.md").write_text(text + "\n")
