@@ -68,7 +68,12 @@ def _k_zero(tmp: Path) -> tuple[list[str], str]:
 
 def _k_above_n(tmp: Path) -> tuple[list[str], str]:
     write_pngs(tmp / "in", per_class=1)
-    return [str(tmp / "in"), "--n-clusters", "4"], "n_clusters must be <= the 3 samples, got 4"
+    return [str(tmp / "in"), "--n-clusters", "4"], "--n-clusters 4: more clusters than the 3 images"
+
+
+def _range_above_n(tmp: Path) -> tuple[list[str], str]:
+    write_pngs(tmp / "in", per_class=1)
+    return [str(tmp / "in"), "--n-clusters", "2:5"], "the range's upper end is above the 3 images"
 
 
 def _out_inside_input(tmp: Path) -> tuple[list[str], str]:
@@ -105,6 +110,7 @@ BAD = {
     "empty folder": _empty,
     "--n-clusters 0": _k_zero,
     "--n-clusters above n": _k_above_n,
+    "--n-clusters range above n": _range_above_n,
     "--out inside the input": _out_inside_input,
     "another input's OUT": _another_input,
     "unreadable image": _unreadable,

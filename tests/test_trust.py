@@ -211,16 +211,6 @@ def _stale_lock(tmp: Path) -> list[str]:
     return [str(tmp / "png")]
 
 
-def _k_above_images(tmp: Path) -> list[str]:
-    write_digits(tmp / "png", 2)  # 6 images
-    return [str(tmp / "png"), "--n-clusters", "7"]
-
-
-def _range_above_images(tmp: Path) -> list[str]:
-    write_digits(tmp / "png", 2)
-    return [str(tmp / "png"), "--n-clusters", "2:9"]
-
-
 COMMAND_CASES = {
     "constant image": CommandCase(_constant_png, "image 4/blank.png (index 4) is constant"),
     "NaN in a stack": CommandCase(_nan_in_stack, "image 2 (index 2) holds NaN or inf"),
@@ -228,12 +218,6 @@ COMMAND_CASES = {
     "--out is a file": CommandCase(_out_is_a_file, "is an existing file, not a folder"),
     "--out not writable": CommandCase(_out_not_writable, "cannot write in /proc"),
     "stale lock": CommandCase(_stale_lock, "locked by an earlier run that was killed"),
-    "K above the images": CommandCase(
-        _k_above_images, "--n-clusters 7: more clusters than the 6 images"
-    ),
-    "range above the images": CommandCase(
-        _range_above_images, "--n-clusters 2:9: the range's upper end is above the 6 images"
-    ),
 }
 
 
