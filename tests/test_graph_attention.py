@@ -506,3 +506,48 @@ def test_igraph_leiden_ends_where_igraphs_own_loop_does_not_and_no_node_move_gai
             moved = labels.copy()
             moved[v] = c
             assert g.modularity(moved.tolist(), resolution=ENDLESS_RESOLUTION) <= q + 1e-12
+
+
+def test_leiden_iterations_reach_every_run_and_key_the_kept_sweeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``readout.leiden_iterations`` is what every leidenalg run of a read-out without K gets,
+    a sweep kept for one count is not served for another, and 0 is refused naming the key."""
+    import ia_stages.readout.graph as graph
+    import ia_stages.readout.partition as partition
+
+    seen: list[int | None] = []
+    run = graph._leidenalg_leiden
+
+    def spy(g, seed, resolution, iterations=graph.LEIDEN_ITERATIONS):
+        seen.append(iterations)
+        return run(g, seed, resolution, iterations)
+
+    monkeypatch.setattr(graph, "_leidenalg_leiden", spy)
+    monkeypatch.setattr(graph, "_SWEEPS", {})
+    sq = _four_blobs(5)
+    for count in (1, None):
+        seen.clear()
+        g = ReadoutSettings(k=10, resolutions=(0.3, 1.0, 2.0), leiden_iterations=count)
+        partition.graph_partition(sq, g, None, 4)
+        assert seen and set(seen) == {count}, (count, seen)
+    assert ReadoutSettings().leiden_iterations is None
+    with pytest.raises(SettingError, match="leiden_iterations"):
+        ReadoutSettings(leiden_iterations=0)
+
+
+def test_leiden_runs_to_convergence_are_leidenalgs_own() -> None:
+    """Without a cap the read-out's Leiden run is leidenalg's ``n_iterations=-1`` partition,
+    and a cap above the iterations a run needs changes nothing."""
+    import leidenalg
+
+    import ia_stages.readout.graph as graph
+
+    g = graph.igraph_of(knn_from_dense(_four_blobs(5), 9))
+    for r in (0.3, 1.0, 3.0):
+        ref = leidenalg.find_partition(
+            g, leidenalg.RBConfigurationVertexPartition, resolution_parameter=r, seed=7,
+            n_iterations=-1,
+        ).membership  # fmt: skip
+        assert np.array_equal(graph._leidenalg_leiden(g, 7, r, None), ref)
+        assert np.array_equal(graph._leidenalg_leiden(g, 7, r, 50), ref)

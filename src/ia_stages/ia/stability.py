@@ -132,14 +132,17 @@ def _sweep(
     lists = readout_lists(kd if kd is not None else sq, readout.k)
     if readout.community == "silhouette":
         sample = None if kd is None else kd.sample
-        values, partitions, score = silhouette_sweep(lists, sq, readout.resolutions, seed, sample)
+        values, partitions, score = silhouette_sweep(
+            lists, sq, readout.resolutions, seed, sample, readout.leiden_iterations
+        )
         at = silhouette_choice(partitions, score, readout.silhouette_tolerance, readout.near_best,
                                int(readout.near_best_max))  # fmt: skip
         return "resolution", values, partitions, score, float(values[at])
     if readout.community == "leiden":
         chosen = float(readout.resolution)
         values = chosen * factors
-        return "resolution", values, leiden_sweep(lists, seed, tuple(values)), None, chosen
+        parts = leiden_sweep(lists, seed, tuple(values), iterations=readout.leiden_iterations)
+        return "resolution", values, parts, None, chosen
     if readout.community == "hdbscan" and kd is None:
         chosen = float(readout.min_cluster_size)
         values = np.unique(np.maximum(np.round(chosen * factors), 2))

@@ -18,7 +18,7 @@ from ia_stages.core.backend import to_numpy
 from ia_stages.core.seeds import stage_seed
 from ia_stages.kmax import kappa_max
 from ia_stages.kmax.neighbours import KnnResult, knn_from_dense
-from ia_stages.settings.readout import ReadoutSettings
+from ia_stages.settings.readout import LEIDEN_ITERATIONS, ReadoutSettings
 from ia_stages.settings.spec import SettingError
 from ia_stages.settings.tree import check_setting
 
@@ -191,6 +191,7 @@ def leiden_knn(
     resolution: float = 1.0,
     graph: Any = None,
     engine: str = "leidenalg",
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> np.ndarray:
     """Leiden communities (modularity with ``resolution``) of the kNN graph; labels ``(n,)``.
 
@@ -204,6 +205,8 @@ def leiden_knn(
         (``Graph.community_leiden``: the same quality function, optimised until no node
         moves; many times faster on large graphs and of higher modularity, but its partitions
         are other local optima: docs/decisions/readout.md)
+    iterations : the most iterations of leidenalg's optimiser (``readout.leiden_iterations``);
+        a run stops earlier where an iteration improves nothing; None: no cap
 
     Example
     -------
@@ -215,20 +218,27 @@ def leiden_knn(
     if engine == "igraph":
         return _igraph_leiden(g, seed, resolution)
     check_setting("readout.with_k_engine", engine)
-    return _leidenalg_leiden(g, seed, resolution)
+    return _leidenalg_leiden(g, seed, resolution, iterations)
 
 
-def _leidenalg_leiden(g: Any, seed: int, resolution: float) -> np.ndarray:
-    """leidenalg's optimiser on ``g``: modularity at ``resolution``, until it improves no more."""
+def _leidenalg_leiden(
+    g: Any, seed: int, resolution: float, iterations: int | None = LEIDEN_ITERATIONS
+) -> np.ndarray:
+    """leidenalg's optimiser on ``g``: modularity at ``resolution``, iterated until an
+    iteration improves nothing or ``iterations`` have run (None: no cap). One iteration at a
+    time on one seeded optimiser is leidenalg's own loop for ``n_iterations=-1``, so a run
+    that ends before the cap is the partition ``find_partition(..., n_iterations=-1)``
+    gives."""
     import leidenalg
 
-    part = leidenalg.find_partition(
-        g,
-        leidenalg.RBConfigurationVertexPartition,
-        resolution_parameter=resolution,
-        seed=int(seed) % 2**31,
-        n_iterations=-1,
-    )
+    optimiser = leidenalg.Optimiser()
+    optimiser.set_rng_seed(int(seed) % 2**31)
+    part = leidenalg.RBConfigurationVertexPartition(g, resolution_parameter=resolution)
+    done = 0
+    while iterations is None or done < int(iterations):
+        done += 1
+        if optimiser.optimise_partition(part, n_iterations=1) <= 0:
+            break
     return np.asarray(part.membership, dtype=np.int64)
 
 
@@ -278,6 +288,7 @@ def leiden_n_clusters(
     restart_bracket: float = 2.0,
     restart_tries: int = 8,
     with_k_engine: str = "igraph",
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph with the resolution set so that there are
     ``n_clusters`` of them; labels ``(n,)``.
@@ -295,7 +306,8 @@ def leiden_n_clusters(
     the higher modularity (docs/decisions/readout.md).
     ``with_k_engine`` is the Leiden implementation (:func:`leiden_knn`'s ``engine``): since
     the rule keeps the K-partition of highest modularity, igraph's (the default), which
-    reaches a higher modularity in a fraction of leidenalg's time, serves it best.
+    reaches a higher modularity in a fraction of leidenalg's time, serves it best;
+    ``iterations`` are leidenalg's per run where it is the engine.
 
     Example
     -------
@@ -303,12 +315,14 @@ def leiden_n_clusters(
     """
     g = igraph_of(knn)
     best, best_key = None, None
-    labels, found = _leiden_bisect(knn, n_clusters, seed, bounds, max_tries, g, with_k_engine)
+    labels, found = _leiden_bisect(
+        knn, n_clusters, seed, bounds, max_tries, g, with_k_engine, iterations
+    )
     near = (found / restart_bracket, found * restart_bracket)
     for s in range(restarts):
         if s > 0:
             labels, _ = _leiden_bisect(
-                knn, n_clusters, seed + s, near, restart_tries, g, with_k_engine
+                knn, n_clusters, seed + s, near, restart_tries, g, with_k_engine, iterations
             )
         m = int(labels.max()) + 1
         key = (abs(m - n_clusters), m, -g.modularity(labels.tolist()))
@@ -325,6 +339,7 @@ def _leiden_bisect(
     max_tries: int,
     graph: Any,
     engine: str,
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> tuple[np.ndarray, float]:
     """The bisection of one seed: the partition nearest K and its resolution."""
     lo, hi = bounds
@@ -332,7 +347,7 @@ def _leiden_bisect(
     best_r = 1.0
     for _ in range(max_tries):
         r = float(np.sqrt(lo * hi))
-        labels = leiden_knn(knn, seed, r, graph, engine)
+        labels = leiden_knn(knn, seed, r, graph, engine, iterations)
         m = int(labels.max()) + 1
         if best is None or (abs(m - n_clusters), m) < (
             abs(int(best.max()) + 1 - n_clusters),
@@ -355,6 +370,7 @@ def leiden_sweep(
     seed: int,
     resolutions: list[float] | tuple[float, ...],
     workers: int | None = None,
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> list[np.ndarray]:
     """leidenalg's Leiden partition (:func:`leiden_knn`) of the kNN graph at every resolution;
     the same labels in every case, run in ``workers`` processes when the graph is large.
@@ -372,6 +388,7 @@ def leiden_sweep(
         process was given: ``--threads`` in the pipeline, every core in a notebook). With
         1 worker, fewer than :data:`PARALLEL_MIN_NODES` nodes or one resolution, the runs
         are made here one after the other.
+    iterations : leidenalg's iterations per run (:func:`leiden_knn`)
 
     Returns
     -------
@@ -383,7 +400,7 @@ def leiden_sweep(
     >>> [p.tolist() for p in leiden_sweep(knn, 0, (0.5, 1.0))]
     [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
     """
-    return leiden_sweeps([knn], seed, resolutions, workers)[0]
+    return leiden_sweeps([knn], seed, resolutions, workers, iterations)[0]
 
 
 def leiden_sweeps(
@@ -391,6 +408,7 @@ def leiden_sweeps(
     seed: int,
     resolutions: list[float] | tuple[float, ...],
     workers: int | None = None,
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> list[list[np.ndarray]]:
     """:func:`leiden_sweep` of several graphs (an IA run's iterations), the runs of all of
     them shared by one set of worker processes, so that no worker waits at the end of one
@@ -408,7 +426,7 @@ def leiden_sweeps(
     """
     import numba
 
-    keys = [_sweep_key(knn, seed, resolutions) for knn in knns]
+    keys = [_sweep_key(knn, seed, resolutions, iterations) for knn in knns]
     todo = [g for g, key in enumerate(keys) if key not in _SWEEPS]
     todo = [g for i, g in enumerate(todo) if keys[g] not in {keys[h] for h in todo[:i]}]
     graphs = {g: igraph_of(knns[g]) for g in todo}
@@ -417,14 +435,14 @@ def leiden_sweeps(
     workers = min(workers, len(tasks))
     large = any(knns[g].n >= PARALLEL_MIN_NODES for g in todo)
     if workers <= 1 or not large:
-        runs = [_leidenalg_leiden(graphs[g], seed, r) for g, r in tasks]
+        runs = [_leidenalg_leiden(graphs[g], seed, r, iterations) for g, r in tasks]
     else:
         from joblib import Parallel, delayed
 
         # loky's worker processes start fresh (no fork of this process's kernel threads) and
         # do not run the caller's main script again
         runs = Parallel(n_jobs=workers, backend="loky")(
-            delayed(_leidenalg_leiden)(graphs[g], seed, r) for g, r in tasks
+            delayed(_leidenalg_leiden)(graphs[g], seed, r, iterations) for g, r in tasks
         )
     m = len(resolutions)
     fresh = {keys[g]: runs[i * m : (i + 1) * m] for i, g in enumerate(todo)}
@@ -444,13 +462,15 @@ iterations (:func:`prefetch_sweeps`) reuse the Leiden runs made before."""
 _SWEEPS: dict[tuple, list[np.ndarray]] = {}
 
 
-def _sweep_key(knn: KnnResult, seed: int, resolutions: Any) -> tuple:
-    """What a sweep's partitions depend on: the graph (the lists' indices), seed, resolutions."""
+def _sweep_key(knn: KnnResult, seed: int, resolutions: Any, iterations: int | None) -> tuple:
+    """What a sweep's partitions depend on: the graph (the lists' indices), seed,
+    resolutions, leidenalg's iterations."""
     import hashlib
 
     indices = np.ascontiguousarray(knn.indices)
     digest = hashlib.sha1(indices.view(np.uint8)).hexdigest()
-    return digest, indices.shape, int(seed), tuple(float(r) for r in resolutions)
+    rs = tuple(float(r) for r in resolutions)
+    return digest, indices.shape, int(seed), rs, None if iterations is None else int(iterations)
 
 
 def leiden_silhouette(
@@ -462,6 +482,7 @@ def leiden_silhouette(
     tolerance: float = 0.0,
     rule: str = "adjacent",
     most: int = 0,
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> np.ndarray:
     """Leiden communities of the kNN graph at the resolution (among ``resolutions``) whose
     partition has the highest silhouette on the distances sqrt(sqdist), or, with
@@ -495,6 +516,8 @@ def leiden_silhouette(
     tolerance : float, default 0.0; >= 0
     rule : {'adjacent', 'fewest'}, default 'adjacent'; see :func:`fewest_near_best`
     most : int, default 0; see :func:`fewest_near_best`
+    iterations : the most iterations of leidenalg's optimiser per run (:func:`leiden_knn`);
+        default None: until an iteration improves nothing
 
     Returns
     -------
@@ -505,7 +528,7 @@ def leiden_silhouette(
     >>> labels = leiden_silhouette(knn_from_dense(sq, 11), sq, (0.1, 0.5, 1.0), seed=0)
     ... # doctest: +SKIP
     """
-    _, partitions, scores = silhouette_sweep(knn, sqdist, resolutions, seed, sample)
+    _, partitions, scores = silhouette_sweep(knn, sqdist, resolutions, seed, sample, iterations)
     return partitions[silhouette_choice(partitions, scores, tolerance, rule, most)]
 
 
@@ -515,6 +538,7 @@ def silhouette_sweep(
     resolutions: tuple[float, ...],
     seed: int,
     sample: np.ndarray | None = None,
+    iterations: int | None = LEIDEN_ITERATIONS,
 ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """Leiden's partition of the kNN graph at every resolution, in increasing order, and the
     silhouette of each on the distances sqrt(sqdist): what :func:`leiden_silhouette` chooses
@@ -539,7 +563,7 @@ def silhouette_sweep(
     np.fill_diagonal(D, 0.0)
     s = D.shape[0]
     ordered = np.array(sorted(float(r) for r in resolutions))
-    partitions = leiden_sweep(knn, seed, tuple(ordered))
+    partitions = leiden_sweep(knn, seed, tuple(ordered), iterations=iterations)
     scores = np.full(ordered.size, np.nan)
     for r, labels in enumerate(partitions):
         m = int(labels.max()) + 1
@@ -577,7 +601,8 @@ def prefetch_sweeps(
         if n < PARALLEL_MIN_NODES or not 1 <= k < n:
             return
         lists.append(readout_lists(sq, k))
-    leiden_sweeps(lists, seed, tuple(sorted(float(r) for r in readout.resolutions)))
+    resolutions = tuple(sorted(float(r) for r in readout.resolutions))
+    leiden_sweeps(lists, seed, resolutions, iterations=readout.leiden_iterations)
 
 
 def silhouette_choice(

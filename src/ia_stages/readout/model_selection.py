@@ -436,7 +436,9 @@ def _candidates(
             offer(cluster_by_distance(sq, 0.0, readout.linkage, n_clusters=k))
         return parts, scores, None
     lists = readout_lists(sqdist if kd is not None else sq, int(readout.k))
-    _, sweep, sil = silhouette_sweep(lists, sq, tuple(readout.resolutions), seed, sample)
+    _, sweep, sil = silhouette_sweep(
+        lists, sq, tuple(readout.resolutions), seed, sample, readout.leiden_iterations
+    )
     for labels, s in zip(sweep, sil, strict=True):
         offer(labels, s)
     if bounds is not None:
@@ -447,8 +449,9 @@ def _candidates(
                 offer(fill[0][k], fill[1][k])
                 continue
             labels = leiden_n_clusters(
-                lists, k, seed, restarts=1, with_k_engine=readout.with_k_engine
-            )
+                lists, k, seed, restarts=1, with_k_engine=readout.with_k_engine,
+                iterations=readout.leiden_iterations,
+            )  # fmt: skip
             offer(exact_k(labels, k, lists, seed))
     return parts, scores, lists
 
@@ -503,6 +506,7 @@ def partition_of_k(
             restart_bracket=readout.restart_bracket,
             restart_tries=readout.restart_tries,
             with_k_engine=readout.with_k_engine,
+            iterations=readout.leiden_iterations,
         )
     return exact_k(labels, n_clusters, lists, seed)
 
@@ -613,7 +617,8 @@ def best_joined(
     from ia_stages.readout.graph import leiden_sweep
 
     best = None
-    for part in leiden_sweep(lists, seed, tuple(sorted(readout.resolutions))):
+    resolutions = tuple(sorted(readout.resolutions))
+    for part in leiden_sweep(lists, seed, resolutions, iterations=readout.leiden_iterations):
         if int(part.max()) + 1 <= n_clusters:
             continue
         joined = joined_to_k(sq, part, n_clusters, sample)

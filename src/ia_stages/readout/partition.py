@@ -91,7 +91,7 @@ def graph_partition(
     if readout.community == "silhouette":
         return select_k(sqdist if kd is not None else sq, readout, None, seed).labels
     if readout.community == "leiden":
-        return leiden_knn(lists, seed, readout.resolution)
+        return leiden_knn(lists, seed, readout.resolution, iterations=readout.leiden_iterations)
     if kd is not None:
         raise SettingError(
             "readout.community 'hdbscan' needs the dense kappa^max (path.mode 'dense'); the "

@@ -40,7 +40,8 @@ def community_stability(sqdist: Any, readout: ReadoutSettings, n_seeds: int) -> 
     """
     knn = readout_lists(sqdist, readout.k)
     g = igraph_of(knn)
-    parts = [leiden_knn(knn, s, readout.resolution, g) for s in range(n_seeds)]
+    parts = [leiden_knn(knn, s, readout.resolution, g, iterations=readout.leiden_iterations)
+             for s in range(n_seeds)]  # fmt: skip
     pairs = [
         adjusted_rand_score(parts[a], parts[b])
         for a in range(n_seeds)

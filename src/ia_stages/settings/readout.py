@@ -14,6 +14,7 @@ NEAR_BEST_RULES = ("fewest", "adjacent")
 SELECT_CRITERIA = ("climb", "silhouette", "eigengap")
 STOP_RULES = ("stability", "partition", "contraction", "none")
 RESOLUTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5)
+LEIDEN_ITERATIONS: int | None = None
 
 
 @settings_part("readout")
@@ -75,6 +76,15 @@ class ReadoutSettings:
         1.0,
         "Leiden's resolution: community 'leiden' and the 'stability' stopping rule",
         low=0.0, low_open=True,
+    )  # fmt: skip
+    leiden_iterations: int | None = integer(
+        LEIDEN_ITERATIONS,
+        "the most iterations of leidenalg's optimiser per Leiden run of the read-out (every "
+        "run without K; with K where with_k_engine is 'leidenalg'): a run stops earlier "
+        "where an iteration improves nothing; None (the default): no cap. On large graphs a "
+        "cap saves most of the read-out's time, but moves the K it finds "
+        "(docs/decisions/readout.md)",
+        low=1, nullable=True,
     )  # fmt: skip
     resolutions: tuple[float, ...] = numbers(
         RESOLUTIONS, "the Leiden resolutions community 'silhouette' chooses from", low=0.0,
