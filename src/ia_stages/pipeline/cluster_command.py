@@ -428,11 +428,8 @@ def check_lock(out: Path, unlock: bool) -> None:
     locks = out / ".snakemake" / "locks"
     if not locks.is_dir() or not any(locks.iterdir()):
         return
-    pid = _marker_pid(out / RUN_MARKER)
-    if pid is not None and _alive(pid):
-        raise InputError(
-            f"{out}: another run (process {pid}) is working in this folder; wait for it to end"
-        )
+    with folder_lock(out):  # a live run holds it: one line naming that run
+        pass
     if not unlock:
         raise InputError(
             f"{out}: locked by an earlier run that was killed; run the same command with "
@@ -447,16 +444,6 @@ def _marker_pid(marker: Path) -> int | None:
         return int(marker.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def snakemake(
